@@ -1,0 +1,306 @@
+//! `volley run`: the launcher.
+//!
+//! It creates the job's shared state (see volley::JobLaunch), starts the ranks with their
+//! environment, forwards their output and the signals it gets, and supervises them: when a rank
+//! ends it writes the rank's fate into the job segment and rings every doorbell, so the survivors'
+//! waiting operations fail with a peer-lost error at once instead of hanging.
+
+use clap::Args;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use volley::{Config, Fate, JobLaunch};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    pub n: usize,
+    /// Prefix every line of output with the rank that printed it, as "[rank] ".
+    #[arg(long)]
+    pub tag_output: bool,
+    /// Stop the job after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Pin rank i to the i-th CPU of this list (round-robin), e.g. 0,1 or 0-3.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// Let the other ranks run on when one fails, instead of stopping them.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Seconds between SIGTERM and SIGKILL when stopping ranks.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub grace: f64,
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub program: Vec<String>,
+}
+
+fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let bad = || format!("--cpus {s:?}: {part:?} is not a CPU number or range like 0-3");
+        if let Some((a, b)) = part.split_once('-') {
+            let a: usize = a.trim().parse().map_err(|_| bad())?;
+            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            if a > b {
+                return Err(bad());
+            }
+            v.extend(a..=b);
+        } else {
+            v.push(part.trim().parse().map_err(|_| bad())?);
+        }
+    }
+    if v.is_empty() {
+        return Err(format!("--cpus {s:?} names no CPU"));
+    }
+    let allowed = volley_sys::allowed_cpus();
+    if let Some(c) = v.iter().find(|c| !allowed.contains(c)) {
+        return Err(format!(
+            "--cpus: CPU {c} is not available to this process (available: {allowed:?})"
+        ));
+    }
+    Ok(v)
+}
+
+fn fate_of(status: std::process::ExitStatus) -> Fate {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => Fate::Exited(c),
+        (None, Some(s)) => Fate::Killed(s),
+        _ => Fate::Exited(255),
+    }
+}
+
+fn exit_code_of(f: Fate) -> i32 {
+    match f {
+        Fate::Exited(c) => c,
+        Fate::Killed(s) => 128 + s,
+        Fate::Finished => 0,
+    }
+}
+
+struct Rank {
+    child: Option<Child>,
+    pid: u32,
+    fate: Option<Fate>,
+}
+
+/// Copies a rank's stream to ours line by line, prefixed with the rank.
+fn forward_tagged(
+    rank: usize,
+    src: impl Read + Send + 'static,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if line.last() != Some(&b'\n') {
+                        line.push(b'\n');
+                    }
+                    let prefix = format!("[{rank}] ");
+                    if to_stderr {
+                        let mut o = std::io::stderr().lock();
+                        let _ = o
+                            .write_all(prefix.as_bytes())
+                            .and_then(|_| o.write_all(&line));
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        let _ = o
+                            .write_all(prefix.as_bytes())
+                            .and_then(|_| o.write_all(&line))
+                            .and_then(|_| o.flush());
+                    }
+                }
+            }
+        }
+    })
+}
+
+pub fn run(a: RunArgs) -> i32 {
+    match run_inner(a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("volley run: {e:#}");
+            2
+        }
+    }
+}
+
+fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
+    if a.n == 0 {
+        anyhow::bail!("-n must be at least 1");
+    }
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(parse_cpus)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let cfg = Config::from_env(a.n)?;
+    let job = JobLaunch::create(a.n, &cfg)?;
+
+    // Signals are recorded and handled in the supervision loop, not in the handler.
+    let got_signal = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register_usize(sig, got_signal.clone(), sig as usize)?;
+    }
+
+    let me = std::process::id();
+    let mut ranks: Vec<Rank> = Vec::with_capacity(a.n);
+    let mut forwarders = Vec::new();
+    for rank in 0..a.n {
+        let mut cmd = Command::new(&a.program[0]);
+        cmd.args(&a.program[1..])
+            .envs(job.env_for(rank))
+            .stdin(Stdio::null());
+        if a.tag_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        volley_sys::prepare_child(
+            &mut cmd,
+            volley_sys::ChildSetup {
+                inherit: job.inherited_fds(),
+                cpu: cpus.as_ref().map(|c| c[rank % c.len()]),
+                parent: me,
+            },
+        );
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("volley run: cannot start {:?} for rank {rank}: {e}; check the program path and permissions", a.program[0]);
+                for r in &ranks {
+                    let _ = volley_sys::kill(r.pid, libc::SIGKILL);
+                }
+                for r in &mut ranks {
+                    if let Some(c) = r.child.as_mut() {
+                        let _ = c.wait();
+                    }
+                }
+                return Ok(127);
+            }
+        };
+        if a.tag_output {
+            if let Some(o) = child.stdout.take() {
+                forwarders.push(forward_tagged(rank, o, false));
+            }
+            if let Some(e) = child.stderr.take() {
+                forwarders.push(forward_tagged(rank, e, true));
+            }
+        }
+        ranks.push(Rank {
+            pid: child.id(),
+            child: Some(child),
+            fate: None,
+        });
+    }
+
+    let start = Instant::now();
+    let deadline = a
+        .timeout
+        .map(|s| start + Duration::from_secs_f64(s.max(0.0)));
+    let grace = Duration::from_secs_f64(a.grace.max(0.0));
+    let mut first_failure: Option<(usize, Fate)> = None;
+    let mut stopping: Option<Instant> = None; // when SIGTERM went out
+    let mut termed = false;
+    let mut killed = false;
+    let mut timed_out = false;
+    let mut interrupts = 0;
+
+    let stop_all = |ranks: &mut Vec<Rank>, sig: i32| {
+        for r in ranks.iter().filter(|r| r.fate.is_none()) {
+            let _ = volley_sys::kill(r.pid, sig);
+        }
+    };
+
+    loop {
+        // Reap.
+        for (i, r) in ranks.iter_mut().enumerate() {
+            if r.fate.is_some() {
+                continue;
+            }
+            let Some(child) = r.child.as_mut() else {
+                continue;
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                let fate = fate_of(status);
+                r.fate = Some(fate);
+                job.rank_ended(i, fate);
+                if fate.is_failure() && first_failure.is_none() && stopping.is_none() {
+                    first_failure = Some((i, fate));
+                    eprintln!("volley run: rank {i} (pid {}) {fate}", r.pid);
+                    if !a.keep_going {
+                        eprintln!("volley run: stopping the other ranks (use --keep-going to let them run on)");
+                        stopping = Some(Instant::now());
+                    }
+                }
+            }
+        }
+        if ranks.iter().all(|r| r.fate.is_some()) {
+            break;
+        }
+        if let Some(t0) = stopping {
+            if !termed {
+                stop_all(&mut ranks, libc::SIGTERM);
+                termed = true;
+            }
+            if !killed && t0.elapsed() >= grace {
+                stop_all(&mut ranks, libc::SIGKILL);
+                killed = true;
+            }
+        }
+        let sig = got_signal.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            interrupts += 1;
+            if interrupts > 1 && sig == libc::SIGINT as usize {
+                eprintln!("volley run: second interrupt, killing the ranks");
+                stop_all(&mut ranks, libc::SIGKILL);
+                killed = true;
+            } else {
+                stop_all(&mut ranks, sig as i32);
+            }
+        }
+        if let Some(d) = deadline {
+            if !timed_out && Instant::now() >= d {
+                timed_out = true;
+                eprintln!(
+                    "volley run: timed out after {} s; stopping the ranks",
+                    a.timeout.unwrap_or(0.0)
+                );
+                stopping = Some(Instant::now());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Output threads end when the ranks' pipes close; a grandchild holding a pipe open must not
+    // keep us here, so give them a moment and move on.
+    let t = Instant::now();
+    while forwarders.iter().any(|h| !h.is_finished()) && t.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = std::io::stdout().flush();
+
+    if timed_out {
+        return Ok(124);
+    }
+    if let Some((_, fate)) = first_failure {
+        return Ok(exit_code_of(fate));
+    }
+    // A rank stopped by a forwarded signal with no other failure.
+    if let Some(f) = ranks.iter().filter_map(|r| r.fate).find(|f| f.is_failure()) {
+        return Ok(exit_code_of(f));
+    }
+    Ok(0)
+}

@@ -1,0 +1,199 @@
+//! The segment's fixed layout. See docs/shm-layout.md for the drawing.
+
+use crate::ring::{RingCtrl, RECORD_HEADER, SLOT};
+use crate::SegmentError;
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+
+/// "VOLLEYJB" in little-endian byte order.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
+/// Layout version; bump on any change to the structures in this file or in ring.rs.
+pub const VERSION: u32 = 1;
+
+/// Rank lifecycle values of [`RankBlock::state`].
+pub const RANK_UNBORN: u32 = 0;
+pub const RANK_RUNNING: u32 = 1;
+/// The rank closed its world normally; it will send nothing more.
+pub const RANK_FINALIZED: u32 = 2;
+/// The launcher reaped the rank; `detail` holds its exit code.
+pub const RANK_EXITED: u32 = 3;
+/// The launcher reaped the rank; `detail` holds the signal that killed it.
+pub const RANK_KILLED: u32 = 4;
+
+/// Offset 0 of the segment. Written once by the creator before any rank starts; read-only
+/// afterwards except `state_epoch`.
+#[repr(C, align(128))]
+pub struct JobHeader {
+    pub magic: u64,
+    pub version: u32,
+    /// size_of::<JobHeader>() as the creator saw it.
+    pub header_bytes: u32,
+    pub nranks: u32,
+    /// Slots (of SLOT bytes) per ring; a power of two.
+    pub ring_slots: u32,
+    pub token: u64,
+    pub total_bytes: u64,
+    /// Largest record, in slots, that a producer may write (header included).
+    pub max_record_slots: u32,
+    pub _reserved: u32,
+    /// Incremented whenever a rank's state changes (see Segment::bump_epoch).
+    pub state_epoch: AtomicU64,
+}
+
+const _: () = assert!(size_of::<JobHeader>() == 128);
+const _: () = assert!(offset_of!(JobHeader, token) == 24);
+const _: () = assert!(offset_of!(JobHeader, state_epoch) == 48);
+
+/// One per rank, 256 bytes: the lifecycle line, then the doorbell line, so that senders reading
+/// the doorbell never share a cache line with state updates.
+#[repr(C, align(128))]
+pub struct RankBlock {
+    /// RANK_* value. Written by the rank itself (RUNNING, FINALIZED) and by the launcher
+    /// (EXITED, KILLED), always followed by Segment::bump_epoch.
+    pub state: AtomicU32,
+    /// Exit code or signal number, meaningful for EXITED and KILLED.
+    pub detail: AtomicI32,
+    pub pid: AtomicU32,
+    _pad0: [u8; 116],
+    /// 1 while the rank is (about to be) asleep on its eventfd and wants a wake-up; 0 while it
+    /// is running or spinning. Senders swap it to 0 and ring the eventfd if it was 1.
+    pub armed: AtomicU32,
+    _pad1: [u8; 124],
+}
+
+const _: () = assert!(size_of::<RankBlock>() == 256);
+const _: () = assert!(offset_of!(RankBlock, armed) == 128);
+
+/// What a creator chooses; everything else follows.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentParams {
+    pub nranks: usize,
+    pub ring_slots: usize,
+    pub max_record_slots: usize,
+    pub token: u64,
+}
+
+impl SegmentParams {
+    /// Ring of `ring_bytes` (rounded up to a power of two slots) and records of at most
+    /// `record_bytes` (header included), clamped so that at least four records fit a ring.
+    pub fn new(nranks: usize, ring_bytes: usize, record_bytes: usize, token: u64) -> SegmentParams {
+        let ring_slots = ring_bytes.div_ceil(SLOT).next_power_of_two().max(64);
+        let max_record_slots = record_bytes.div_ceil(SLOT).clamp(1, ring_slots / 4);
+        SegmentParams {
+            nranks,
+            ring_slots,
+            max_record_slots,
+            token,
+        }
+    }
+}
+
+/// Offsets of everything in a segment, derived from the header.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub nranks: usize,
+    pub ring_slots: usize,
+    pub max_record_slots: usize,
+    pub ranks_offset: usize,
+    pub rings_offset: usize,
+    pub ring_stride: usize,
+    pub total_bytes: usize,
+}
+
+impl Layout {
+    pub fn new(p: &SegmentParams) -> Layout {
+        let ranks_offset = size_of::<JobHeader>();
+        let rings_offset =
+            (ranks_offset + p.nranks * size_of::<RankBlock>()).next_multiple_of(4096);
+        let ring_stride = (size_of::<RingCtrl>() + p.ring_slots * SLOT).next_multiple_of(4096);
+        let total_bytes = rings_offset + p.nranks * p.nranks * ring_stride;
+        Layout {
+            nranks: p.nranks,
+            ring_slots: p.ring_slots,
+            max_record_slots: p.max_record_slots,
+            ranks_offset,
+            rings_offset,
+            ring_stride,
+            total_bytes,
+        }
+    }
+
+    pub fn rank_offset(&self, rank: usize) -> usize {
+        self.ranks_offset + rank * size_of::<RankBlock>()
+    }
+
+    pub fn ring_offset(&self, src: usize, dst: usize) -> usize {
+        assert!(src < self.nranks && dst < self.nranks);
+        self.rings_offset + (src * self.nranks + dst) * self.ring_stride
+    }
+
+    /// Largest payload one record carries.
+    pub fn max_record_payload(&self) -> usize {
+        self.max_record_slots * SLOT - RECORD_HEADER
+    }
+}
+
+/// # Safety
+/// `base` must point to a zero-filled, writable mapping of at least `layout.total_bytes` bytes
+/// that no other thread or process accesses yet.
+pub(crate) unsafe fn init_header(base: *mut u8, p: &SegmentParams, layout: &Layout) {
+    let h = base as *mut JobHeader;
+    // SAFETY: per the contract, h is valid for writes and unshared.
+    unsafe {
+        (*h).version = VERSION;
+        (*h).header_bytes = size_of::<JobHeader>() as u32;
+        (*h).nranks = p.nranks as u32;
+        (*h).ring_slots = p.ring_slots as u32;
+        (*h).token = p.token;
+        (*h).total_bytes = layout.total_bytes as u64;
+        (*h).max_record_slots = p.max_record_slots as u32;
+        // Magic last: a reader that sees it sees a complete header (the segment is handed to
+        // other processes only after this returns, through fork/exec, which orders it anyway).
+        (*h).magic = MAGIC;
+    }
+}
+
+pub(crate) fn validate(h: &JobHeader, file_size: u64, fd: i32) -> Result<Layout, SegmentError> {
+    if h.magic != MAGIC {
+        return Err(SegmentError::Foreign {
+            fd,
+            why: format!("magic {:016x}, expected {:016x}", h.magic, MAGIC),
+        });
+    }
+    if h.version != VERSION {
+        return Err(SegmentError::Version {
+            found: h.version,
+            expected: VERSION,
+        });
+    }
+    let corrupt = |why: String| SegmentError::Corrupt { fd, why };
+    if h.header_bytes as usize != size_of::<JobHeader>() {
+        return Err(corrupt(format!("header size {}", h.header_bytes)));
+    }
+    let slots = h.ring_slots as usize;
+    if h.nranks == 0 || h.nranks > 65536 {
+        return Err(corrupt(format!("{} ranks", h.nranks)));
+    }
+    if !slots.is_power_of_two() || slots < 64 || slots > (1 << 26) {
+        return Err(corrupt(format!("{slots} slots per ring")));
+    }
+    let mrs = h.max_record_slots as usize;
+    if mrs == 0 || mrs > slots / 4 {
+        return Err(corrupt(format!(
+            "records of {mrs} slots in rings of {slots}"
+        )));
+    }
+    let layout = Layout::new(&SegmentParams {
+        nranks: h.nranks as usize,
+        ring_slots: slots,
+        max_record_slots: mrs,
+        token: h.token,
+    });
+    if h.total_bytes != layout.total_bytes as u64 || file_size < layout.total_bytes as u64 {
+        return Err(corrupt(format!(
+            "header says {} bytes, layout needs {}, file has {}",
+            h.total_bytes, layout.total_bytes, file_size
+        )));
+    }
+    Ok(layout)
+}

@@ -1,0 +1,218 @@
+//! volley-shm: the job's shared-memory segment and the lock-free rings inside it.
+//!
+//! Layer 1, above `volley-sys` (which maps the memory) and below `volley` (which gives the rings
+//! meaning: ports, messages, endpoints). Nothing here knows about ranks' lifetimes or launchers.
+//!
+//! The segment is a file format: `#[repr(C)]` structures at fixed offsets, a magic number, a
+//! version and the job's random token, checked by [`Segment::attach`]. `docs/shm-layout.md`
+//! draws it. Every atomic says what it pairs with.
+
+mod layout;
+mod ring;
+
+pub use layout::{
+    JobHeader, Layout, RankBlock, SegmentParams, MAGIC, RANK_EXITED, RANK_FINALIZED, RANK_KILLED,
+    RANK_RUNNING, RANK_UNBORN, VERSION,
+};
+pub use ring::{
+    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, SharedHeld, RECORD_HEADER, SLOT,
+};
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use volley_sys::Mapping;
+
+/// Why a segment could not be created or attached. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    #[error(
+        "shared memory unavailable: {where_} has {free} bytes free, the job needs {needed}; \
+         free some space, set VOLLEY_SHM_DIR to a larger tmpfs, or lower VOLLEY_SHM_RING_BYTES"
+    )]
+    NoSpace {
+        where_: String,
+        free: u64,
+        needed: u64,
+    },
+    #[error("could not create the job's shared memory in {where_}: {source}")]
+    Create {
+        where_: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not map the job's shared memory ({len} bytes): {source}")]
+    Map {
+        len: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "descriptor {fd} is not a volley job segment ({why}); it was not created by `volley run` \
+         for this job, or VOLLEY_SHM_FD is stale: start the program through `volley run`"
+    )]
+    Foreign { fd: i32, why: String },
+    #[error(
+        "the job segment on descriptor {fd} is corrupt ({why}); restart the job, and report a bug \
+         if it happens again"
+    )]
+    Corrupt { fd: i32, why: String },
+    #[error(
+        "the job segment has layout version {found}, this program understands version {expected}: \
+         launch it with the `volley` built from the same release"
+    )]
+    Version { found: u32, expected: u32 },
+    #[error(
+        "the job segment belongs to another job (token {found:016x}, expected {expected:016x}); \
+         do not mix environments of two jobs"
+    )]
+    WrongJob { found: u64, expected: u64 },
+}
+
+/// A mapped job segment. Cheap to share (`Arc`); unmapped when the last holder is gone.
+pub struct Segment {
+    map: Mapping,
+    layout: Layout,
+    fd: OwnedFd,
+}
+
+impl Segment {
+    /// Creates and initialises a segment on `fd` (a fresh memfd or unlinked file).
+    /// `where_` names the backing store for error messages.
+    pub fn create(
+        fd: OwnedFd,
+        params: SegmentParams,
+        where_: &str,
+    ) -> Result<Arc<Segment>, SegmentError> {
+        let layout = Layout::new(&params);
+        let total = layout.total_bytes as u64;
+        if let Err(e) = volley_sys::fallocate(&fd, total) {
+            if e.raw_os_error() == Some(libc_enospc()) || e.raw_os_error() == Some(libc_enomem()) {
+                let free = space_of(where_).unwrap_or(0);
+                return Err(SegmentError::NoSpace {
+                    where_: where_.to_string(),
+                    free,
+                    needed: total,
+                });
+            }
+            return Err(SegmentError::Create {
+                where_: where_.to_string(),
+                source: e,
+            });
+        }
+        let map = Mapping::map_shared(fd.as_raw_fd(), layout.total_bytes).map_err(|e| {
+            SegmentError::Map {
+                len: layout.total_bytes,
+                source: e,
+            }
+        })?;
+        let seg = Segment { map, layout, fd };
+        // SAFETY: the mapping is fresh, zero-filled, at least header-sized and page-aligned; no
+        // other process has it yet, so this plain write cannot race.
+        unsafe { layout::init_header(seg.map.as_ptr(), &params, &seg.layout) };
+        Ok(Arc::new(seg))
+    }
+
+    /// Maps an inherited segment and checks that it is a volley segment of this version, of this
+    /// job (`token`), and whole.
+    pub fn attach(fd: OwnedFd, token: u64) -> Result<Arc<Segment>, SegmentError> {
+        let raw = fd.as_raw_fd();
+        let size = volley_sys::file_size(raw).map_err(|e| SegmentError::Foreign {
+            fd: raw,
+            why: format!("cannot stat it: {e}"),
+        })?;
+        if size < std::mem::size_of::<JobHeader>() as u64 {
+            return Err(SegmentError::Foreign {
+                fd: raw,
+                why: format!("it is {size} bytes, smaller than a segment header"),
+            });
+        }
+        let map = Mapping::map_shared(raw, size as usize).map_err(|e| SegmentError::Foreign {
+            fd: raw,
+            why: format!("it cannot be mapped shared: {e}"),
+        })?;
+        // SAFETY: the mapping is at least header-sized and page-aligned (mmap), JobHeader is
+        // repr(C) plain data plus atomics, and every bit pattern is a valid JobHeader.
+        let hdr = unsafe { &*(map.as_ptr() as *const JobHeader) };
+        let layout = layout::validate(hdr, size, raw)?;
+        if hdr.token != token {
+            return Err(SegmentError::WrongJob {
+                found: hdr.token,
+                expected: token,
+            });
+        }
+        Ok(Arc::new(Segment { map, layout, fd }))
+    }
+
+    pub fn header(&self) -> &JobHeader {
+        // SAFETY: validated or initialised on construction; lives as long as the mapping.
+        unsafe { &*(self.map.as_ptr() as *const JobHeader) }
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.layout.nranks
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The control block of `rank`. Panics if `rank` is out of range.
+    pub fn rank(&self, rank: usize) -> &RankBlock {
+        assert!(rank < self.layout.nranks, "rank {rank} out of range");
+        // SAFETY: the offset lies inside the mapping (checked by Layout), aligned to 128.
+        unsafe { &*(self.map.as_ptr().add(self.layout.rank_offset(rank)) as *const RankBlock) }
+    }
+
+    /// The producer end of the ring carrying messages from `src` to `dst`. Only the process of
+    /// rank `src` may hold it, and only one at a time (single producer).
+    pub fn producer(self: &Arc<Self>, src: usize, dst: usize) -> Producer {
+        let off = self.layout.ring_offset(src, dst);
+        // SAFETY: the ring lies inside the mapping; the caller is the single producer.
+        unsafe { Producer::new(self.clone(), self.map.as_ptr().add(off), &self.layout) }
+    }
+
+    /// The consumer end of the ring carrying messages from `src` to `dst`. Only the process of
+    /// rank `dst` may hold it, and only one at a time (single consumer).
+    pub fn consumer(self: &Arc<Self>, src: usize, dst: usize) -> Consumer {
+        let off = self.layout.ring_offset(src, dst);
+        // SAFETY: as for producer.
+        unsafe { Consumer::new(self.clone(), self.map.as_ptr().add(off), &self.layout) }
+    }
+
+    /// The descriptor behind the segment (inherited by the ranks a launcher starts).
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Bumps the state epoch after a rank's state changed, so waiters rescan the rank table.
+    pub fn bump_epoch(&self) {
+        // SYNC: Release; pairs with the Acquire in `state_epoch()` so the rank state written
+        // before is visible to whoever sees the new epoch.
+        self.header()
+            .state_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn state_epoch(&self) -> u64 {
+        // SYNC: Acquire; pairs with the Release in `bump_epoch`.
+        self.header()
+            .state_epoch
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
+fn libc_enomem() -> i32 {
+    12
+}
+
+fn space_of(where_: &str) -> Option<u64> {
+    let p = std::path::Path::new(where_);
+    if p.is_dir() {
+        volley_sys::fs_space(p).ok().map(|(free, _)| free)
+    } else {
+        None
+    }
+}

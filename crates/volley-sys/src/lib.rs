@@ -1,0 +1,392 @@
+//! volley-sys: the operating-system layer.
+//!
+//! Layer 0. Every system call volley makes goes through this crate, so that the unsafe code that
+//! talks to the kernel lives in one place and the layers above can stay safe. It depends on `libc`
+//! only and on no other volley crate.
+//!
+//! Nothing here is on a per-message path except [`EventFd::notify`] and [`EventFd::drain`], which
+//! the waiting protocol calls only when a receiver has said it is asleep.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Creates an anonymous memory file (memfd). It has no name in any filesystem, so it can never be
+/// left behind: the memory is freed when the last descriptor and mapping are gone, whatever way
+/// the processes holding it end.
+pub fn memfd_create(name: &str) -> io::Result<OwnedFd> {
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: cname is a valid NUL-terminated string; flags are valid memfd flags.
+    let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Creates a regular file in `dir` readable and writable only by the current user, and unlinks it
+/// at once, so that only the returned descriptor keeps it alive.
+pub fn create_unlinked_file(dir: &std::path::Path, stem: &str) -> io::Result<OwnedFd> {
+    let path = dir.join(format!(
+        "{stem}-{}-{:016x}",
+        std::process::id(),
+        random_u64()
+    ));
+    let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: cpath is a valid C string; O_EXCL makes sure we never open someone else's file.
+    let fd = cvt(unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+        )
+    })?;
+    // SAFETY: fd is fresh and ours.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: cpath is valid. The name disappears now; the descriptor keeps the memory.
+    cvt(unsafe { libc::unlink(cpath.as_ptr()) })?;
+    Ok(owned)
+}
+
+/// Reserves `len` bytes of backing store for `fd`, so that a full /dev/shm or an exhausted memory
+/// limit shows up now, as an error, instead of later as SIGBUS on first touch.
+pub fn fallocate(fd: &OwnedFd, len: u64) -> io::Result<()> {
+    // SAFETY: valid fd; posix_fallocate returns the error number instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Size in bytes of the file behind `fd`.
+pub fn file_size(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer.
+    cvt(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st.st_size as u64)
+}
+
+/// Free and total bytes of the filesystem holding `path`.
+pub fn fs_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: plain data.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    cvt(unsafe { libc::statvfs(cpath.as_ptr(), &mut st) })?;
+    Ok((
+        st.f_bavail as u64 * st.f_frsize as u64,
+        st.f_blocks as u64 * st.f_frsize as u64,
+    ))
+}
+
+/// A shared, read-write mapping of a whole file. Unmapped on drop.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; synchronisation of its contents is the business of the
+// layers above (atomics in the shared layout). Moving or sharing the handle itself is harmless.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` shared and read-write.
+    pub fn map_shared(fd: RawFd, len: usize) -> io::Result<Mapping> {
+        if len == 0 {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        // SAFETY: we ask the kernel for a fresh mapping; it does not alias any Rust object.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from a successful mmap and are unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A non-blocking eventfd: the doorbell a sleeping process waits on, and the descriptor an
+/// endpoint exposes to poll/epoll.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fresh fd.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adopts an inherited descriptor after checking that it is an eventfd.
+    pub fn adopt(fd: RawFd) -> io::Result<EventFd> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+        if link.as_os_str() != "anon_inode:[eventfd]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {fd} is {}, not an eventfd", link.display()),
+            ));
+        }
+        // SAFETY: the launcher handed this descriptor to us to own; we checked what it is.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to the counter, making the descriptor readable.
+    pub fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64. EAGAIN (counter saturated) still leaves the
+        // descriptor readable, which is all a doorbell needs, so the result is ignored.
+        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the counter to zero without blocking.
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a valid u64; EAGAIN means it was already zero.
+        unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// Sleeps until the descriptor is readable or `timeout` passes. Returns true if readable.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        poll_readable(self.0.as_raw_fd(), timeout)
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes.
+pub fn poll_readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    rc > 0 && (pfd.revents & libc::POLLIN) != 0
+}
+
+/// Clears close-on-exec so that `fd` is inherited by a program we are about to exec.
+/// Async-signal-safe: may be called between fork and exec.
+pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd number; failure is reported.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) })?;
+    Ok(())
+}
+
+/// Pins the calling thread (between fork and exec: the child process) to `cpus`.
+/// Async-signal-safe.
+pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data, zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: CPU_SET bounds-checks against the set size.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: valid set pointer and size.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
+/// Number of CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: plain data.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return vec![0];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: index within the set size.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Asks the kernel to send `sig` to this process when its parent dies, so that ranks never outlive
+/// a launcher that was killed with SIGKILL. Async-signal-safe.
+pub fn die_with_parent(sig: libc::c_int, expected_parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) })?;
+    // The parent may have died before prctl took effect; then we were re-parented already.
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != expected_parent {
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(sig) };
+    }
+    Ok(())
+}
+
+/// Puts the calling process into a process group of its own. Async-signal-safe.
+pub fn new_process_group() -> io::Result<()> {
+    // SAFETY: plain syscall.
+    cvt(unsafe { libc::setpgid(0, 0) })?;
+    Ok(())
+}
+
+/// Sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    cvt(unsafe { libc::kill(pid as libc::pid_t, sig) })?;
+    Ok(())
+}
+
+/// 64 random bits from the kernel (getrandom); used for job tokens and unique names.
+pub fn random_u64() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: writes at most 8 bytes into v.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        // getrandom only fails before the pool is initialised on very early boot; fall back to
+        // something that still differs between jobs.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        v = t ^ ((std::process::id() as u64) << 32);
+    }
+    v
+}
+
+/// Yields the processor to another runnable thread.
+pub fn yield_now() {
+    // SAFETY: plain syscall.
+    unsafe { libc::sched_yield() };
+}
+
+/// The name of a signal ("SIGKILL"), or "signal N".
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// Peak resident set size of this process in KiB (VmHWM), for the memory-bound tests.
+pub fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Takes ownership of an inherited descriptor number.
+///
+/// The caller must be the only owner of `fd` from now on (it came from the launcher through the
+/// environment and nothing else in the process uses it). Checked: the descriptor must be open.
+/// Close-on-exec is set again, so the job's descriptors do not leak into programs the rank runs.
+pub fn adopt_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: fcntl on a descriptor number; failure (not open) is caught by the caller's checks.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the launcher gave this process the descriptor to own; the caller checked it is open
+    // and adopts it once.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// How a launcher prepares each rank's process between fork and exec.
+pub struct ChildSetup {
+    /// Descriptors the program must inherit.
+    pub inherit: Vec<RawFd>,
+    /// Pin to this CPU.
+    pub cpu: Option<usize>,
+    /// The launcher's pid: the child dies with SIGKILL when the launcher dies.
+    pub parent: u32,
+}
+
+/// Installs `setup` on `cmd`: inherited descriptors, CPU pinning, a process group of its own (so
+/// that the launcher alone decides which signals reach it) and death with the launcher.
+pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
+    use std::os::unix::process::CommandExt;
+    let ChildSetup {
+        inherit,
+        cpu,
+        parent,
+    } = setup;
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
+    // (fcntl, sched_setaffinity, setpgid, prctl, getppid, raise); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &inherit {
+                clear_cloexec(fd)?;
+            }
+            if let Some(c) = cpu {
+                set_affinity(&[c])?;
+            }
+            new_process_group()?;
+            die_with_parent(libc::SIGKILL, parent as libc::pid_t)?;
+            Ok(())
+        });
+    }
+}

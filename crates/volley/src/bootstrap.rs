@@ -1,0 +1,271 @@
+//! How a process learns who it is in its job, and how a launcher sets a job up.
+//!
+//! `volley run` creates the job segment (an anonymous memfd by default) and one eventfd doorbell
+//! per rank, and passes their descriptors to every rank by inheritance, with these variables:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | VOLLEY_RANK, VOLLEY_SIZE | rank in the job, number of ranks |
+//! | VOLLEY_LOCAL_RANK, VOLLEY_LOCAL_SIZE | the same among the ranks of this node |
+//! | VOLLEY_NODE_ID | index of this node in the job |
+//! | VOLLEY_JOB_TOKEN | the job's random 64-bit token, in hex |
+//! | VOLLEY_SHM_FD | descriptor of the job segment |
+//! | VOLLEY_WAKE_FDS | descriptors of the doorbells, one per local rank, comma-separated |
+//!
+//! The segment never has a name in a filesystem (or loses it before any rank starts), so nothing
+//! is left behind however the job ends, and only processes given the descriptor can map it.
+
+use crate::config::Config;
+use crate::error::InitError;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use volley_shm::{Segment, SegmentParams};
+use volley_sys::EventFd;
+
+pub const ENV_RANK: &str = "VOLLEY_RANK";
+pub const ENV_SIZE: &str = "VOLLEY_SIZE";
+pub const ENV_LOCAL_RANK: &str = "VOLLEY_LOCAL_RANK";
+const ENV_LOCAL_SIZE: &str = "VOLLEY_LOCAL_SIZE";
+const ENV_NODE_ID: &str = "VOLLEY_NODE_ID";
+const ENV_TOKEN: &str = "VOLLEY_JOB_TOKEN";
+const ENV_SHM_FD: &str = "VOLLEY_SHM_FD";
+const ENV_WAKE_FDS: &str = "VOLLEY_WAKE_FDS";
+
+/// Who this process is in its job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    pub rank: usize,
+    pub size: usize,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub node_id: usize,
+    pub token: u64,
+}
+
+/// Everything a process attached to: its identity, the segment and the doorbells.
+pub(crate) struct Attached {
+    pub info: JobInfo,
+    pub seg: Arc<Segment>,
+    pub doorbells: Vec<EventFd>,
+}
+
+fn var(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn parse<T: std::str::FromStr>(name: &'static str, v: &str) -> Result<T, InitError>
+where
+    T::Err: std::fmt::Display,
+{
+    v.trim().parse::<T>().map_err(|e| InitError::Env {
+        var: name,
+        value: v.to_string(),
+        why: format!("{e}"),
+    })
+}
+
+/// Reads the job environment. `Ok(None)` means no launcher: a world of one.
+pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
+    let any = [ENV_RANK, ENV_SIZE, ENV_SHM_FD, ENV_TOKEN, ENV_WAKE_FDS]
+        .iter()
+        .find(|n| var(n).is_some());
+    let Some(&present) = any else {
+        return Ok(None);
+    };
+    let need = |name: &'static str| {
+        var(name).ok_or(InitError::Incomplete {
+            missing: name,
+            present,
+        })
+    };
+    let rank: usize = parse(ENV_RANK, &need(ENV_RANK)?)?;
+    let size: usize = parse(ENV_SIZE, &need(ENV_SIZE)?)?;
+    if size == 0 || rank >= size {
+        return Err(InitError::Env {
+            var: ENV_RANK,
+            value: rank.to_string(),
+            why: format!("must be below VOLLEY_SIZE={size}"),
+        });
+    }
+    let local_rank: usize = var(ENV_LOCAL_RANK)
+        .map(|v| parse(ENV_LOCAL_RANK, &v))
+        .transpose()?
+        .unwrap_or(rank);
+    let local_size: usize = var(ENV_LOCAL_SIZE)
+        .map(|v| parse(ENV_LOCAL_SIZE, &v))
+        .transpose()?
+        .unwrap_or(size);
+    let node_id: usize = var(ENV_NODE_ID)
+        .map(|v| parse(ENV_NODE_ID, &v))
+        .transpose()?
+        .unwrap_or(0);
+    let token_s = need(ENV_TOKEN)?;
+    let token = u64::from_str_radix(token_s.trim(), 16).map_err(|e| InitError::Env {
+        var: ENV_TOKEN,
+        value: token_s.clone(),
+        why: format!("not a hexadecimal number ({e})"),
+    })?;
+    let shm_fd: RawFd = parse(ENV_SHM_FD, &need(ENV_SHM_FD)?)?;
+    let wake_s = need(ENV_WAKE_FDS)?;
+    let wake: Vec<RawFd> = wake_s
+        .split(',')
+        .map(|s| parse(ENV_WAKE_FDS, s))
+        .collect::<Result<_, _>>()?;
+    if local_size != size || local_rank != rank {
+        return Err(InitError::Env {
+            var: ENV_LOCAL_SIZE,
+            value: local_size.to_string(),
+            why: "ranks on several nodes need a network transport, which this build does not have yet; run all ranks on one machine".into(),
+        });
+    }
+    if wake.len() != local_size {
+        return Err(InitError::Env {
+            var: ENV_WAKE_FDS,
+            value: wake_s,
+            why: format!("needs {local_size} descriptors, one per local rank"),
+        });
+    }
+    if std::fs::metadata(format!("/proc/self/fd/{shm_fd}")).is_err() {
+        return Err(InitError::Env {
+            var: ENV_SHM_FD,
+            value: shm_fd.to_string(),
+            why: "no such open descriptor in this process (was it closed, or the variable copied from another process?)".into(),
+        });
+    }
+    let seg = Segment::attach(volley_sys::adopt_fd(shm_fd), token)?;
+    if seg.nranks() != local_size {
+        return Err(InitError::Env {
+            var: ENV_SIZE,
+            value: size.to_string(),
+            why: format!("the job segment was made for {} ranks", seg.nranks()),
+        });
+    }
+    let doorbells = wake
+        .iter()
+        .map(|&fd| EventFd::adopt(fd).map_err(|e| InitError::Doorbell { fd, source: e }))
+        .collect::<Result<_, _>>()?;
+    let info = JobInfo {
+        rank,
+        size,
+        local_rank,
+        local_size,
+        node_id,
+        token,
+    };
+    Ok(Some(Attached {
+        info,
+        seg,
+        doorbells,
+    }))
+}
+
+/// A world of one: the process made its own segment.
+pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
+    let token = volley_sys::random_u64();
+    let seg = create_segment(1, cfg, token)?;
+    let doorbells = vec![EventFd::new().map_err(InitError::Memfd)?];
+    Ok(Attached {
+        info: JobInfo {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            node_id: 0,
+            token,
+        },
+        seg,
+        doorbells,
+    })
+}
+
+fn create_segment(nranks: usize, cfg: &Config, token: u64) -> Result<Arc<Segment>, InitError> {
+    let params = SegmentParams::new(nranks, cfg.ring_bytes, cfg.record_bytes, token);
+    let (fd, where_) = match &cfg.shm_dir {
+        None => (
+            volley_sys::memfd_create("volley-job").map_err(InitError::Memfd)?,
+            "memfd".to_string(),
+        ),
+        Some(dir) => {
+            let fd = volley_sys::create_unlinked_file(dir, "volley-job").map_err(|e| {
+                InitError::Segment(volley_shm::SegmentError::Create {
+                    where_: dir.display().to_string(),
+                    source: e,
+                })
+            })?;
+            (fd, dir.display().to_string())
+        }
+    };
+    Ok(Segment::create(fd, params, &where_)?)
+}
+
+/// The launcher's half: a job's segment and doorbells, and the environment of each rank.
+pub struct JobLaunch {
+    seg: Arc<Segment>,
+    doorbells: Vec<EventFd>,
+    token: u64,
+}
+
+impl JobLaunch {
+    /// Creates the shared state of a job of `nranks` ranks on this machine.
+    pub fn create(nranks: usize, cfg: &Config) -> Result<JobLaunch, InitError> {
+        let token = volley_sys::random_u64();
+        let seg = create_segment(nranks, cfg, token)?;
+        let doorbells = (0..nranks)
+            .map(|_| EventFd::new().map_err(InitError::Memfd))
+            .collect::<Result<_, _>>()?;
+        Ok(JobLaunch {
+            seg,
+            doorbells,
+            token,
+        })
+    }
+
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn segment_bytes(&self) -> usize {
+        self.seg.layout().total_bytes
+    }
+
+    /// Descriptors every rank must inherit (close-on-exec cleared in the child).
+    pub fn inherited_fds(&self) -> Vec<RawFd> {
+        let mut v = vec![self.seg.fd()];
+        v.extend(self.doorbells.iter().map(|d| d.raw()));
+        v
+    }
+
+    /// The variables that make a process rank `rank` of this job.
+    pub fn env_for(&self, rank: usize) -> Vec<(&'static str, String)> {
+        let n = self.doorbells.len();
+        let wake: Vec<String> = self.doorbells.iter().map(|d| d.raw().to_string()).collect();
+        vec![
+            (ENV_RANK, rank.to_string()),
+            (ENV_SIZE, n.to_string()),
+            (ENV_LOCAL_RANK, rank.to_string()),
+            (ENV_LOCAL_SIZE, n.to_string()),
+            (ENV_NODE_ID, "0".to_string()),
+            (ENV_TOKEN, format!("{:016x}", self.token)),
+            (ENV_SHM_FD, self.seg.fd().to_string()),
+            (ENV_WAKE_FDS, wake.join(",")),
+        ]
+    }
+
+    /// Records that a rank's process ended, and wakes every rank so that those waiting on it
+    /// notice at once.
+    pub fn rank_ended(&self, rank: usize, fate: crate::Fate) {
+        use std::sync::atomic::Ordering;
+        let (state, detail) = match fate {
+            crate::Fate::Finished => (volley_shm::RANK_FINALIZED, 0),
+            crate::Fate::Exited(c) => (volley_shm::RANK_EXITED, c),
+            crate::Fate::Killed(s) => (volley_shm::RANK_KILLED, s),
+        };
+        let b = self.seg.rank(rank);
+        b.detail.store(detail, Ordering::Relaxed);
+        b.state.store(state, Ordering::Relaxed);
+        self.seg.bump_epoch();
+        for d in &self.doorbells {
+            d.notify();
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Settings read from the environment, with their defaults. Each says where it came from.
+
+use crate::error::InitError;
+use std::time::Duration;
+
+/// How a process waits for a message (or for room in a full ring).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin on the rings; lowest latency, costs a core. Yields the CPU now and then so that
+    /// more ranks than cores still make progress.
+    BusyPoll,
+    /// Sleep on the process's doorbell (an eventfd) until a sender rings it.
+    Block,
+    /// Spin for the given time, then sleep. The default.
+    SpinThenBlock(Duration),
+}
+
+/// Job-wide and per-process settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of each ring (per ordered pair of ranks). VOLLEY_SHM_RING_BYTES.
+    pub ring_bytes: usize,
+    /// Largest record in a ring, header included; larger messages are fragmented.
+    /// VOLLEY_SHM_RECORD_BYTES.
+    pub record_bytes: usize,
+    /// Where the segment lives: None for an anonymous memfd (the default), or a directory such as
+    /// /dev/shm in which a file is created and unlinked at once. VOLLEY_SHM_DIR.
+    pub shm_dir: Option<std::path::PathBuf>,
+    /// VOLLEY_WAIT = busy | block | spin, with VOLLEY_SPIN_US for spin.
+    pub wait: WaitMode,
+    /// How long a waiting operation sleeps at most before it rechecks its peers.
+    pub liveness_poll: Duration,
+    /// Print the counters to stderr when the world closes. VOLLEY_COUNTERS=1.
+    pub print_counters: bool,
+}
+
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+impl Config {
+    /// Defaults for a job of `nranks` local ranks, overridden by the environment.
+    pub fn from_env(nranks: usize) -> Result<Config, InitError> {
+        // 1 MiB per ring keeps 16 records of 64 KiB in flight; beyond 16 local ranks shrink it so
+        // that the n*n rings stay within about 256 MiB.
+        let default_ring = if nranks <= 16 {
+            1 << 20
+        } else {
+            ((256usize << 20) / (nranks * nranks))
+                .next_power_of_two()
+                .max(64 << 10)
+        };
+        let ring_bytes = env_usize("VOLLEY_SHM_RING_BYTES")?.unwrap_or(default_ring);
+        if !(4096..=1 << 30).contains(&ring_bytes) {
+            return Err(InitError::Env {
+                var: "VOLLEY_SHM_RING_BYTES",
+                value: ring_bytes.to_string(),
+                why: "must be between 4096 and 1073741824".into(),
+            });
+        }
+        let record_bytes = env_usize("VOLLEY_SHM_RECORD_BYTES")?.unwrap_or(64 << 10);
+        if record_bytes < 64 {
+            return Err(InitError::Env {
+                var: "VOLLEY_SHM_RECORD_BYTES",
+                value: record_bytes.to_string(),
+                why: "must be at least 64".into(),
+            });
+        }
+        let shm_dir = std::env::var_os("VOLLEY_SHM_DIR")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from);
+        let spin = env_usize("VOLLEY_SPIN_US")?
+            .map(|us| Duration::from_micros(us as u64))
+            .unwrap_or(DEFAULT_SPIN);
+        let wait = match std::env::var("VOLLEY_WAIT").ok().as_deref() {
+            None | Some("") | Some("spin") => WaitMode::SpinThenBlock(spin),
+            Some("busy") => WaitMode::BusyPoll,
+            Some("block") => WaitMode::Block,
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_WAIT",
+                    value: other.to_string(),
+                    why: "must be busy, block or spin".into(),
+                })
+            }
+        };
+        let print_counters = matches!(std::env::var("VOLLEY_COUNTERS").ok().as_deref(), Some(v) if v != "0" && !v.is_empty());
+        Ok(Config {
+            ring_bytes,
+            record_bytes,
+            shm_dir,
+            wait,
+            liveness_poll: Duration::from_millis(50),
+            print_counters,
+        })
+    }
+}
+
+pub(crate) fn env_usize(var: &'static str) -> Result<Option<usize>, InitError> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|e| InitError::Env {
+                var,
+                value: v,
+                why: format!("not a number ({e})"),
+            }),
+    }
+}

@@ -1,0 +1,344 @@
+//! The progress engine: the state of one process's side of the job and the non-blocking steps
+//! that move messages. It never waits and never calls user code; `world.rs` builds the waiting
+//! operations and the handler calls on top, outside any borrow of the engine.
+
+use crate::counters::{Counter, Counters};
+use crate::error::{Fate, PeerLost, RecvError};
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use volley_shm::{Consumer, Kind, Meta, Producer, RecordInfo, Segment};
+use volley_sys::EventFd;
+
+/// What a local port is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PortKind {
+    Endpoint,
+    Active,
+}
+
+/// How far a message has been written into its ring.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Cursor {
+    pub off: usize,
+    pub started: bool,
+}
+
+/// A non-blocking send that found its ring full, queued in order behind earlier ones.
+pub(crate) struct Pending {
+    pub src_port: u32,
+    pub dst_port: u32,
+    pub data: Vec<u8>,
+    pub cursor: Cursor,
+    pub done: bool,
+}
+
+/// A message larger than one record, being gathered for recv() or an active port.
+pub(crate) struct Partial {
+    pub port: u32,
+    pub src: usize,
+    pub src_port: u32,
+    pub total: usize,
+    pub buf: Vec<u8>,
+}
+
+/// The outcome of one pass over the incoming rings on behalf of a port.
+pub(crate) enum Poll {
+    /// A record for the port at the head of the ring from `src`.
+    Found(usize, RecordInfo),
+    /// A record for an active port at the head of the ring from `src`.
+    Active(usize, RecordInfo),
+    Nothing,
+}
+
+pub(crate) struct Engine {
+    pub seg: Arc<Segment>,
+    pub me: usize,
+    pub n: usize,
+    pub tx: Vec<Producer>,
+    pub rx: Vec<Consumer>,
+    pub doorbells: Vec<EventFd>,
+    pub ports: Vec<(u32, PortKind)>,
+    pub pending: Vec<VecDeque<std::rc::Rc<std::cell::RefCell<Pending>>>>,
+    pub npending: usize,
+    pub partials: Vec<Partial>,
+    pub counters: Counters,
+    pub max_payload: usize,
+    pub ring_payload_capacity: usize,
+    /// Fates of the other ranks as last read from the segment.
+    pub fates: Vec<Option<Fate>>,
+    seen_epoch: u64,
+    /// Whether our doorbell is armed (we are about to sleep or an fd user waits).
+    armed: bool,
+    rr: usize,
+    /// Assembly buffers returned by dropped messages, reused by the next large recv().
+    pub spare: Option<Vec<u8>>,
+}
+
+impl Engine {
+    pub fn new(seg: Arc<Segment>, me: usize, doorbells: Vec<EventFd>) -> Engine {
+        let n = seg.nranks();
+        let tx: Vec<Producer> = (0..n).map(|d| seg.producer(me, d)).collect();
+        let rx = (0..n).map(|s| seg.consumer(s, me)).collect();
+        let max_payload = tx[0].max_payload();
+        let ring_payload_capacity =
+            (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
+        let b = seg.rank(me);
+        b.pid.store(std::process::id(), Ordering::Relaxed);
+        b.state.store(volley_shm::RANK_RUNNING, Ordering::Relaxed);
+        seg.bump_epoch();
+        Engine {
+            seg,
+            me,
+            n,
+            tx,
+            rx,
+            doorbells,
+            ports: Vec::new(),
+            pending: (0..n).map(|_| VecDeque::new()).collect(),
+            npending: 0,
+            partials: Vec::new(),
+            counters: Counters::default(),
+            max_payload,
+            ring_payload_capacity,
+            fates: vec![None; n],
+            seen_epoch: u64::MAX,
+            armed: false,
+            rr: 0,
+            spare: None,
+        }
+    }
+
+    pub fn port_kind(&self, port: u32) -> Option<PortKind> {
+        self.ports.iter().find(|(p, _)| *p == port).map(|(_, k)| *k)
+    }
+
+    /// Writes as much of `data` into the ring to `dst` as fits now. Returns true when the whole
+    /// message is in the ring. Never waits.
+    #[inline]
+    pub fn push(
+        &mut self,
+        dst: usize,
+        src_port: u32,
+        dst_port: u32,
+        data: &[u8],
+        c: &mut Cursor,
+    ) -> bool {
+        let total = data.len();
+        let max = self.max_payload;
+        let tx = &mut self.tx[dst];
+        if !c.started && total <= max {
+            let meta = Meta {
+                kind: Kind::Whole,
+                src_port,
+                dst_port,
+                total_len: total as u64,
+            };
+            if !tx.try_push(meta, data) {
+                self.counters.add(Counter::BackPressure, 1);
+                return false;
+            }
+            c.started = true;
+            c.off = total;
+            self.counters.add(Counter::MsgsSent, 1);
+            self.counters.add(Counter::BytesSent, total as u64);
+            return true;
+        }
+        while c.off < total || !c.started {
+            let end = (c.off + max).min(total);
+            let kind = if !c.started {
+                Kind::First
+            } else if end == total {
+                Kind::Last
+            } else {
+                Kind::Middle
+            };
+            let meta = Meta {
+                kind,
+                src_port,
+                dst_port,
+                total_len: total as u64,
+            };
+            if !tx.try_push(meta, &data[c.off..end]) {
+                self.counters.add(Counter::BackPressure, 1);
+                return false;
+            }
+            if !c.started {
+                self.counters.add(Counter::MsgsSent, 1);
+            }
+            self.counters.add(Counter::Fragments, 1);
+            self.counters.add(Counter::BytesSent, (end - c.off) as u64);
+            c.started = true;
+            c.off = end;
+        }
+        true
+    }
+
+    /// Wakes `dst` if it said it is asleep. The fence orders our record's publication before the
+    /// read of its doorbell flag, against the receiver's arm-then-recheck (see `arm`).
+    #[inline]
+    pub fn ring_doorbell(&mut self, dst: usize) {
+        if dst == self.me {
+            return;
+        }
+        // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`. Either the receiver's
+        // re-check sees our record, or we see its armed flag and wake it.
+        fence(Ordering::SeqCst);
+        let b = self.seg.rank(dst);
+        if b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1 {
+            self.doorbells[dst].notify();
+            self.counters.add(Counter::DoorbellsRung, 1);
+        }
+    }
+
+    /// Pushes queued non-blocking sends. Returns how many messages completed.
+    pub fn drive_pending(&mut self) -> usize {
+        if self.npending == 0 {
+            return 0;
+        }
+        let mut done = 0;
+        for dst in 0..self.n {
+            let mut progressed = false;
+            while let Some(p) = self.pending[dst].front().cloned() {
+                let mut p = p.borrow_mut();
+                let Pending {
+                    src_port,
+                    dst_port,
+                    ref data,
+                    ref mut cursor,
+                    ..
+                } = *p;
+                let before = cursor.off;
+                let complete = self.push(dst, src_port, dst_port, data, cursor);
+                progressed |= cursor.off != before || complete;
+                if !complete {
+                    break;
+                }
+                p.done = true;
+                drop(p);
+                self.pending[dst].pop_front();
+                self.npending -= 1;
+                done += 1;
+            }
+            if progressed {
+                self.ring_doorbell(dst);
+            }
+        }
+        done
+    }
+
+    /// One pass over the incoming rings for `port`, starting after the ring served last.
+    #[inline]
+    pub fn poll_port(&mut self, port: u32, dispatch_active: bool) -> Result<Poll, RecvError> {
+        for i in 0..self.n {
+            let src = (self.rr + i) % self.n;
+            let info = match self.rx[src].peek() {
+                Ok(Some(info)) => info,
+                Ok(None) => continue,
+                Err(e) => {
+                    return Err(RecvError::Corrupt {
+                        rank: src,
+                        why: e.0,
+                    })
+                }
+            };
+            if info.dst_port == port {
+                self.rr = (src + 1) % self.n;
+                return Ok(Poll::Found(src, info));
+            }
+            if dispatch_active && self.port_kind(info.dst_port) == Some(PortKind::Active) {
+                return Ok(Poll::Active(src, info));
+            }
+            self.counters.add(Counter::HeadOfLineSkips, 1);
+        }
+        Ok(Poll::Nothing)
+    }
+
+    /// Re-reads the other ranks' states if any changed since last time.
+    pub fn refresh_fates(&mut self) {
+        let epoch = self.seg.state_epoch();
+        if epoch == self.seen_epoch {
+            return;
+        }
+        self.seen_epoch = epoch;
+        for r in 0..self.n {
+            if r == self.me {
+                continue;
+            }
+            let b = self.seg.rank(r);
+            let detail = b.detail.load(Ordering::Relaxed);
+            self.fates[r] = match b.state.load(Ordering::Relaxed) {
+                volley_shm::RANK_FINALIZED => Some(Fate::Finished),
+                volley_shm::RANK_EXITED => Some(Fate::Exited(detail)),
+                volley_shm::RANK_KILLED => Some(Fate::Killed(detail)),
+                _ => None,
+            };
+        }
+    }
+
+    /// Error for a receive that found nothing, if nothing can ever arrive: a peer failed, or
+    /// every other rank is done. Call `refresh_fates` before the poll pass that found nothing.
+    pub fn recv_dead_end(&self, port: u32, from: Option<usize>) -> Option<RecvError> {
+        if let Some(src) = from {
+            return self.fates[src].map(|fate| RecvError::PeerLost(PeerLost { rank: src, fate }));
+        }
+        let mut all_done = true;
+        for r in 0..self.n {
+            if r == self.me {
+                continue;
+            }
+            match self.fates[r] {
+                Some(fate) if fate.is_failure() => {
+                    return Some(RecvError::PeerLost(PeerLost { rank: r, fate }))
+                }
+                Some(_) => {}
+                None => all_done = false,
+            }
+        }
+        (all_done && self.n > 1).then_some(RecvError::NoSenders { port })
+    }
+
+    /// Error for a send to `dst` if `dst` can no longer receive.
+    pub fn send_dead_end(&mut self, dst: usize) -> Option<PeerLost> {
+        self.refresh_fates();
+        self.fates[dst].map(|fate| PeerLost { rank: dst, fate })
+    }
+
+    /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings
+    /// once more after this before sleeping.
+    pub fn arm(&mut self) {
+        // SYNC: SeqCst swap + fence; pairs with the fence in `ring_doorbell`.
+        self.seg.rank(self.me).armed.swap(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.armed = true;
+    }
+
+    /// Back to spinning or running: senders stop paying for wake-ups.
+    #[inline]
+    pub fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.seg.rank(self.me).armed.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_armed(&self) -> bool {
+        self.armed
+    }
+
+    /// The descriptor that becomes readable when a sender rings our doorbell.
+    pub fn doorbell(&self) -> &EventFd {
+        &self.doorbells[self.me]
+    }
+
+    pub fn mark_finalized(&mut self) {
+        let b = self.seg.rank(self.me);
+        b.state.store(volley_shm::RANK_FINALIZED, Ordering::Relaxed);
+        self.seg.bump_epoch();
+        for r in 0..self.n {
+            if r != self.me {
+                self.doorbells[r].notify();
+            }
+        }
+    }
+}

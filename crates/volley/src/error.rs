@@ -1,0 +1,104 @@
+//! Typed errors, one enum per operation. Every message says what to do about it.
+
+use volley_shm::SegmentError;
+
+/// How a peer left the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It closed its world normally and will send nothing more.
+    Finished,
+    /// It exited with this code (reported by the launcher).
+    Exited(i32),
+    /// It was killed by this signal (reported by the launcher).
+    Killed(i32),
+}
+
+impl std::fmt::Display for Fate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Fate::Finished => write!(f, "finished and closed its endpoints"),
+            Fate::Exited(c) => write!(f, "exited with code {c}"),
+            Fate::Killed(s) => write!(
+                f,
+                "was killed by signal {s} ({})",
+                volley_sys::signal_name(s)
+            ),
+        }
+    }
+}
+
+impl Fate {
+    /// Whether the peer ended abnormally (the job is broken, not merely done).
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, Fate::Finished | Fate::Exited(0))
+    }
+}
+
+/// A peer an operation depends on is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("peer lost: rank {rank} {fate}; nothing more can arrive from it. Check that rank's output for the cause")]
+pub struct PeerLost {
+    pub rank: usize,
+    pub fate: Fate,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("bad environment: {var}={value:?}: {why}. Start the program with `volley run -n N PROGRAM`, or unset every VOLLEY_* variable to run it as a world of one")]
+    Env {
+        var: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("incomplete environment: {missing} is not set although {present} is. Start the program with `volley run -n N PROGRAM`, or unset every VOLLEY_* variable to run it as a world of one")]
+    Incomplete {
+        missing: &'static str,
+        present: &'static str,
+    },
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+    #[error("cannot create the job's shared memory: {0}; check `ulimit -n` and memory limits")]
+    Memfd(std::io::Error),
+    #[error("doorbell descriptor {fd} from VOLLEY_WAKE_FDS is unusable: {source}. Start the program with `volley run`")]
+    Doorbell {
+        fd: i32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("this process already has a volley world; use World::clone() to share it")]
+    AlreadyInitialised,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("port {port} is already open in this process; close the other endpoint or active port first, or pick another port")]
+    PortInUse { port: u32 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("endpoint on port {port} has no target; call target(rank, port) first or use send_to")]
+    NoTarget { port: u32 },
+    #[error("rank {rank} does not exist: the job has {size} ranks (0..{size})")]
+    NoSuchRank { rank: usize, size: usize },
+    #[error(
+        "the ring to rank {rank} is full: retry later, or use send() to wait or isend() to queue"
+    )]
+    WouldBlock { rank: usize },
+    #[error("a message of {len} bytes cannot be sent without waiting (the ring to a rank holds at most {max} bytes); use send() or isend()")]
+    TooLargeForTrySend { len: usize, max: usize },
+    #[error(transparent)]
+    PeerLost(#[from] PeerLost),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecvError {
+    #[error("receive buffer too small: the message is {message} bytes, the buffer {buffer}; the message is still queued, receive it with a buffer of at least {message} bytes or with recv()")]
+    BufferTooSmall { message: usize, buffer: usize },
+    #[error(transparent)]
+    PeerLost(#[from] PeerLost),
+    #[error("every other rank has finished and nothing is queued for port {port} (u32::MAX: any active port): no message can arrive; check the program's message pattern")]
+    NoSenders { port: u32 },
+    #[error("the ring from rank {rank} is corrupt ({why}); the job's shared memory was overwritten, restart the job")]
+    Corrupt { rank: usize, why: String },
+}

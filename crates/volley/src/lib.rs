@@ -1,0 +1,33 @@
+//! volley: lightweight message passing between processes.
+//!
+//! Layer 2, the public API, above `volley-shm` (rings in the job segment) and `volley-sys` (OS
+//! calls). It forbids unsafe code: everything that touches raw memory lives below it.
+//!
+//! Two APIs over one engine, after the seed papers:
+//! - **Directed-Point endpoints** ([`Endpoint`]): open a port, target a (rank, port), send,
+//!   receive in place from the receive pool without a copy ([`Endpoint::recv`]) or into your own
+//!   buffer ([`Endpoint::recv_into`]), and poll the endpoint's descriptor with poll/epoll.
+//! - **GAMMA active ports** ([`World::bind`]): a handler runs for each message that arrives on a
+//!   port, whenever the process makes progress.
+//!
+//! A process joins its job with [`World::init`], which reads the environment `volley run` sets.
+//! Started without the launcher, a program is a world of one rank.
+//!
+//! Guarantees: messages from one sender endpoint to one receiver endpoint arrive once each, in
+//! order, intact, from 0 bytes to any size that fits in memory; a receiver that does not read
+//! makes the sender wait (or get [`SendError::WouldBlock`]), never lose data; an operation
+//! waiting on a peer that died fails with [`PeerLost`] instead of hanging.
+#![forbid(unsafe_code)]
+
+mod bootstrap;
+mod config;
+mod counters;
+mod engine;
+mod error;
+mod world;
+
+pub use bootstrap::{JobInfo, JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};
+pub use config::{Config, WaitMode};
+pub use counters::{Counter, COUNTERS};
+pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
+pub use world::{ActivePort, Endpoint, Message, SendRequest, Source, World};

@@ -1,0 +1,1061 @@
+//! The public face: [`World`], [`Endpoint`], [`Message`], [`SendRequest`], [`ActivePort`].
+//!
+//! Everything here is single-threaded by design (`!Send`): one world per process, driven by the
+//! thread that uses it, the way an MPI process with MPI_THREAD_FUNNELED or a UCX worker is. Waiting
+//! operations are loops over the engine's non-blocking steps; the engine is borrowed only for the
+//! length of a step and never while user code (an active-port handler) runs, so a handler may
+//! send.
+
+use crate::bootstrap::{self, JobInfo};
+use crate::config::{Config, WaitMode};
+use crate::counters::Counter;
+use crate::engine::{Cursor, Engine, Partial, Pending, Poll, PortKind};
+use crate::error::{InitError, OpenError, RecvError, SendError};
+use std::cell::{Cell, RefCell, RefMut};
+use std::ops::Deref;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use volley_shm::{Kind, RecordInfo, SharedHeld};
+
+static INITIALISED: AtomicBool = AtomicBool::new(false);
+
+/// No port: polls on behalf of active ports only.
+const NO_PORT: u32 = u32::MAX;
+
+type Handler = Rc<RefCell<Box<dyn FnMut(&[u8], Source)>>>;
+
+/// Where a message came from: the sending rank and the port of the sending endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Source {
+    pub rank: usize,
+    pub port: u32,
+}
+
+struct Inner {
+    eng: RefCell<Engine>,
+    handlers: RefCell<Vec<(u32, Handler)>>,
+    dispatch_depth: Cell<u32>,
+    info: JobInfo,
+    cfg: Config,
+}
+
+/// This process's membership of its job. Cheap to clone (all clones are the same world).
+#[derive(Clone)]
+pub struct World {
+    inner: Rc<Inner>,
+}
+
+impl World {
+    /// Joins the job described by the environment `volley run` sets, or, without it, makes a
+    /// world of one rank. One world per process.
+    pub fn init() -> Result<World, InitError> {
+        if INITIALISED.swap(true, Ordering::SeqCst) {
+            return Err(InitError::AlreadyInitialised);
+        }
+        let r = Self::init_inner();
+        if r.is_err() {
+            INITIALISED.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    fn init_inner() -> Result<World, InitError> {
+        let attached = match bootstrap::attach_from_env()? {
+            Some(a) => a,
+            None => bootstrap::singleton(&Config::from_env(1)?)?,
+        };
+        let cfg = Config::from_env(attached.info.size)?;
+        let eng = Engine::new(attached.seg, attached.info.rank, attached.doorbells);
+        Ok(World {
+            inner: Rc::new(Inner {
+                eng: RefCell::new(eng),
+                handlers: RefCell::new(Vec::new()),
+                dispatch_depth: Cell::new(0),
+                info: attached.info,
+                cfg,
+            }),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.inner.info.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.inner.info.size
+    }
+
+    pub fn local_rank(&self) -> usize {
+        self.inner.info.local_rank
+    }
+
+    pub fn node_id(&self) -> usize {
+        self.inner.info.node_id
+    }
+
+    /// The job's random token: two jobs never share one.
+    pub fn token(&self) -> u64 {
+        self.inner.info.token
+    }
+
+    pub fn info(&self) -> &JobInfo {
+        &self.inner.info
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Largest message that travels as one record (lent in place by recv()).
+    pub fn max_inline(&self) -> usize {
+        self.eng().max_payload
+    }
+
+    /// The process's counters, by name, in the order of [`crate::COUNTERS`].
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.eng().counters.snapshot()
+    }
+
+    fn eng(&self) -> RefMut<'_, Engine> {
+        self.inner.eng.borrow_mut()
+    }
+
+    fn claim_port(&self, port: u32, kind: PortKind) -> Result<(), OpenError> {
+        let mut e = self.eng();
+        if port == NO_PORT || e.port_kind(port).is_some() {
+            return Err(OpenError::PortInUse { port });
+        }
+        e.ports.push((port, kind));
+        Ok(())
+    }
+
+    /// Opens a Directed-Point endpoint on `port`. Messages sent to (this rank, port) before it
+    /// was opened wait in their rings and are delivered once it is.
+    pub fn open(&self, port: u32) -> Result<Endpoint, OpenError> {
+        self.claim_port(port, PortKind::Endpoint)?;
+        Ok(Endpoint {
+            world: self.clone(),
+            port,
+            target: Cell::new(None),
+            wait: Cell::new(self.inner.cfg.wait),
+        })
+    }
+
+    /// Binds a GAMMA active port: `handler` runs with each message that arrives on `port` and its
+    /// source, whenever this process makes progress (any volley call that waits, or
+    /// [`World::progress`]). The handler may send; it should not wait for messages itself.
+    pub fn bind<F>(&self, port: u32, handler: F) -> Result<ActivePort, OpenError>
+    where
+        F: FnMut(&[u8], Source) + 'static,
+    {
+        self.claim_port(port, PortKind::Active)?;
+        let h: Handler = Rc::new(RefCell::new(Box::new(handler)));
+        self.inner.handlers.borrow_mut().push((port, h));
+        Ok(ActivePort {
+            world: self.clone(),
+            port,
+        })
+    }
+
+    /// Moves queued sends along and runs handlers for the active-port messages that have arrived.
+    /// Never waits. Returns how many messages it completed or handled.
+    pub fn progress(&self) -> Result<usize, RecvError> {
+        let mut n = self.eng().drive_pending();
+        if self.inner.dispatch_depth.get() > 0 {
+            return Ok(n);
+        }
+        for _ in 0..64 {
+            let p = self.eng().poll_port(NO_PORT, true)?;
+            match p {
+                Poll::Active(src, info) => n += self.dispatch(src, info)?,
+                _ => break,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Waits until at least one active-port message has been handled or queued send completed.
+    pub fn progress_wait(&self) -> Result<usize, RecvError> {
+        let mut w = Waiter::new(self.inner.cfg.wait);
+        loop {
+            self.eng().refresh_fates();
+            let n = self.progress()?;
+            if n > 0 {
+                w.finish(self);
+                return Ok(n);
+            }
+            w.idle(self, NO_PORT, None)?;
+        }
+    }
+
+    /// Runs the handler for one active-port record (or gathers a fragment of one).
+    fn dispatch(&self, src: usize, info: RecordInfo) -> Result<usize, RecvError> {
+        let handler = self
+            .inner
+            .handlers
+            .borrow()
+            .iter()
+            .find(|(p, _)| *p == info.dst_port)
+            .map(|(_, h)| h.clone());
+        let Some(handler) = handler else { return Ok(0) };
+        let source = Source {
+            rank: src,
+            port: info.src_port,
+        };
+        let depth = &self.inner.dispatch_depth;
+        if info.kind == Kind::Whole {
+            let held = self.eng().rx[src].take_shared(&info);
+            depth.set(depth.get() + 1);
+            (handler.borrow_mut())(held.as_slice(), source);
+            depth.set(depth.get() - 1);
+            let mut e = self.eng();
+            e.rx[src].release(held);
+            e.counters.add(Counter::ActiveDispatches, 1);
+            e.counters.add(Counter::MsgsRecvd, 1);
+            e.counters.add(Counter::BytesRecvd, info.len as u64);
+            return Ok(1);
+        }
+        let done = gather(&mut self.eng(), info.dst_port, src, &info)?;
+        if let Some((buf, src_port)) = done {
+            depth.set(depth.get() + 1);
+            (handler.borrow_mut())(
+                &buf,
+                Source {
+                    rank: src,
+                    port: src_port,
+                },
+            );
+            depth.set(depth.get() - 1);
+            let mut e = self.eng();
+            e.counters.add(Counter::ActiveDispatches, 1);
+            e.counters.add(Counter::MsgsRecvd, 1);
+            e.counters.add(Counter::BytesRecvd, buf.len() as u64);
+            e.spare = Some(buf);
+            return Ok(1);
+        }
+        Ok(0)
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<(), SendError> {
+        if rank >= self.size() {
+            return Err(SendError::NoSuchRank {
+                rank,
+                size: self.size(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits until every queued non-blocking send to `dst` is in its ring.
+    fn flush_pending_to(&self, dst: usize) -> Result<(), SendError> {
+        let mut b = Backoff::new();
+        loop {
+            {
+                let mut e = self.eng();
+                e.drive_pending();
+                if e.pending[dst].is_empty() {
+                    return Ok(());
+                }
+                if let Some(l) = e.send_dead_end(dst) {
+                    return Err(l.into());
+                }
+            }
+            let _ = self.progress();
+            b.snooze();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let e = self.eng.get_mut();
+        // Nothing is lost: queued sends go out before we say we are finished.
+        let mut b = Backoff::new();
+        while e.npending > 0 {
+            e.drive_pending();
+            let stuck: Vec<usize> = (0..e.n)
+                .filter(|&d| !e.pending[d].is_empty() && e.send_dead_end(d).is_some())
+                .collect();
+            for d in stuck {
+                let lost = e.pending[d].len();
+                eprintln!(
+                    "volley: rank {}: {lost} queued message(s) to rank {d} not delivered: {}",
+                    self.info.rank,
+                    e.send_dead_end(d).expect("checked")
+                );
+                e.npending -= lost;
+                e.pending[d].clear();
+            }
+            b.snooze();
+        }
+        e.mark_finalized();
+        if self.cfg.print_counters {
+            let mut s = format!("volley counters, rank {}:\n", self.info.rank);
+            for ((name, unit, _), (_, v)) in crate::COUNTERS.iter().zip(e.counters.snapshot()) {
+                s.push_str(&format!("  {name:<22} {v:>14} {unit}\n"));
+            }
+            eprint!("{s}");
+        }
+    }
+}
+
+/// Adds the record `info` (from `src`, for `port`) to the message being gathered, taking and
+/// releasing it. Returns the whole message once its last fragment is in.
+fn gather(
+    e: &mut Engine,
+    port: u32,
+    src: usize,
+    info: &RecordInfo,
+) -> Result<Option<(Vec<u8>, u32)>, RecvError> {
+    let idx = e
+        .partials
+        .iter()
+        .position(|p| p.port == port && p.src == src);
+    let held = e.rx[src].take(info);
+    let result = match (info.kind, idx) {
+        (Kind::First, None) => {
+            let total = info.total_len as usize;
+            let mut buf = e.spare.take().unwrap_or_default();
+            buf.clear();
+            buf.reserve_exact(total);
+            buf.extend_from_slice(e.rx[src].payload(&held));
+            e.partials.push(Partial {
+                port,
+                src,
+                src_port: info.src_port,
+                total,
+                buf,
+            });
+            Ok(None)
+        }
+        (Kind::Middle | Kind::Last, Some(i)) => {
+            let p = &mut e.partials[i];
+            p.buf.extend_from_slice(e.rx[src].payload(&held));
+            if p.buf.len() > p.total || (info.kind == Kind::Last) != (p.buf.len() == p.total) {
+                Err(RecvError::Corrupt {
+                    rank: src,
+                    why: format!(
+                        "fragments add up to {} bytes, message is {}",
+                        p.buf.len(),
+                        p.total
+                    ),
+                })
+            } else if info.kind == Kind::Last {
+                let p = e.partials.swap_remove(i);
+                Ok(Some((p.buf, p.src_port)))
+            } else {
+                Ok(None)
+            }
+        }
+        (kind, _) => Err(RecvError::Corrupt {
+            rank: src,
+            why: format!("unexpected {kind:?} record for port {port}"),
+        }),
+    };
+    e.rx[src].release(held);
+    e.counters.add(Counter::Fragments, 1);
+    result
+}
+
+/// A Directed-Point endpoint: a port of this process from which messages are sent to targets and
+/// at which messages from any rank are received. Closed on drop.
+pub struct Endpoint {
+    world: World,
+    port: u32,
+    target: Cell<Option<(usize, u32)>>,
+    wait: Cell<WaitMode>,
+}
+
+impl Endpoint {
+    pub fn port(&self) -> u32 {
+        self.port
+    }
+
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Sets the default destination of [`Endpoint::send`] and friends.
+    pub fn target(&self, rank: usize, port: u32) -> Result<(), SendError> {
+        self.world.check_rank(rank)?;
+        self.target.set(Some((rank, port)));
+        Ok(())
+    }
+
+    /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
+    pub fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait.set(mode);
+    }
+
+    fn dest(&self) -> Result<(usize, u32), SendError> {
+        self.target
+            .get()
+            .ok_or(SendError::NoTarget { port: self.port })
+    }
+
+    /// Sends `data` to the target; returns when `data` may be reused (it is in the ring). Waits
+    /// while the ring is full; fails if the target is gone.
+    pub fn send(&self, data: &[u8]) -> Result<(), SendError> {
+        let (r, p) = self.dest()?;
+        self.send_to(r, p, data)
+    }
+
+    /// Sends `data` to (rank, port).
+    pub fn send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+        let w = &self.world;
+        w.check_rank(rank)?;
+        {
+            let mut e = w.eng();
+            if let Some(l) = e.send_dead_end(rank) {
+                return Err(l.into());
+            }
+            if !e.pending[rank].is_empty() {
+                drop(e);
+                w.flush_pending_to(rank)?;
+            }
+        }
+        let mut c = Cursor::default();
+        let mut b = Backoff::new();
+        loop {
+            {
+                let mut e = w.eng();
+                let before = c.off;
+                let done = e.push(rank, self.port, port, data, &mut c);
+                if done || c.off != before {
+                    e.ring_doorbell(rank);
+                    b.reset();
+                }
+                if done {
+                    return Ok(());
+                }
+                if let Some(l) = e.send_dead_end(rank) {
+                    return Err(l.into());
+                }
+            }
+            // The ring is full: let handlers and queued sends run while we wait.
+            let _ = w.progress();
+            b.snooze();
+        }
+    }
+
+    /// Sends `data` to the target only if it fits in the ring now; otherwise
+    /// [`SendError::WouldBlock`] and nothing is sent.
+    pub fn try_send(&self, data: &[u8]) -> Result<(), SendError> {
+        let (r, p) = self.dest()?;
+        self.try_send_to(r, p, data)
+    }
+
+    pub fn try_send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+        let w = &self.world;
+        w.check_rank(rank)?;
+        let mut e = w.eng();
+        if data.len() > e.ring_payload_capacity {
+            return Err(SendError::TooLargeForTrySend {
+                len: data.len(),
+                max: e.ring_payload_capacity,
+            });
+        }
+        if let Some(l) = e.send_dead_end(rank) {
+            return Err(l.into());
+        }
+        e.drive_pending();
+        let need = e.tx[rank].slots_for_message(data.len());
+        if !e.pending[rank].is_empty() || !e.tx[rank].can_fit(need) {
+            e.counters.add(Counter::BackPressure, 1);
+            return Err(SendError::WouldBlock { rank });
+        }
+        let mut c = Cursor::default();
+        let done = e.push(rank, self.port, port, data, &mut c);
+        assert!(done, "can_fit promised room for the whole message");
+        e.ring_doorbell(rank);
+        Ok(())
+    }
+
+    /// Starts sending `data` to the target without waiting; the returned request gives the buffer
+    /// back once it may be reused. Messages queued this way keep their order with later sends.
+    pub fn isend(&self, data: Vec<u8>) -> Result<SendRequest, SendError> {
+        let (r, p) = self.dest()?;
+        self.isend_to(r, p, data)
+    }
+
+    pub fn isend_to(
+        &self,
+        rank: usize,
+        port: u32,
+        data: Vec<u8>,
+    ) -> Result<SendRequest, SendError> {
+        let w = &self.world;
+        w.check_rank(rank)?;
+        let mut e = w.eng();
+        if let Some(l) = e.send_dead_end(rank) {
+            return Err(l.into());
+        }
+        e.drive_pending();
+        let mut cursor = Cursor::default();
+        if e.pending[rank].is_empty() {
+            let done = e.push(rank, self.port, port, &data, &mut cursor);
+            if done || cursor.off > 0 {
+                e.ring_doorbell(rank);
+            }
+            if done {
+                return Ok(SendRequest {
+                    world: w.clone(),
+                    rank,
+                    state: ReqState::Done(Some(data)),
+                });
+            }
+        }
+        let p = Rc::new(RefCell::new(Pending {
+            src_port: self.port,
+            dst_port: port,
+            data,
+            cursor,
+            done: false,
+        }));
+        e.pending[rank].push_back(p.clone());
+        e.npending += 1;
+        e.counters.add(Counter::PendingSends, 1);
+        Ok(SendRequest {
+            world: w.clone(),
+            rank,
+            state: ReqState::Queued(p),
+        })
+    }
+
+    /// Waits for a message and lends it in place from the receive pool (no copy for messages up to
+    /// [`World::max_inline`]; larger ones are gathered into one buffer). The ring slot returns to
+    /// the pool when the message is dropped; while you hold it, later messages from the same
+    /// sender still arrive.
+    pub fn recv(&self) -> Result<Message, RecvError> {
+        let mut w = Waiter::new(self.wait.get());
+        loop {
+            if let Some(m) = self.recv_step()? {
+                w.finish(&self.world);
+                return Ok(m);
+            }
+            w.idle(&self.world, self.port, None)?;
+        }
+    }
+
+    /// Returns a message if one is waiting, without blocking. When it returns None the endpoint's
+    /// descriptor ([`AsRawFd`]) is armed: it becomes readable when the next message arrives.
+    pub fn try_recv(&self) -> Result<Option<Message>, RecvError> {
+        if let Some(m) = self.recv_step()? {
+            return Ok(Some(m));
+        }
+        self.world.eng().arm();
+        let m = self.recv_step()?;
+        if m.is_some() {
+            self.world.eng().disarm();
+        }
+        Ok(m)
+    }
+
+    /// One non-blocking attempt: dispatches active messages met on the way, gathers fragments.
+    fn recv_step(&self) -> Result<Option<Message>, RecvError> {
+        let w = &self.world;
+        let dispatch = w.inner.dispatch_depth.get() == 0;
+        loop {
+            let poll = {
+                let mut e = w.eng();
+                e.refresh_fates();
+                e.drive_pending();
+                e.poll_port(self.port, dispatch)?
+            };
+            match poll {
+                Poll::Nothing => return Ok(None),
+                Poll::Active(src, info) => {
+                    w.dispatch(src, info)?;
+                }
+                Poll::Found(src, info) if info.kind == Kind::Whole => {
+                    let mut e = w.eng();
+                    let held = e.rx[src].take_shared(&info);
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::ZeroCopyRecvs, 1);
+                    e.counters.add(Counter::BytesRecvd, info.len as u64);
+                    return Ok(Some(Message {
+                        world: w.clone(),
+                        src: Source {
+                            rank: src,
+                            port: info.src_port,
+                        },
+                        body: Body::Ring {
+                            ring: src,
+                            held: Some(held),
+                        },
+                    }));
+                }
+                Poll::Found(src, info) => {
+                    let mut e = w.eng();
+                    if let Some((buf, src_port)) = gather(&mut e, self.port, src, &info)? {
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::BytesRecvd, buf.len() as u64);
+                        return Ok(Some(Message {
+                            world: w.clone(),
+                            src: Source {
+                                rank: src,
+                                port: src_port,
+                            },
+                            body: Body::Owned(buf),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for a message and copies it into `buf`. Returns its length and source. A message
+    /// longer than `buf` is an error that names both sizes; the message stays queued.
+    pub fn recv_into(&self, buf: &mut [u8]) -> Result<(usize, Source), RecvError> {
+        let w = &self.world;
+        let dispatch = w.inner.dispatch_depth.get() == 0;
+        let mut waiter = Waiter::new(self.wait.get());
+        loop {
+            let poll = {
+                let mut e = w.eng();
+                e.refresh_fates();
+                e.drive_pending();
+                e.poll_port(self.port, dispatch)?
+            };
+            let (src, info) = match poll {
+                Poll::Nothing => {
+                    waiter.idle(w, self.port, None)?;
+                    continue;
+                }
+                Poll::Active(src, info) => {
+                    w.dispatch(src, info)?;
+                    continue;
+                }
+                Poll::Found(src, info) => (src, info),
+            };
+            let source = Source {
+                rank: src,
+                port: info.src_port,
+            };
+            let total = {
+                let e = w.eng();
+                match info.kind {
+                    Kind::Middle | Kind::Last => e
+                        .partials
+                        .iter()
+                        .find(|p| p.port == self.port && p.src == src)
+                        .map(|p| p.total)
+                        .unwrap_or(0),
+                    _ => info.total_len as usize,
+                }
+            };
+            if total > buf.len() {
+                waiter.finish(w);
+                return Err(RecvError::BufferTooSmall {
+                    message: total,
+                    buffer: buf.len(),
+                });
+            }
+            let mut e = w.eng();
+            match info.kind {
+                Kind::Whole => {
+                    let held = e.rx[src].take(&info);
+                    buf[..info.len].copy_from_slice(e.rx[src].payload(&held));
+                    e.rx[src].release(held);
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, info.len as u64);
+                    drop(e);
+                    waiter.finish(w);
+                    return Ok((info.len, source));
+                }
+                Kind::First => {
+                    // Copy the fragments straight into the caller's buffer as they come.
+                    drop(e);
+                    self.copy_fragments(src, &info, &mut buf[..total], &mut waiter)?;
+                    waiter.finish(w);
+                    return Ok((total, source));
+                }
+                _ => {
+                    // A message that try_recv() began gathering: finish it there, then copy.
+                    if let Some((v, src_port)) = gather(&mut e, self.port, src, &info)? {
+                        buf[..v.len()].copy_from_slice(&v);
+                        let n = v.len();
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::BytesRecvd, n as u64);
+                        e.spare = Some(v);
+                        drop(e);
+                        waiter.finish(w);
+                        return Ok((
+                            n,
+                            Source {
+                                rank: src,
+                                port: src_port,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies a fragmented message from ring `src` into `out` (exactly its size).
+    fn copy_fragments(
+        &self,
+        src: usize,
+        first: &RecordInfo,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+    ) -> Result<(), RecvError> {
+        let w = &self.world;
+        let mut info = *first;
+        let mut off = 0;
+        loop {
+            {
+                let mut e = w.eng();
+                let end = off + info.len;
+                if end > out.len() {
+                    return Err(RecvError::Corrupt {
+                        rank: src,
+                        why: format!("fragments exceed the message length {}", out.len()),
+                    });
+                }
+                let held = e.rx[src].take(&info);
+                out[off..end].copy_from_slice(e.rx[src].payload(&held));
+                e.rx[src].release(held);
+                e.counters.add(Counter::Fragments, 1);
+                off = end;
+                if info.kind == Kind::Last || off == out.len() {
+                    if info.kind != Kind::Last && !(info.kind == Kind::First && off == out.len()) {
+                        return Err(RecvError::Corrupt {
+                            rank: src,
+                            why: "message ended without a last fragment".into(),
+                        });
+                    }
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, out.len() as u64);
+                    return Ok(());
+                }
+            }
+            // Wait for the next fragment on this ring only.
+            loop {
+                let next = {
+                    let mut e = w.eng();
+                    e.refresh_fates();
+                    e.rx[src].peek().map_err(|c| RecvError::Corrupt {
+                        rank: src,
+                        why: c.0,
+                    })?
+                };
+                match next {
+                    Some(n)
+                        if n.dst_port == self.port
+                            && matches!(n.kind, Kind::Middle | Kind::Last) =>
+                    {
+                        info = n;
+                        break;
+                    }
+                    Some(n) => {
+                        return Err(RecvError::Corrupt {
+                            rank: src,
+                            why: format!(
+                                "{:?} record for port {} inside a fragmented message",
+                                n.kind, n.dst_port
+                            ),
+                        })
+                    }
+                    None => waiter.idle(w, self.port, Some(src))?,
+                }
+            }
+        }
+    }
+}
+
+impl AsRawFd for Endpoint {
+    /// The process's doorbell: readable when a message has arrived since the last
+    /// [`Endpoint::try_recv`] that returned None. Shared by all endpoints of the process, so a
+    /// wake-up may be for another endpoint; call try_recv to find out.
+    fn as_raw_fd(&self) -> RawFd {
+        self.world.eng().doorbell().raw()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.world.eng().ports.retain(|(p, _)| *p != self.port);
+    }
+}
+
+/// A GAMMA active port. Unbound on drop.
+pub struct ActivePort {
+    world: World,
+    port: u32,
+}
+
+impl ActivePort {
+    pub fn port(&self) -> u32 {
+        self.port
+    }
+}
+
+impl Drop for ActivePort {
+    fn drop(&mut self) {
+        self.world.eng().ports.retain(|(p, _)| *p != self.port);
+        self.world
+            .inner
+            .handlers
+            .borrow_mut()
+            .retain(|(p, _)| *p != self.port);
+    }
+}
+
+enum Body {
+    Ring {
+        ring: usize,
+        held: Option<SharedHeld>,
+    },
+    Owned(Vec<u8>),
+}
+
+/// A received message. Dereferences to its bytes; for messages up to [`World::max_inline`] those
+/// bytes are the ring slot itself, returned to the pool when the message is dropped.
+pub struct Message {
+    world: World,
+    src: Source,
+    body: Body,
+}
+
+impl Message {
+    pub fn source(&self) -> Source {
+        self.src
+    }
+
+    /// Whether the bytes are lent in place from the ring (no copy was made).
+    pub fn is_in_place(&self) -> bool {
+        matches!(self.body, Body::Ring { .. })
+    }
+
+    /// The bytes as an owned vector (a copy for in-place messages).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        match &mut self.body {
+            Body::Owned(v) => std::mem::take(v),
+            Body::Ring { .. } => self.deref().to_vec(),
+        }
+    }
+}
+
+impl Deref for Message {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.body {
+            Body::Ring { held: Some(h), .. } => h.as_slice(),
+            Body::Ring { held: None, .. } => &[],
+            Body::Owned(v) => v,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Message {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("source", &self.src)
+            .field("len", &self.len())
+            .field("in_place", &self.is_in_place())
+            .finish()
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        match &mut self.body {
+            Body::Ring { ring, held } => {
+                if let Some(h) = held.take() {
+                    self.world.eng().rx[*ring].release(h);
+                }
+            }
+            Body::Owned(v) => {
+                let v = std::mem::take(v);
+                let mut e = self.world.eng();
+                if e.spare.as_ref().is_none_or(|s| s.capacity() < v.capacity()) {
+                    e.spare = Some(v);
+                }
+            }
+        }
+    }
+}
+
+enum ReqState {
+    Done(Option<Vec<u8>>),
+    Queued(Rc<RefCell<Pending>>),
+}
+
+/// A non-blocking send in flight. Dropping it does not cancel the send: the message still goes
+/// out, in order.
+pub struct SendRequest {
+    world: World,
+    rank: usize,
+    state: ReqState,
+}
+
+impl SendRequest {
+    /// Makes progress and says whether the buffer may be reused.
+    pub fn test(&mut self) -> Result<bool, SendError> {
+        if let ReqState::Queued(p) = &self.state {
+            self.world.progress().ok();
+            if !p.borrow().done {
+                if let Some(l) = self.world.eng().send_dead_end(self.rank) {
+                    return Err(l.into());
+                }
+                return Ok(false);
+            }
+            let data = std::mem::take(&mut p.borrow_mut().data);
+            self.state = ReqState::Done(Some(data));
+        }
+        Ok(true)
+    }
+
+    /// Whether the send had completed when last tested (does not make progress).
+    pub fn is_complete(&self) -> bool {
+        match &self.state {
+            ReqState::Done(_) => true,
+            ReqState::Queued(p) => p.borrow().done,
+        }
+    }
+
+    /// Waits until the message is in the ring and gives the buffer back.
+    pub fn wait(mut self) -> Result<Vec<u8>, SendError> {
+        let mut b = Backoff::new();
+        while !self.test()? {
+            b.snooze();
+        }
+        match &mut self.state {
+            ReqState::Done(d) => Ok(d.take().unwrap_or_default()),
+            ReqState::Queued(_) => unreachable!("test() returned true"),
+        }
+    }
+}
+
+/// How a receive waits after a pass over the rings found nothing.
+struct Waiter {
+    mode: WaitMode,
+    spins: u32,
+    since: Option<Instant>,
+    blocking: bool,
+}
+
+impl Waiter {
+    fn new(mode: WaitMode) -> Waiter {
+        Waiter {
+            mode,
+            spins: 0,
+            since: None,
+            blocking: matches!(mode, WaitMode::Block),
+        }
+    }
+
+    /// Called after a pass (that began with refresh_fates) found nothing for `port`.
+    fn idle(&mut self, w: &World, port: u32, from: Option<usize>) -> Result<(), RecvError> {
+        {
+            let e = w.eng();
+            let dead = e.recv_dead_end(port, from).or_else(|| {
+                // A message half gathered from a rank that is gone will never be completed.
+                e.partials
+                    .iter()
+                    .filter(|p| p.port == port)
+                    .find_map(|p| e.fates[p.src].map(|fate| crate::PeerLost { rank: p.src, fate }))
+                    .map(RecvError::PeerLost)
+            });
+            if let Some(err) = dead {
+                drop(e);
+                self.finish(w);
+                return Err(err);
+            }
+        }
+        self.spins = self.spins.wrapping_add(1);
+        if self.blocking {
+            return self.block(w);
+        }
+        match self.mode {
+            WaitMode::BusyPoll => {
+                if self.spins % 1024 == 0 {
+                    volley_sys::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            WaitMode::SpinThenBlock(limit) => {
+                std::hint::spin_loop();
+                if self.spins % 128 == 0 {
+                    let now = Instant::now();
+                    let since = *self.since.get_or_insert(now);
+                    if now - since >= limit {
+                        w.eng().counters.add(Counter::SpinsEndedInSleep, 1);
+                        self.blocking = true;
+                    }
+                }
+            }
+            WaitMode::Block => unreachable!("blocking is set for Block"),
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, w: &World) -> Result<(), RecvError> {
+        let mut e = w.eng();
+        if !e.is_armed() {
+            // Arm, then let the caller poll once more before we sleep.
+            e.arm();
+            return Ok(());
+        }
+        e.counters.add(Counter::Sleeps, 1);
+        let fd = e.doorbell().raw();
+        let timeout = w.inner.cfg.liveness_poll;
+        drop(e);
+        volley_sys::poll_readable(fd, timeout);
+        let mut e = w.eng();
+        e.doorbell().drain();
+        // A sender that woke us cleared the flag; set it again before the next poll.
+        e.arm();
+        Ok(())
+    }
+
+    fn finish(&mut self, w: &World) {
+        w.eng().disarm();
+    }
+}
+
+/// Waiting for room in a full ring: spin briefly (the consumer is usually draining), then yield,
+/// then sleep in short steps so that more ranks than cores still progress.
+struct Backoff {
+    since: Option<Instant>,
+    n: u32,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff { since: None, n: 0 }
+    }
+
+    fn reset(&mut self) {
+        self.since = None;
+        self.n = 0;
+    }
+
+    fn snooze(&mut self) {
+        self.n = self.n.wrapping_add(1);
+        if self.n < 64 {
+            std::hint::spin_loop();
+            return;
+        }
+        let now = Instant::now();
+        let waited = now - *self.since.get_or_insert(now);
+        if waited < Duration::from_micros(50) {
+            std::hint::spin_loop();
+        } else if waited < Duration::from_millis(2) {
+            volley_sys::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
