@@ -182,7 +182,7 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
             Err(e) => {
                 eprintln!("volley run: cannot start {:?} for rank {rank}: {e}; check the program path and permissions", a.program[0]);
                 for r in &ranks {
-                    let _ = volley_sys::kill(r.pid, libc::SIGKILL);
+                    let _ = volley_sys::kill_group(r.pid, libc::SIGKILL);
                 }
                 for r in &mut ranks {
                     if let Some(c) = r.child.as_mut() {
@@ -219,9 +219,11 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     let mut timed_out = false;
     let mut interrupts = 0;
 
+    // Each rank leads its own process group; signalling the group also reaches what the rank
+    // started (a shell's children), so nothing outlives the job holding its output open.
     let stop_all = |ranks: &mut Vec<Rank>, sig: i32| {
         for r in ranks.iter().filter(|r| r.fate.is_none()) {
-            let _ = volley_sys::kill(r.pid, sig);
+            let _ = volley_sys::kill_group(r.pid, sig);
         }
     };
 

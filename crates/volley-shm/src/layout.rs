@@ -174,7 +174,7 @@ pub(crate) fn validate(h: &JobHeader, file_size: u64, fd: i32) -> Result<Layout,
     if h.nranks == 0 || h.nranks > 65536 {
         return Err(corrupt(format!("{} ranks", h.nranks)));
     }
-    if !slots.is_power_of_two() || slots < 64 || slots > (1 << 26) {
+    if !slots.is_power_of_two() || !(64..=(1 << 26)).contains(&slots) {
         return Err(corrupt(format!("{slots} slots per ring")));
     }
     let mrs = h.max_record_slots as usize;

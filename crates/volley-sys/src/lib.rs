@@ -280,6 +280,13 @@ pub fn new_process_group() -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `sig` to every process in the process group led by `pgid`.
+pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall; a negative pid addresses the group.
+    cvt(unsafe { libc::kill(-(pgid as libc::pid_t), sig) })?;
+    Ok(())
+}
+
 /// Sends `sig` to process `pid`.
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: plain syscall.

@@ -180,13 +180,15 @@ pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
 
 fn create_segment(nranks: usize, cfg: &Config, token: u64) -> Result<Arc<Segment>, InitError> {
     let params = SegmentParams::new(nranks, cfg.ring_bytes, cfg.record_bytes, token);
+    // The token in the name tells tools (and the tests) which job a mapping belongs to.
+    let name = format!("volley-{token:016x}");
     let (fd, where_) = match &cfg.shm_dir {
         None => (
-            volley_sys::memfd_create("volley-job").map_err(InitError::Memfd)?,
+            volley_sys::memfd_create(&name).map_err(InitError::Memfd)?,
             "memfd".to_string(),
         ),
         Some(dir) => {
-            let fd = volley_sys::create_unlinked_file(dir, "volley-job").map_err(|e| {
+            let fd = volley_sys::create_unlinked_file(dir, &name).map_err(|e| {
                 InitError::Segment(volley_shm::SegmentError::Create {
                     where_: dir.display().to_string(),
                     source: e,

@@ -979,7 +979,7 @@ impl Waiter {
         }
         match self.mode {
             WaitMode::BusyPoll => {
-                if self.spins % 1024 == 0 {
+                if self.spins.is_multiple_of(1024) {
                     volley_sys::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -987,7 +987,7 @@ impl Waiter {
             }
             WaitMode::SpinThenBlock(limit) => {
                 std::hint::spin_loop();
-                if self.spins % 128 == 0 {
+                if self.spins.is_multiple_of(128) {
                     let now = Instant::now();
                     let since = *self.since.get_or_insert(now);
                     if now - since >= limit {

@@ -1,1 +1,499 @@
-fn main() {}
+//! volley-check: scenarios that check volley's guarantees with real processes. The tests run it
+//! under `volley run`; users can run it to check an installation:
+//!
+//!     volley run -n 2 volley-check pingpong 0 1 4096 67108864
+//!     volley run -n 4 volley-check alltoall 200
+//!
+//! Every scenario checks every byte it receives and exits non-zero, saying what went wrong, when a
+//! guarantee does not hold. Lines starting with "result:" are for the tests to read.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use volley::{Fate, RecvError, SendError, Source, World};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    z ^ (z >> 31)
+}
+
+/// Fills `buf` with bytes that depend on `seed` and the position, eight at a time.
+fn fill(buf: &mut [u8], seed: u64) {
+    let j = buf.len() / 8;
+    let mut chunks = buf.chunks_exact_mut(8);
+    for (j, c) in (&mut chunks).enumerate() {
+        c.copy_from_slice(&splitmix(seed ^ (j as u64).wrapping_mul(0x100000001b3)).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    let last = splitmix(seed ^ (j as u64).wrapping_mul(0x100000001b3)).to_le_bytes();
+    rest.copy_from_slice(&last[..rest.len()]);
+}
+
+/// Checks `buf` against fill(seed), naming the first wrong byte.
+fn check(buf: &[u8], len: usize, seed: u64, what: &str) -> R {
+    if buf.len() != len {
+        return Err(format!("{what}: got {} bytes, expected {len}", buf.len()).into());
+    }
+    let mut chunks = buf.chunks_exact(8);
+    for (j, c) in (&mut chunks).enumerate() {
+        let want = splitmix(seed ^ (j as u64).wrapping_mul(0x100000001b3)).to_le_bytes();
+        if c != want {
+            let k = (0..8).find(|&k| c[k] != want[k]).unwrap_or(0);
+            return Err(format!(
+                "{what}: byte {} is {:#04x}, expected {:#04x}",
+                j * 8 + k,
+                c[k],
+                want[k]
+            )
+            .into());
+        }
+    }
+    let rest = chunks.remainder();
+    let j = buf.len() / 8;
+    let want = splitmix(seed ^ (j as u64).wrapping_mul(0x100000001b3)).to_le_bytes();
+    if rest != &want[..rest.len()] {
+        return Err(format!("{what}: tail bytes differ").into());
+    }
+    Ok(())
+}
+
+fn seed_of(round: u64, size: usize, from: usize) -> u64 {
+    splitmix(round << 40 ^ (size as u64) << 8 ^ from as u64)
+}
+
+/// Rank 0 and 1 bounce one message of each size back and forth, checking every byte, using
+/// recv() (in place) and recv_into() alternately.
+fn pingpong(w: &World, sizes: &[usize], rounds: u64) -> R {
+    if w.size() < 2 {
+        return Err("pingpong needs 2 ranks".into());
+    }
+    if w.rank() > 1 {
+        return Ok(());
+    }
+    let me = w.rank();
+    let ep = w.open(7)?;
+    ep.target(1 - me, 7)?;
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let mut out = vec![0u8; max];
+    let mut inb = vec![0u8; max];
+    for &size in sizes {
+        for round in 0..rounds {
+            let use_recv = round % 2 == 0;
+            let mut step = |sender: usize| -> R {
+                let seed = seed_of(round, size, sender);
+                if me == sender {
+                    fill(&mut out[..size], seed);
+                    ep.send(&out[..size])?;
+                } else if use_recv {
+                    let m = ep.recv()?;
+                    if m.source()
+                        != (Source {
+                            rank: sender,
+                            port: 7,
+                        })
+                    {
+                        return Err(format!("source {:?}", m.source()).into());
+                    }
+                    check(&m, size, seed, &format!("size {size} round {round} recv"))?;
+                } else {
+                    let (n, src) = ep.recv_into(&mut inb)?;
+                    if src.rank != sender {
+                        return Err(format!("source {src:?}").into());
+                    }
+                    check(
+                        &inb[..n],
+                        size,
+                        seed,
+                        &format!("size {size} round {round} recv_into"),
+                    )?;
+                }
+                Ok(())
+            };
+            step(0)?;
+            step(1)?;
+        }
+        if me == 0 {
+            println!("result: pingpong size={size} ok");
+        }
+    }
+    Ok(())
+}
+
+/// Every rank sends `count` messages to every rank (itself included), sizes varying across the
+/// fragmentation threshold, each carrying (sender, sequence). Receivers check per-sender order,
+/// no loss, no duplicate, every byte.
+fn alltoall(w: &World, count: u64) -> R {
+    let n = w.size();
+    let me = w.rank();
+    let ep = w.open(9)?;
+    let sizes = [0usize, 8, 100, 4096, 70_000, 300_000];
+    let size_of = |from: usize, seq: u64| sizes[((seq as usize) + from) % sizes.len()];
+    let mut reqs = Vec::new();
+    let mut next = vec![0u64; n];
+    let expected = count * n as u64;
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 400_000];
+    let receive_one = |m: &[u8], src: Source, next: &mut Vec<u64>| -> R {
+        if m.len() < 8 {
+            // Zero-byte messages carry no sequence number; their order is checked by position.
+            if size_of(src.rank, next[src.rank]) != m.len() {
+                return Err(format!(
+                    "from {}: unexpected {}-byte message at seq {}",
+                    src.rank,
+                    m.len(),
+                    next[src.rank]
+                )
+                .into());
+            }
+        } else {
+            let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+            if seq != next[src.rank] {
+                return Err(format!(
+                    "from rank {}: got seq {seq}, expected {} (loss, duplicate or reorder)",
+                    src.rank, next[src.rank]
+                )
+                .into());
+            }
+            let size = size_of(src.rank, seq);
+            let mut want = vec![0u8; size];
+            fill(&mut want, seed_of(seq, size, src.rank));
+            want[..8].copy_from_slice(&seq.to_le_bytes());
+            if m != &want[..] {
+                return Err(format!("from rank {} seq {seq}: content differs", src.rank).into());
+            }
+        }
+        next[src.rank] += 1;
+        Ok(())
+    };
+    for seq in 0..count {
+        for k in 0..n {
+            let dst = (me + k) % n;
+            let size = size_of(me, seq);
+            let mut msg = vec![0u8; size];
+            fill(&mut msg, seed_of(seq, size, me));
+            if size >= 8 {
+                msg[..8].copy_from_slice(&seq.to_le_bytes());
+            }
+            reqs.push(ep.isend_to(dst, 9, msg)?);
+        }
+        // Drain what has arrived so that queues stay short.
+        while let Some(m) = ep.try_recv()? {
+            receive_one(&m, m.source(), &mut next)?;
+            got += 1;
+        }
+    }
+    while got < expected {
+        if got.is_multiple_of(2) {
+            let m = ep.recv()?;
+            receive_one(&m, m.source(), &mut next)?;
+        } else {
+            let (len, src) = ep.recv_into(&mut buf)?;
+            receive_one(&buf[..len], src, &mut next)?;
+        }
+        got += 1;
+    }
+    for r in reqs {
+        r.wait()?;
+    }
+    println!("result: alltoall rank={me} received={got} ok");
+    Ok(())
+}
+
+/// Ranks 1.. send `count` messages of `size` to rank 0, which reads slowly. Everyone reports its
+/// peak resident memory.
+fn slow_receiver(w: &World, count: u64, size: usize) -> R {
+    let me = w.rank();
+    let ep = w.open(3)?;
+    if me == 0 {
+        let mut next = vec![0u64; w.size()];
+        let mut buf = vec![0u8; size];
+        for i in 0..count * (w.size() as u64 - 1) {
+            if i.is_multiple_of(50) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let (len, src) = ep.recv_into(&mut buf)?;
+            let seq = next[src.rank];
+            let mut want = vec![0u8; size];
+            fill(&mut want, seed_of(seq, size, src.rank));
+            if len != size || buf[..len] != want[..] {
+                return Err(format!("from rank {} seq {seq}: content differs", src.rank).into());
+            }
+            next[src.rank] += 1;
+        }
+        if next.iter().skip(1).any(|&c| c != count) {
+            return Err(format!("counts per sender {next:?}, expected {count} each").into());
+        }
+    } else {
+        ep.target(0, 3)?;
+        let mut msg = vec![0u8; size];
+        for seq in 0..count {
+            fill(&mut msg, seed_of(seq, size, me));
+            ep.send(&msg)?;
+        }
+    }
+    println!(
+        "result: slow rank={me} sent_or_received={} hwm_kib={}",
+        count * if me == 0 { w.size() as u64 - 1 } else { 1 },
+        volley_sys::peak_rss_kib().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// Rank 1 kills itself with SIGKILL in the middle of a ping-pong; rank 0 must get a peer-lost
+/// error and report how long after the last good exchange it came.
+fn killed_peer(w: &World) -> R {
+    let me = w.rank();
+    let ep = w.open(5)?;
+    ep.target(1 - me, 5)?;
+    let mut buf = [0u8; 64];
+    if me == 1 {
+        for i in 0.. {
+            ep.recv_into(&mut buf)?;
+            if i == 500 {
+                volley_sys::kill(std::process::id(), libc_sigkill())?;
+            }
+            ep.send(&buf)?;
+        }
+        unreachable!()
+    }
+    let mut last_ok = Instant::now();
+    loop {
+        let r = ep.send(&buf).map_err(|e| match e {
+            SendError::PeerLost(l) => RecvError::PeerLost(l),
+            other => panic!("unexpected send error {other}"),
+        });
+        let r = r.and_then(|_| ep.recv_into(&mut buf).map(|_| ()));
+        match r {
+            Ok(()) => last_ok = Instant::now(),
+            Err(RecvError::PeerLost(l)) => {
+                let ms = last_ok.elapsed().as_millis();
+                println!(
+                    "result: peer-lost rank={} fate={:?} after_ms={ms} error=\"{l}\"",
+                    l.rank, l.fate
+                );
+                return if l.rank == 1 && l.fate == Fate::Killed(9) {
+                    Ok(())
+                } else {
+                    Err(format!("wrong peer-lost error: {l}").into())
+                };
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}
+
+/// Ranks 1.. send `count` messages to rank 0's active port; the handler checks them and replies to
+/// each sender's endpoint once it has all of that sender's messages.
+fn active(w: &World, count: u64) -> R {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let me = w.rank();
+    if me == 0 {
+        let seen: Rc<RefCell<HashMap<usize, u64>>> = Rc::default();
+        let errors: Rc<RefCell<Vec<String>>> = Rc::default();
+        let reply = w.open(11)?;
+        let (s2, e2) = (seen.clone(), errors.clone());
+        let _port = w.bind(10, move |msg: &[u8], src: Source| {
+            let mut s = s2.borrow_mut();
+            let c = s.entry(src.rank).or_insert(0);
+            let size = 1 + (*c as usize * 977) % 100_000;
+            let mut want = vec![0u8; size];
+            fill(&mut want, seed_of(*c, size, src.rank));
+            if msg != &want[..] {
+                e2.borrow_mut()
+                    .push(format!("from {} #{c}: content or order wrong", src.rank));
+            }
+            *c += 1;
+            if *c == count {
+                // Handlers may send: tell the sender we have everything.
+                if let Err(e) = reply.send_to(src.rank, 11, b"done") {
+                    e2.borrow_mut().push(format!("reply failed: {e}"));
+                }
+            }
+        })?;
+        let total = count * (w.size() as u64 - 1);
+        while seen.borrow().values().sum::<u64>() < total {
+            w.progress_wait()?;
+        }
+        if let Some(e) = errors.borrow().first() {
+            return Err(e.clone().into());
+        }
+        println!("result: active handled={total} ok");
+    } else {
+        let ep = w.open(11)?;
+        ep.target(0, 10)?;
+        for c in 0..count {
+            let size = 1 + (c as usize * 977) % 100_000;
+            let mut msg = vec![0u8; size];
+            fill(&mut msg, seed_of(c, size, me));
+            ep.send(&msg)?;
+        }
+        let m = ep.recv()?;
+        if &*m != b"done" {
+            return Err("bad reply".into());
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 waits on the endpoint's descriptor with poll(2); rank 1 sends after a pause.
+fn fd_wait(w: &World) -> R {
+    use std::os::fd::AsRawFd;
+    let ep = w.open(4)?;
+    if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        ep.send_to(0, 4, b"wake up")?;
+        return Ok(());
+    }
+    if w.rank() != 0 {
+        return Ok(());
+    }
+    let mut wakeups = 0;
+    loop {
+        if let Some(m) = ep.try_recv()? {
+            if &*m != b"wake up" {
+                return Err("wrong message".into());
+            }
+            println!("result: fd wakeups={wakeups} ok");
+            return Ok(());
+        }
+        if volley_sys::poll_readable(ep.as_raw_fd(), Duration::from_secs(10)) {
+            wakeups += 1;
+        } else {
+            return Err("descriptor never became readable".into());
+        }
+    }
+}
+
+/// Rank 1 sends 100 bytes; rank 0 first offers a 10-byte buffer (must be an error naming both
+/// sizes, the message kept), then a large enough one.
+fn too_small(w: &World) -> R {
+    let ep = w.open(6)?;
+    let mut msg = vec![0u8; 100];
+    fill(&mut msg, 42);
+    if w.rank() == 1 {
+        ep.send_to(0, 6, &msg)?;
+        return Ok(());
+    }
+    if w.rank() != 0 {
+        return Ok(());
+    }
+    let mut small = [0u8; 10];
+    match ep.recv_into(&mut small) {
+        Err(
+            e @ RecvError::BufferTooSmall {
+                message: 100,
+                buffer: 10,
+            },
+        ) => println!("result: error=\"{e}\""),
+        other => return Err(format!("expected BufferTooSmall, got {other:?}").into()),
+    }
+    let mut big = [0u8; 200];
+    let (n, _) = ep.recv_into(&mut big)?;
+    check(&big[..n], 100, 42, "after too-small")?;
+    println!("result: toosmall ok");
+    Ok(())
+}
+
+/// One message of `size` bytes from rank 0 to rank 1, received into a caller buffer.
+fn big(w: &World, size: usize) -> R {
+    let ep = w.open(8)?;
+    if w.rank() == 0 {
+        let mut msg = vec![0u8; size];
+        fill(&mut msg, 99);
+        ep.send_to(1, 8, &msg)?;
+        let ack = ep.recv()?;
+        if &*ack != b"ok" {
+            return Err("no ack".into());
+        }
+        println!("result: big size={size} ok");
+    } else if w.rank() == 1 {
+        let mut buf = vec![0u8; size];
+        let (n, _) = ep.recv_into(&mut buf)?;
+        check(&buf[..n], size, 99, "big message")?;
+        ep.send_to(0, 8, b"ok")?;
+    }
+    Ok(())
+}
+
+/// Prints who this process is; with "self", also sends a message to itself.
+fn whoami(w: &World, selfsend: bool) -> R {
+    println!(
+        "result: rank={} size={} local_rank={} node={} token={:016x}",
+        w.rank(),
+        w.size(),
+        w.local_rank(),
+        w.node_id(),
+        w.token()
+    );
+    if selfsend {
+        let ep = w.open(1)?;
+        ep.send_to(w.rank(), 1, b"to myself")?;
+        let m = ep.recv()?;
+        if &*m != b"to myself" || m.source().rank != w.rank() {
+            return Err("self-send failed".into());
+        }
+        println!("result: selfsend ok");
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, d: u64| {
+        args.get(i)
+            .map(|v| v.parse::<u64>().expect("number"))
+            .unwrap_or(d)
+    };
+    let world = match World::init() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("volley-check: {e}");
+            std::process::exit(3);
+        }
+    };
+    let r = match args.first().map(String::as_str) {
+        Some("pingpong") => {
+            let sizes: Vec<usize> = args[1..].iter().map(|s| s.parse().expect("size")).collect();
+            let rounds = std::env::var("ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(3);
+            pingpong(&world, &sizes, rounds)
+        }
+        Some("alltoall") => alltoall(&world, num(1, 100)),
+        Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
+        Some("killed-peer") => killed_peer(&world),
+        Some("active") => active(&world, num(1, 500)),
+        Some("fd") => fd_wait(&world),
+        Some("toosmall") => too_small(&world),
+        Some("big") => big(&world, num(1, 1 << 30) as usize),
+        Some("hold") => {
+            println!(
+                "result: hold pid={} token={:016x}",
+                std::process::id(),
+                world.token()
+            );
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
+        _ => {
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | whoami [self] | hold");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = r {
+        eprintln!("volley-check rank {}: FAILED: {e}", world.rank());
+        std::process::exit(1);
+    }
+}

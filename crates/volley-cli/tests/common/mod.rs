@@ -1,0 +1,86 @@
+//! Helpers for the end-to-end tests: run `volley run` with real processes, with a watchdog.
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+
+pub const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
+pub const CHECK: &str = env!("CARGO_BIN_EXE_volley-check");
+
+/// Runs `volley ARGS`; `--timeout 300` is added as a watchdog so that a bug fails the test
+/// instead of hanging it (it bounds the run, it does not measure it).
+pub fn volley(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut full = vec!["run", "--timeout", "300"];
+    full.extend_from_slice(args);
+    let mut c = Command::new(VOLLEY);
+    c.args(&full).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("start volley")
+}
+
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(o: Output) -> String {
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success(),
+        "volley run failed with {:?}\nstdout:\n{out}\nstderr:\n{err}",
+        o.status
+    );
+    out
+}
+
+/// Values of `key=` on the "result:" lines of `out`.
+pub fn values(out: &str, key: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.contains("result:"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
+        })
+        .collect()
+}
+
+/// Whether any live process maps or holds a descriptor to the job segment with this token.
+pub fn segment_alive(token: &str) -> bool {
+    let needle = format!("volley-{token}");
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = p.file_name();
+        if !pid.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let maps = std::fs::read_to_string(p.path().join("maps")).unwrap_or_default();
+        if maps.contains(&needle) {
+            return true;
+        }
+        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+            for fd in fds.flatten() {
+                if let Ok(l) = std::fs::read_link(fd.path()) {
+                    if l.to_string_lossy().contains(&needle) {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Entries of /dev/shm whose name mentions volley.
+pub fn dev_shm_volley_entries() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("volley"))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,240 @@
+//! Dead peers, leftovers and bad input: real processes, real signals, real shared memory.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn sigkill_of_a_rank_gives_the_survivor_peer_lost_within_two_seconds() {
+    let o = volley(&["-n", "2", "--keep-going", CHECK, "killed-peer"], &[]);
+    let (out, err) = text(&o);
+    let after: Vec<u64> = values(&out, "after_ms")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(after.len(), 1, "survivor did not report:\n{out}\n{err}");
+    assert!(
+        after[0] <= 2000,
+        "peer-lost came {} ms after the last exchange",
+        after[0]
+    );
+    assert!(out.contains("fate=Killed(9)"), "{out}");
+    assert_eq!(o.status.code(), Some(128 + 9), "{err}");
+    assert!(
+        err.contains("rank 1") && err.contains("SIGKILL"),
+        "launcher must name rank and signal:\n{err}"
+    );
+}
+
+#[test]
+fn by_default_a_failed_rank_stops_the_others() {
+    let o = volley(
+        &[
+            "-n",
+            "3",
+            "--grace",
+            "1",
+            "sh",
+            "-c",
+            "if [ $VOLLEY_RANK = 1 ]; then kill -9 $$; fi; sleep 100",
+        ],
+        &[],
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(137), "{err}");
+    assert!(
+        err.contains("rank 1") && err.contains("signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    assert!(err.contains("stopping the other ranks"), "{err}");
+}
+
+/// Kills a job's processes when a test ends, also when it fails, so nothing lingers.
+struct Reaper(Vec<u32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = volley_sys::kill(*p, 9);
+        }
+    }
+}
+
+/// Starts `volley run ... volley-check hold`, waits for every rank to report, and returns the
+/// launcher, the ranks' pids and the job token.
+fn start_holding_job(n: usize, env: &[(&str, &str)]) -> (std::process::Child, Vec<u32>, String) {
+    let mut c = Command::new(VOLLEY);
+    c.args([
+        "run",
+        "--timeout",
+        "300",
+        "-n",
+        &n.to_string(),
+        CHECK,
+        "hold",
+    ])
+    .stdout(Stdio::piped())
+    .stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut pids = Vec::new();
+    let mut token = String::new();
+    while pids.len() < n {
+        let l = lines.next().expect("rank output").unwrap();
+        pids.push(values(&l, "pid")[0].parse().unwrap());
+        token = values(&l, "token")[0].clone();
+    }
+    (child, pids, token)
+}
+
+fn wait_gone(pids: &[u32]) {
+    let t = Instant::now();
+    while pids
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+    {
+        // Zombies of the launcher count as gone once reaped; give the kernel time.
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "processes {pids:?} did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn nothing_left_after_normal_exit() {
+    for dir in [None, Some("/dev/shm")] {
+        let env: Vec<(&str, &str)> = dir.map(|d| vec![("VOLLEY_SHM_DIR", d)]).unwrap_or_default();
+        let before = dev_shm_volley_entries();
+        let out = ok(volley(&["-n", "3", CHECK, "alltoall", "20"], &env));
+        assert_eq!(values(&out, "received").len(), 3);
+        let t = values(&ok(volley(&["-n", "2", CHECK, "whoami"], &env)), "token");
+        assert!(
+            !segment_alive(&t[0]),
+            "segment of job {} still mapped",
+            t[0]
+        );
+        let after = dev_shm_volley_entries();
+        let new: Vec<_> = after.iter().filter(|e| !before.contains(e)).collect();
+        assert!(new.is_empty(), "left in /dev/shm: {new:?}");
+    }
+}
+
+#[test]
+fn nothing_left_after_kill_9_of_every_rank_and_the_launcher() {
+    for dir in [None, Some("/dev/shm")] {
+        let env: Vec<(&str, &str)> = dir.map(|d| vec![("VOLLEY_SHM_DIR", d)]).unwrap_or_default();
+        let before = dev_shm_volley_entries();
+        let (mut launcher, pids, token) = start_holding_job(3, &env);
+        let _reaper = Reaper(pids.iter().copied().chain([launcher.id()]).collect());
+        assert!(
+            segment_alive(&token),
+            "the running job should map its segment"
+        );
+        for p in &pids {
+            volley_sys::kill(*p, 9).unwrap();
+        }
+        volley_sys::kill(launcher.id(), 9).unwrap();
+        launcher.wait().unwrap();
+        wait_gone(&pids);
+        assert!(
+            !segment_alive(&token),
+            "segment of job {token} survived kill -9"
+        );
+        let new: Vec<_> = dev_shm_volley_entries()
+            .into_iter()
+            .filter(|e| !before.contains(e))
+            .collect();
+        assert!(new.is_empty(), "left in /dev/shm: {new:?}");
+    }
+}
+
+#[test]
+fn kill_9_of_the_launcher_alone_takes_the_ranks_down() {
+    let (mut launcher, pids, token) = start_holding_job(2, &[]);
+    let _reaper = Reaper(pids.iter().copied().chain([launcher.id()]).collect());
+    volley_sys::kill(launcher.id(), 9).unwrap();
+    launcher.wait().unwrap();
+    wait_gone(&pids);
+    assert!(!segment_alive(&token));
+}
+
+#[test]
+fn full_shm_dir_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("volley-tiny-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .expect("mount (the tests run as root, as CI does)");
+    assert!(st.success(), "mounting a tmpfs needs root");
+    let o = volley(
+        &["-n", "2", CHECK, "whoami"],
+        &[("VOLLEY_SHM_DIR", dir.to_str().unwrap())],
+    );
+    let _ = Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir(&dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("shared memory unavailable") && err.contains("the job needs"),
+        "{err}"
+    );
+    assert!(err.contains("VOLLEY_SHM_DIR"), "must say what to do: {err}");
+}
+
+#[test]
+fn foreign_segment_and_bad_environment_are_clear_errors() {
+    let garbage = std::env::temp_dir().join(format!("volley-garbage-{}", std::process::id()));
+    std::fs::write(&garbage, vec![0xAB; 8192]).unwrap();
+    let o = Command::new(CHECK)
+        .arg("whoami")
+        .envs([
+            ("VOLLEY_RANK", "0"),
+            ("VOLLEY_SIZE", "2"),
+            ("VOLLEY_JOB_TOKEN", "1"),
+            ("VOLLEY_SHM_FD", "0"),
+            ("VOLLEY_WAKE_FDS", "1,2"),
+        ])
+        .stdin(std::fs::File::open(&garbage).unwrap())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&garbage);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("not a volley job segment") && err.contains("volley run"),
+        "{err}"
+    );
+
+    for (env, want) in [
+        (vec![("VOLLEY_RANK", "0")], "VOLLEY_SIZE is not set"),
+        (
+            vec![("VOLLEY_RANK", "x"), ("VOLLEY_SIZE", "2")],
+            "VOLLEY_RANK=\"x\"",
+        ),
+        (
+            vec![("VOLLEY_RANK", "5"), ("VOLLEY_SIZE", "2")],
+            "must be below VOLLEY_SIZE=2",
+        ),
+    ] {
+        let o = Command::new(CHECK)
+            .arg("whoami")
+            .envs(env)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(want),
+            "wanted {want:?} in {err}"
+        );
+        assert!(err.contains("volley run"), "must say what to do: {err}");
+    }
+}

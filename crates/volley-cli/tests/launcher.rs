@@ -1,0 +1,203 @@
+//! `volley run` as a launcher: exit codes, output, time-outs, signals, environment, pinning.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+#[test]
+fn exit_code_is_zero_only_if_every_rank_succeeded() {
+    let o = volley(&["-n", "3", "sh", "-c", "exit 0"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let o = volley(
+        &[
+            "-n",
+            "3",
+            "--keep-going",
+            "sh",
+            "-c",
+            "[ $VOLLEY_RANK = 2 ] && exit 3; exit 0",
+        ],
+        &[],
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("rank 2") && err.contains("exited with code 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn first_failure_decides_the_exit_code() {
+    let o = volley(
+        &[
+            "-n",
+            "2",
+            "--keep-going",
+            "sh",
+            "-c",
+            "if [ $VOLLEY_RANK = 0 ]; then exit 5; else sleep 0.5; exit 6; fi",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(5));
+}
+
+#[test]
+fn tag_output_prefixes_each_line_with_its_rank() {
+    let out = ok(volley(
+        &[
+            "-n",
+            "3",
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo one $VOLLEY_RANK; echo two $VOLLEY_RANK; echo err >&2",
+        ],
+        &[],
+    ));
+    for r in 0..3 {
+        assert!(out.contains(&format!("[{r}] one {r}\n")), "{out}");
+        assert!(out.contains(&format!("[{r}] two {r}\n")), "{out}");
+    }
+    let o = volley(
+        &["-n", "2", "--tag-output", "sh", "-c", "echo oops >&2"],
+        &[],
+    );
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("[0] oops") && err.contains("[1] oops"),
+        "{err}"
+    );
+}
+
+#[test]
+fn timeout_stops_the_job_with_124() {
+    let o = Command::new(VOLLEY)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "1",
+            "--grace",
+            "1",
+            "sleep",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(124), "{err}");
+    assert!(err.contains("timed out after 1 s"), "{err}");
+}
+
+#[test]
+fn sigterm_and_sigint_are_forwarded_to_every_rank() {
+    for (sig, name) in [(15, "TERM"), (2, "INT")] {
+        let script = format!(
+            "trap 'echo got {name}; exit 0' {name}; echo ready; while :; do sleep 0.05; done"
+        );
+        let mut child = Command::new(VOLLEY)
+            .args([
+                "run",
+                "--timeout",
+                "60",
+                "-n",
+                "2",
+                "--tag-output",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut ready = 0;
+        while ready < 2 {
+            if lines.next().unwrap().unwrap().ends_with("ready") {
+                ready += 1;
+            }
+        }
+        volley_sys::kill(child.id(), sig).unwrap();
+        let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+        let st = child.wait().unwrap();
+        assert!(rest.contains(&format!("[0] got {name}")), "{rest:?}");
+        assert!(rest.contains(&format!("[1] got {name}")), "{rest:?}");
+        assert_eq!(st.code(), Some(0), "ranks handled the signal and exited 0");
+    }
+}
+
+#[test]
+fn environment_passes_through_and_rank_variables_are_set() {
+    let out = ok(volley(
+        &[
+            "-n",
+            "3",
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo v=$MY_VAR r=$VOLLEY_RANK s=$VOLLEY_SIZE l=$VOLLEY_LOCAL_RANK",
+        ],
+        &[("MY_VAR", "kept")],
+    ));
+    for r in 0..3 {
+        assert!(
+            out.contains(&format!("[{r}] v=kept r={r} s=3 l={r}")),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn cpus_pins_ranks_round_robin() {
+    let cpus = volley_sys::allowed_cpus();
+    let list = format!("{},{}", cpus[0], cpus[cpus.len() - 1]);
+    let out = ok(volley(
+        &[
+            "-n",
+            "3",
+            "--tag-output",
+            "--cpus",
+            &list,
+            "sh",
+            "-c",
+            "grep Cpus_allowed_list /proc/self/status",
+        ],
+        &[],
+    ));
+    assert!(
+        out.contains(&format!("[0] Cpus_allowed_list:\t{}\n", cpus[0])),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "[1] Cpus_allowed_list:\t{}\n",
+            cpus[cpus.len() - 1]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("[2] Cpus_allowed_list:\t{}\n", cpus[0])),
+        "{out}"
+    );
+    let o = volley(&["-n", "2", "--cpus", "0,99999", "true"], &[]);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("CPU 99999 is not available"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_program_that_cannot_start_is_reported() {
+    let o = volley(&["-n", "2", "/nonexistent/program"], &[]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        err.contains("cannot start") && err.contains("/nonexistent/program"),
+        "{err}"
+    );
+}

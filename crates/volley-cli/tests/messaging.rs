@@ -1,0 +1,138 @@
+//! Messaging guarantees, checked with real processes started by `volley run`.
+
+mod common;
+use common::*;
+
+#[test]
+fn pingpong_every_size_class_every_byte() {
+    let sizes = [
+        "0", "1", "7", "8", "63", "64", "4095", "4096", "65537", "1048579", "67108864",
+    ];
+    let mut args = vec!["-n", "2", CHECK, "pingpong"];
+    args.extend_from_slice(&sizes);
+    let out = ok(volley(&args, &[]));
+    for s in sizes {
+        assert!(
+            out.contains(&format!("result: pingpong size={s} ok")),
+            "size {s} missing:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn pingpong_with_small_records_and_ring_fragments_everything() {
+    // A 4 KiB ring with 256-byte records makes even small messages fragment and wrap constantly.
+    let out = ok(volley(
+        &[
+            "-n", "2", CHECK, "pingpong", "0", "1", "200", "225", "226", "5000", "1048579",
+        ],
+        &[
+            ("VOLLEY_SHM_RING_BYTES", "4096"),
+            ("VOLLEY_SHM_RECORD_BYTES", "256"),
+        ],
+    ));
+    assert_eq!(out.matches(" ok").count(), 7, "{out}");
+}
+
+#[test]
+fn one_gibibyte_message_arrives_intact() {
+    let out = ok(volley(&["-n", "2", CHECK, "big", "1073741824"], &[]));
+    assert!(out.contains("result: big size=1073741824 ok"), "{out}");
+}
+
+#[test]
+fn all_to_all_four_ranks_keeps_order_loses_nothing() {
+    let out = ok(volley(&["-n", "4", CHECK, "alltoall", "150"], &[]));
+    let got = values(&out, "received");
+    assert_eq!(got, vec!["600"; 4], "{out}");
+}
+
+#[test]
+fn seven_senders_one_slow_receiver_memory_stays_bounded() {
+    // 7 senders x 2000 x 64 KiB = 875 MiB pass through rank 0, which reads slowly.
+    let out = ok(volley(&["-n", "8", CHECK, "slow", "2000", "65536"], &[]));
+    let hwm: Vec<u64> = values(&out, "hwm_kib")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(hwm.len(), 8, "{out}");
+    // Generous bound: 64 MiB per process, against 125 MiB sent by each sender and 875 MiB
+    // received by rank 0. Unbounded buffering would blow through it.
+    for (i, h) in hwm.iter().enumerate() {
+        assert!(
+            *h > 0 && *h < 64 * 1024,
+            "process {i} peaked at {h} KiB:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn active_port_handler_sees_every_message_and_can_reply() {
+    let out = ok(volley(&["-n", "4", CHECK, "active", "300"], &[]));
+    assert!(out.contains("result: active handled=900 ok"), "{out}");
+}
+
+#[test]
+fn endpoint_fd_becomes_readable_when_a_message_arrives() {
+    for mode in ["spin", "block", "busy"] {
+        let out = ok(volley(&["-n", "2", CHECK, "fd"], &[("VOLLEY_WAIT", mode)]));
+        assert!(out.contains("result: fd wakeups="), "{mode}: {out}");
+    }
+}
+
+#[test]
+fn receive_buffer_too_small_names_both_sizes_and_keeps_the_message() {
+    let out = ok(volley(&["-n", "2", CHECK, "toosmall"], &[]));
+    assert!(
+        out.contains("the message is 100 bytes, the buffer 10"),
+        "{out}"
+    );
+    assert!(out.contains("result: toosmall ok"), "{out}");
+}
+
+#[test]
+fn every_wait_mode_delivers() {
+    for mode in ["busy", "block", "spin"] {
+        let out = ok(volley(
+            &["-n", "2", CHECK, "pingpong", "0", "8", "65537", "1048579"],
+            &[("VOLLEY_WAIT", mode)],
+        ));
+        assert_eq!(out.matches(" ok").count(), 4, "{mode}: {out}");
+    }
+}
+
+#[test]
+fn eight_ranks_on_two_cores_all_to_all_blocking_waits() {
+    let out = ok(volley(
+        &["-n", "8", CHECK, "alltoall", "30"],
+        &[("VOLLEY_WAIT", "block")],
+    ));
+    assert_eq!(values(&out, "received"), vec!["240"; 8], "{out}");
+}
+
+#[test]
+fn without_launcher_a_program_is_a_world_of_one() {
+    let o = std::process::Command::new(CHECK)
+        .args(["whoami", "self"])
+        .env_remove("VOLLEY_RANK")
+        .env_remove("VOLLEY_SIZE")
+        .output()
+        .unwrap();
+    let out = ok(o);
+    assert!(out.contains("result: rank=0 size=1 local_rank=0"), "{out}");
+    assert!(out.contains("result: selfsend ok"), "{out}");
+}
+
+#[test]
+fn two_jobs_at_once_are_isolated() {
+    let a = std::thread::spawn(|| volley(&["-n", "3", CHECK, "alltoall", "60"], &[]));
+    let b = volley(&["-n", "3", CHECK, "alltoall", "60"], &[]);
+    let a = a.join().unwrap();
+    assert_eq!(values(&ok(a), "received"), vec!["180"; 3]);
+    assert_eq!(values(&ok(b), "received"), vec!["180"; 3]);
+    let t1 = values(&ok(volley(&["-n", "2", CHECK, "whoami"], &[])), "token");
+    let t2 = values(&ok(volley(&["-n", "2", CHECK, "whoami"], &[])), "token");
+    assert_eq!(t1.len(), 2);
+    assert_eq!(t1[0], t1[1], "ranks of one job share a token");
+    assert_ne!(t1[0], t2[0], "two jobs never share a token");
+}
