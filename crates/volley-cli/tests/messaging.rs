@@ -136,3 +136,14 @@ fn two_jobs_at_once_are_isolated() {
     assert_eq!(t1[0], t1[1], "ranks of one job share a token");
     assert_ne!(t1[0], t2[0], "two jobs never share a token");
 }
+
+#[test]
+fn a_port_never_waits_behind_another_ports_unread_messages() {
+    for mode in ["busy", "block"] {
+        let out = ok(volley(
+            &["-n", "2", CHECK, "ports"],
+            &[("VOLLEY_WAIT", mode)],
+        ));
+        assert!(out.contains("result: ports ok"), "{mode}: {out}");
+    }
+}

@@ -292,19 +292,34 @@ impl From<SharedHeld> for Held {
     }
 }
 
+/// Per-record consumer state, indexed by the slot of the record's header.
+const FREE: u8 = 0;
+const TAKEN: u8 = 1;
+const RELEASED: u8 = 2;
+
 /// The consumer end. Not Clone: there is exactly one per ring.
+///
+/// The consumer may take records out of order: [`Consumer::scan`] looks past records it is not
+/// interested in (messages for another port) without copying them, so one reader never waits
+/// behind another's messages as long as they fit in the ring. Three cursors, in order:
+/// `tail <= read <= (published)`: everything before `tail` is free for the producer; everything
+/// before `read` has been taken; records after `read` may be taken or not.
 pub struct Consumer {
     seg: Arc<Segment>,
     ctrl: *const RingCtrl,
     slots: *mut u8,
     cap: u64,
     mask: u64,
-    /// Next record to hand out.
+    /// First record not yet taken.
     read: u64,
     /// Everything before this is released and published to the producer.
     tail: u64,
-    /// Records released out of order, indexed by the slot of their first header.
-    released: Vec<bool>,
+    /// FREE / TAKEN / RELEASED per record, indexed by the slot of its header.
+    state: Vec<u8>,
+    /// Scan memo: for `key`, no wanted record lies in [read, pos).
+    memo: Option<(u64, u64)>,
+    /// Records taken and not yet released.
+    held: usize,
     max_payload: usize,
 }
 
@@ -331,7 +346,9 @@ impl Consumer {
             mask: layout.ring_slots as u64 - 1,
             read: tail,
             tail,
-            released: vec![false; layout.ring_slots],
+            state: vec![FREE; layout.ring_slots],
+            memo: None,
+            held: 0,
             max_payload: layout.max_record_payload(),
         }
     }
@@ -342,60 +359,139 @@ impl Consumer {
         unsafe { self.slots.add((pos & self.mask) as usize * SLOT) as *const RecordHeader }
     }
 
-    /// The record at the read position, if the producer has published one. Pad records are
-    /// consumed silently. Does not take the record.
     #[inline]
-    pub fn peek(&mut self) -> Result<Option<RecordInfo>, Corrupt> {
+    fn idx(&self, pos: u64) -> usize {
+        (pos & self.mask) as usize
+    }
+
+    /// The record published at `pos` (a record boundary at or after `read`), if any.
+    #[inline]
+    fn at(&self, pos: u64) -> Result<Option<RecordInfo>, Corrupt> {
+        let h = self.header(pos);
+        // SYNC: Acquire; pairs with the Release tag store in Producer::publish.
+        // SAFETY: h points at a slot inside the mapping.
+        let tag = unsafe { (*h).tag.load(Ordering::Acquire) };
+        if tag != pos + 1 {
+            return Ok(None);
+        }
+        // SAFETY: the tag matched, so the producer finished writing these fields.
+        let (len, kind, src_port, dst_port, total_len) = unsafe {
+            (
+                ptr::addr_of!((*h).len).read() as usize,
+                ptr::addr_of!((*h).kind).read(),
+                ptr::addr_of!((*h).src_port).read(),
+                ptr::addr_of!((*h).dst_port).read(),
+                ptr::addr_of!((*h).total_len).read(),
+            )
+        };
+        let kind = Kind::from_u16(kind)
+            .ok_or_else(|| Corrupt(format!("record kind {kind} at position {pos}")))?;
+        let off = pos & self.mask;
+        if off + slots_for(len) > self.cap || (kind != Kind::Pad && len > self.max_payload) {
+            return Err(Corrupt(format!(
+                "record of {len} bytes at position {pos} overruns the ring"
+            )));
+        }
+        Ok(Some(RecordInfo {
+            pos,
+            kind,
+            len,
+            src_port,
+            dst_port,
+            total_len,
+        }))
+    }
+
+    /// Moves `read` over records already taken and over padding.
+    fn advance_read(&mut self) -> Result<(), Corrupt> {
         loop {
-            let h = self.header(self.read);
-            // SYNC: Acquire; pairs with the Release tag store in Producer::publish.
-            // SAFETY: h points at a slot inside the mapping.
-            let tag = unsafe { (*h).tag.load(Ordering::Acquire) };
-            if tag != self.read + 1 {
-                return Ok(None);
+            let i = self.idx(self.read);
+            match self.state[i] {
+                TAKEN | RELEASED => {}
+                _ => match self.at(self.read)? {
+                    Some(info) if info.kind == Kind::Pad => {
+                        self.state[i] = TAKEN;
+                        let pos = self.read;
+                        self.read += slots_for(info.len);
+                        self.release_pos(pos);
+                        continue;
+                    }
+                    _ => {
+                        if self.tail < self.read && self.state[self.idx(self.tail)] == RELEASED {
+                            self.free_released();
+                        }
+                        return Ok(());
+                    }
+                },
             }
-            // SAFETY: the tag matched, so the producer finished writing these fields.
-            let (len, kind, src_port, dst_port, total_len) = unsafe {
-                (
-                    ptr::addr_of!((*h).len).read() as usize,
-                    ptr::addr_of!((*h).kind).read(),
-                    ptr::addr_of!((*h).src_port).read(),
-                    ptr::addr_of!((*h).dst_port).read(),
-                    ptr::addr_of!((*h).total_len).read(),
-                )
-            };
-            let kind = Kind::from_u16(kind)
-                .ok_or_else(|| Corrupt(format!("record kind {kind} at position {}", self.read)))?;
-            let k = slots_for(len);
-            let off = self.read & self.mask;
-            if off + k > self.cap || (kind != Kind::Pad && len > self.max_payload) {
-                return Err(Corrupt(format!(
-                    "record of {len} bytes at position {} overruns the ring",
-                    self.read
-                )));
-            }
-            if kind == Kind::Pad {
-                let pos = self.read;
-                self.read += k;
-                self.release_pos(pos);
-                continue;
-            }
-            return Ok(Some(RecordInfo {
-                pos: self.read,
-                kind,
-                len,
-                src_port,
-                dst_port,
-                total_len,
-            }));
+            // SAFETY: the record at read was published and is not yet freed.
+            let len = unsafe { ptr::addr_of!((*self.header(self.read)).len).read() } as usize;
+            self.read += slots_for(len);
+            assert!(
+                self.read - self.tail <= self.cap,
+                "ring invariant broken: read {} tail {} cap {} state at read {} len {len}",
+                self.read,
+                self.tail,
+                self.cap,
+                self.state[self.idx(self.read)]
+            );
         }
     }
 
-    /// Takes the record that [`Consumer::peek`] just returned. It stays in place until released.
+    /// The first record not yet taken, if the producer has published one. Does not take it.
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<RecordInfo>, Corrupt> {
+        self.scan(0, |_| true)
+    }
+
+    /// The first record not yet taken for which `want` holds, looking past the others (which stay
+    /// in place for whoever wants them). `key` names the question for a memo that lets repeated
+    /// scans skip records already found unwanted: the same key must always mean the same `want`.
+    #[inline]
+    pub fn scan(
+        &mut self,
+        key: u64,
+        mut want: impl FnMut(&RecordInfo) -> bool,
+    ) -> Result<Option<RecordInfo>, Corrupt> {
+        self.advance_read()?;
+        let mut pos = self.read;
+        if let Some((k, p)) = self.memo {
+            if k == key && p > pos {
+                pos = p;
+            }
+        }
+        loop {
+            let Some(info) = self.at(pos)? else {
+                self.memo = Some((key, pos));
+                return Ok(None);
+            };
+            if info.kind != Kind::Pad && self.state[self.idx(pos)] == FREE && want(&info) {
+                return Ok(Some(info));
+            }
+            pos += slots_for(info.len);
+        }
+    }
+
+    /// Takes a record that [`Consumer::scan`] or [`Consumer::peek`] returned. It stays in place
+    /// until released.
     #[inline]
     pub fn take(&mut self, info: &RecordInfo) -> Held {
-        assert_eq!(info.pos, self.read, "take() must follow peek()");
-        self.read += slots_for(info.len);
+        let i = self.idx(info.pos);
+        assert!(
+            info.pos >= self.read && self.state[i] == FREE,
+            "take() of a record not offered"
+        );
+        self.state[i] = TAKEN;
+        self.held += 1;
+        if info.pos == self.read {
+            self.read += slots_for(info.len);
+            // Records after it may have been taken already; padding is skipped later.
+            while self.state[self.idx(self.read)] != FREE && self.read < self.tail + self.cap {
+                // SAFETY: a taken record's header stays intact until it is freed.
+                let len = unsafe { ptr::addr_of!((*self.header(self.read)).len).read() } as usize;
+                self.read += slots_for(len);
+            }
+        }
         Held {
             pos: info.pos,
             // SAFETY: the payload follows the header inside the record.
@@ -415,7 +511,7 @@ impl Consumer {
 
     /// The payload of a record this consumer handed out and has not yet taken back.
     pub fn payload<'a>(&'a self, held: &'a Held) -> &'a [u8] {
-        debug_assert!(held.pos >= self.tail && held.pos < self.read);
+        debug_assert_eq!(self.state[self.idx(held.pos)], TAKEN);
         // SAFETY: `held` is a taken, unreleased record of this ring (it can only be made by take
         // and is consumed by release), so the producer does not touch it; `self` holds the
         // segment for the lifetime of the returned slice.
@@ -426,48 +522,52 @@ impl Consumer {
     /// once every record before it has been released too.
     #[inline]
     pub fn release(&mut self, held: impl Into<Held>) {
+        self.held -= 1;
         self.release_pos(held.into().pos);
     }
 
     fn release_pos(&mut self, pos: u64) {
-        if pos != self.tail {
-            self.released[(pos & self.mask) as usize] = true;
-            return;
+        let i = self.idx(pos);
+        self.state[i] = RELEASED;
+        if pos == self.tail {
+            self.free_released();
         }
+    }
+
+    /// Frees the released records at the tail, up to `read`, and tells the producer.
+    ///
+    /// Called on release and whenever `read` moves: a record taken by look-ahead and released
+    /// while `read` still sat on an unconsumed pad before it can only be freed once `read` has
+    /// moved past it.
+    fn free_released(&mut self) {
         let mut tail = self.tail;
-        loop {
+        while tail < self.read && self.state[self.idx(tail)] == RELEASED {
             let h = self.header(tail);
-            // SAFETY: the record at tail was published (we read past it) and is not yet free.
+            // SAFETY: the record at tail was published and is not yet free.
             let len = unsafe { ptr::addr_of!((*h).len).read() } as usize;
             let k = slots_for(len);
             // Zero the first word of every slot after the first, so leftover payload can never
-            // look like a tag to a later peek. The first slot keeps its (now stale) tag.
-            for i in 1..k {
+            // look like a tag to a later scan. The first slot keeps its (now stale) tag.
+            for s in 1..k {
                 // SAFETY: inside the record, which does not wrap.
-                unsafe {
-                    (*self.header(tail + i)).tag.store(0, Ordering::Relaxed);
-                }
+                unsafe { (*self.header(tail + s)).tag.store(0, Ordering::Relaxed) };
             }
+            let idx = self.idx(tail);
+            self.state[idx] = FREE;
             tail += k;
-            if tail >= self.read {
-                break;
-            }
-            let idx = (tail & self.mask) as usize;
-            if !self.released[idx] {
-                break;
-            }
-            self.released[idx] = false;
         }
-        self.tail = tail;
-        // SYNC: Release; pairs with the Acquire in Producer::has_space: our reads of the freed
-        // slots and the zeroing above happen before the producer reuses them.
-        // SAFETY: ctrl is valid while we hold the segment.
-        unsafe { (*self.ctrl).tail.store(tail, Ordering::Release) };
+        if tail != self.tail {
+            self.tail = tail;
+            // SYNC: Release; pairs with the Acquire in Producer::has_space: our reads of the
+            // freed slots and the zeroing above happen before the producer reuses them.
+            // SAFETY: ctrl is valid while we hold the segment.
+            unsafe { (*self.ctrl).tail.store(tail, Ordering::Release) };
+        }
     }
 
-    /// True when everything taken has been released.
+    /// True when every record taken has been released.
     pub fn all_released(&self) -> bool {
-        self.tail == self.read
+        self.held == 0
     }
 }
 
@@ -573,6 +673,165 @@ mod tests {
         assert!(!c.all_released());
         assert_eq!(c.payload(&a)[0], 0, "held record must stay intact");
         c.release(a);
+        assert!(c.all_released());
+    }
+
+    #[test]
+    fn scan_takes_past_unwanted_records_and_keeps_their_order() {
+        let s = seg(8192, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        // Interleave records for ports 1 and 2.
+        for i in 0..20u8 {
+            let m = Meta {
+                kind: Kind::Whole,
+                src_port: 0,
+                dst_port: 1 + (i % 2) as u32,
+                total_len: 1,
+            };
+            assert!(p.try_push(m, &[i]));
+        }
+        // Port 2 reads all of its records first, while port 1's stay in place.
+        let mut got = Vec::new();
+        while let Some(info) = c.scan(2, |r| r.dst_port == 2).unwrap() {
+            let h = c.take(&info);
+            got.push(c.payload(&h)[0]);
+            c.release(h);
+        }
+        assert_eq!(got, (0..20).filter(|i| i % 2 == 1).collect::<Vec<u8>>());
+        assert!(c.all_released());
+        assert_eq!(
+            c.peek().unwrap().unwrap().dst_port,
+            1,
+            "port 1's records are still there"
+        );
+        let mut got = Vec::new();
+        while let Some(info) = c.scan(1, |r| r.dst_port == 1).unwrap() {
+            let h = c.take(&info);
+            got.push(c.payload(&h)[0]);
+            c.release(h);
+        }
+        assert_eq!(got, (0..20).filter(|i| i % 2 == 0).collect::<Vec<u8>>());
+        assert!(c.all_released());
+        // The ring is whole again: it can be filled and drained across the wrap.
+        for round in 0..500u32 {
+            let m = Meta {
+                kind: Kind::Whole,
+                src_port: 0,
+                dst_port: 1 + round % 3,
+                total_len: 300,
+            };
+            while !p.try_push(m, &[round as u8; 300]) {
+                let info = c.peek().unwrap().unwrap();
+                let h = c.take(&info);
+                c.release(h);
+            }
+        }
+    }
+
+    #[test]
+    fn fragmented_messages_in_lockstep_with_two_scan_keys() {
+        // The engine's recv_into pattern: find the first fragment with one question (key 1),
+        // the following fragments with another (key 2), take and release each at once.
+        let s = seg(1 << 20, 64 << 10);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        let max = p.max_payload();
+        let mut data = vec![0u8; 1 << 20];
+        let mut lens = Vec::new();
+        for sz in (0..=17).map(|b| if b == 0 { 0 } else { 1usize << (b - 1) }) {
+            let n = (2000 * 4096 / (sz + 4096)).clamp(10, 2000) + 200;
+            lens.extend(std::iter::repeat_n(sz, n));
+        }
+        lens.extend([0usize, 8, 4096, 65536, 131072, 1 << 20].repeat(50));
+        for (round, &len) in lens.iter().enumerate() {
+            data[..len].fill(round as u8);
+            let mut off = 0;
+            let mut first = true;
+            let mut got = 0usize;
+            while first || off < len {
+                let end = (off + max).min(len);
+                let kind = if first && end == len && len <= max {
+                    Kind::Whole
+                } else if first {
+                    Kind::First
+                } else if end == len {
+                    Kind::Last
+                } else {
+                    Kind::Middle
+                };
+                let m = Meta {
+                    kind,
+                    src_port: 0,
+                    dst_port: 1,
+                    total_len: len as u64,
+                };
+                assert!(
+                    p.try_push(m, &data[off..end]),
+                    "ring full in lockstep at round {round}"
+                );
+                first = false;
+                off = end;
+                let key = if kind == Kind::Whole || kind == Kind::First {
+                    1
+                } else {
+                    2
+                };
+                let info = c
+                    .scan(key, |r| r.dst_port == 1)
+                    .unwrap()
+                    .expect("published");
+                assert_eq!(info.kind, kind);
+                let h = c.take(&info);
+                got += c.payload(&h).len();
+                c.release(h);
+                assert!(c.all_released());
+            }
+            assert_eq!(got, len);
+        }
+    }
+
+    #[test]
+    fn concurrent_producer_and_look_ahead_consumer_never_lose_the_tail() {
+        // A real race: the producer thread publishes (and pads) while the consumer scans past
+        // records of another port and takes them out of order. Sizes make padding frequent.
+        let s = seg(16 << 10, 2048);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        const N: u32 = 200_000;
+        let t = std::thread::spawn(move || {
+            for i in 0..N {
+                let len = [4usize, 500, 1000, 2000, 33][(i % 5) as usize];
+                let mut buf = [0u8; 2000];
+                buf[..4].copy_from_slice(&i.to_le_bytes());
+                let m = Meta {
+                    kind: Kind::Whole,
+                    src_port: 0,
+                    dst_port: 1 + i % 2,
+                    total_len: len as u64,
+                };
+                while !p.try_push(m, &buf[..len]) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut next = [0u32, 1u32]; // even numbers go to port 1, odd to port 2
+        let mut turn = 0;
+        while next[0] < N || next[1] < N {
+            let port = 1 + turn % 2;
+            turn += 1;
+            if next[(port - 1) as usize] >= N {
+                continue;
+            }
+            if let Some(info) = c.scan(port as u64, |r| r.dst_port == port).unwrap() {
+                let h = c.take(&info);
+                let got = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
+                assert_eq!(got, next[(port - 1) as usize], "port {port} out of order");
+                next[(port - 1) as usize] += 2;
+                c.release(h);
+            }
+        }
+        t.join().unwrap();
         assert!(c.all_released());
     }
 

@@ -17,7 +17,6 @@ pub enum Counter {
     Sleeps,
     SpinsEndedInSleep,
     ActiveDispatches,
-    HeadOfLineSkips,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -70,14 +69,9 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "spin-then-block waits whose spin ran out",
     ),
     ("active_dispatches", "messages", "active-port handler calls"),
-    (
-        "head_of_line_skips",
-        "polls",
-        "ring heads addressed to another local port, left in place",
-    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::HeadOfLineSkips as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::ActiveDispatches as usize + 1);
 
 #[derive(Default, Clone)]
 pub(crate) struct Counters([u64; COUNTERS.len()]);

@@ -59,6 +59,8 @@ pub(crate) struct Engine {
     pub rx: Vec<Consumer>,
     pub doorbells: Vec<EventFd>,
     pub ports: Vec<(u32, PortKind)>,
+    /// Bumped whenever `ports` changes (invalidates the rings' scan memos).
+    pub ports_gen: u64,
     pub pending: Vec<VecDeque<std::rc::Rc<std::cell::RefCell<Pending>>>>,
     pub npending: usize,
     pub partials: Vec<Partial>,
@@ -95,6 +97,7 @@ impl Engine {
             rx,
             doorbells,
             ports: Vec::new(),
+            ports_gen: 0,
             pending: (0..n).map(|_| VecDeque::new()).collect(),
             npending: 0,
             partials: Vec::new(),
@@ -227,12 +230,25 @@ impl Engine {
         done
     }
 
-    /// One pass over the incoming rings for `port`, starting after the ring served last.
+    /// One pass over the incoming rings for `port`, starting after the ring served last. In each
+    /// ring it looks past records for other ports, which stay in place for their readers (so one
+    /// port never waits behind another's unread messages while they fit in the ring).
     #[inline]
     pub fn poll_port(&mut self, port: u32, dispatch_active: bool) -> Result<Poll, RecvError> {
+        // The memo key names the question asked of each record; it changes whenever the set of
+        // ports (and so the answer) does.
+        let key = (port as u64) | ((dispatch_active as u64) << 32) | (self.ports_gen << 33);
         for i in 0..self.n {
             let src = (self.rr + i) % self.n;
-            let info = match self.rx[src].peek() {
+            let ports = &self.ports;
+            let found = self.rx[src].scan(key, |r| {
+                r.dst_port == port
+                    || (dispatch_active
+                        && ports
+                            .iter()
+                            .any(|(p, k)| *p == r.dst_port && *k == PortKind::Active))
+            });
+            let info = match found {
                 Ok(Some(info)) => info,
                 Ok(None) => continue,
                 Err(e) => {
@@ -246,12 +262,20 @@ impl Engine {
                 self.rr = (src + 1) % self.n;
                 return Ok(Poll::Found(src, info));
             }
-            if dispatch_active && self.port_kind(info.dst_port) == Some(PortKind::Active) {
-                return Ok(Poll::Active(src, info));
-            }
-            self.counters.add(Counter::HeadOfLineSkips, 1);
+            return Ok(Poll::Active(src, info));
         }
         Ok(Poll::Nothing)
+    }
+
+    /// The next record for `port` in the ring from `src` (the next fragment of a message).
+    pub fn next_from(&mut self, src: usize, port: u32) -> Result<Option<RecordInfo>, RecvError> {
+        let key = (port as u64) | (1 << 63);
+        self.rx[src]
+            .scan(key, |r| r.dst_port == port)
+            .map_err(|e| RecvError::Corrupt {
+                rank: src,
+                why: e.0,
+            })
     }
 
     /// Re-reads the other ranks' states if any changed since last time.

@@ -128,6 +128,7 @@ impl World {
             return Err(OpenError::PortInUse { port });
         }
         e.ports.push((port, kind));
+        e.ports_gen += 1;
         Ok(())
     }
 
@@ -738,10 +739,7 @@ impl Endpoint {
                 let next = {
                     let mut e = w.eng();
                     e.refresh_fates();
-                    e.rx[src].peek().map_err(|c| RecvError::Corrupt {
-                        rank: src,
-                        why: c.0,
-                    })?
+                    e.next_from(src, self.port)?
                 };
                 match next {
                     Some(n)
@@ -778,7 +776,9 @@ impl AsRawFd for Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.world.eng().ports.retain(|(p, _)| *p != self.port);
+        let mut e = self.world.eng();
+        e.ports.retain(|(p, _)| *p != self.port);
+        e.ports_gen += 1;
     }
 }
 
@@ -796,7 +796,10 @@ impl ActivePort {
 
 impl Drop for ActivePort {
     fn drop(&mut self) {
-        self.world.eng().ports.retain(|(p, _)| *p != self.port);
+        let mut e = self.world.eng();
+        e.ports.retain(|(p, _)| *p != self.port);
+        e.ports_gen += 1;
+        drop(e);
         self.world
             .inner
             .handlers

@@ -424,6 +424,62 @@ fn big(w: &World, size: usize) -> R {
     Ok(())
 }
 
+/// Rank 1 sends to port 21 (unread for now, one message fragmented), then to port 20, then to an
+/// active port. Rank 0 must get port 20's messages first, the active message while port 21's
+/// still wait, and port 21's last, each port in order.
+fn ports(w: &World) -> R {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let sizes = [10usize, 150_000, 3, 0];
+    if w.rank() == 1 {
+        let ep = w.open(1)?;
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut m = vec![0u8; n];
+            fill(&mut m, 21 + i as u64);
+            ep.send_to(0, 21, &m)?;
+        }
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut m = vec![0u8; n];
+            fill(&mut m, 20 + 100 * i as u64);
+            ep.send_to(0, 20, &m)?;
+        }
+        ep.send_to(0, 22, b"active")?;
+        ep.recv()?; // wait for rank 0 to finish before closing
+        return Ok(());
+    }
+    if w.rank() != 0 {
+        return Ok(());
+    }
+    let p20 = w.open(20)?;
+    let p21 = w.open(21)?;
+    let hits = Rc::new(Cell::new(0));
+    let h = hits.clone();
+    let _active = w.bind(22, move |m: &[u8], _| {
+        assert_eq!(m, b"active");
+        h.set(h.get() + 1);
+    })?;
+    for (i, &n) in sizes.iter().enumerate() {
+        let m = p20.recv()?;
+        check(&m, n, 20 + 100 * i as u64, &format!("port 20 message {i}"))?;
+    }
+    while hits.get() == 0 {
+        w.progress_wait()?;
+    }
+    let mut buf = vec![0u8; 200_000];
+    for (i, &n) in sizes.iter().enumerate() {
+        let (len, _) = p21.recv_into(&mut buf)?;
+        check(
+            &buf[..len],
+            n,
+            21 + i as u64,
+            &format!("port 21 message {i}"),
+        )?;
+    }
+    p21.send_to(1, 1, b"bye")?;
+    println!("result: ports ok");
+    Ok(())
+}
+
 /// Prints who this process is; with "self", also sends a message to itself.
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
@@ -486,9 +542,10 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        Some("ports") => ports(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | whoami [self] | hold");
             std::process::exit(2);
         }
     };
