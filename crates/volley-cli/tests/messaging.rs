@@ -147,3 +147,15 @@ fn a_port_never_waits_behind_another_ports_unread_messages() {
         assert!(out.contains("result: ports ok"), "{mode}: {out}");
     }
 }
+
+#[test]
+fn non_blocking_sends_report_back_pressure_and_lose_nothing() {
+    let out = ok(volley(&["-n", "2", CHECK, "backpressure"], &[]));
+    let accepted: u64 = values(&out, "accepted")[0].parse().unwrap();
+    // 1000-byte messages take 16 slots of 64 bytes; a 1 MiB ring holds 1024 of them at most.
+    assert!(
+        accepted > 0 && accepted <= 1024,
+        "try_send accepted {accepted}:\n{out}"
+    );
+    assert!(values(&out, "queued_incomplete")[0] != "0", "{out}");
+}

@@ -173,10 +173,22 @@ impl Producer {
         self.head + k - self.cached_tail <= self.cap
     }
 
-    /// Whether a message needing `payload_slots` slots of records could be written now without
-    /// waiting (used by non-blocking whole-message sends). Conservative by one record's padding.
-    pub fn can_fit(&mut self, payload_slots: u64) -> bool {
-        self.has_space(payload_slots + self.max_record_slots)
+    /// Whether a message of `len` bytes, cut into records of at most [`Producer::max_payload`],
+    /// could be written now without waiting. Exact for one record (padding included);
+    /// conservative by one record's padding for several.
+    pub fn can_fit_message(&mut self, len: usize) -> bool {
+        if len <= self.max_payload {
+            let k = slots_for(len);
+            let off = self.head & self.mask;
+            let need = if off + k > self.cap {
+                self.cap - off + k
+            } else {
+                k
+            };
+            return self.has_space(need);
+        }
+        let need = self.slots_for_message(len) + self.max_record_slots;
+        self.has_space(need)
     }
 
     /// Slots that a message of `len` bytes occupies when cut into records of `max_payload`.

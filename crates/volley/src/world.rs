@@ -462,8 +462,7 @@ impl Endpoint {
             return Err(l.into());
         }
         e.drive_pending();
-        let need = e.tx[rank].slots_for_message(data.len());
-        if !e.pending[rank].is_empty() || !e.tx[rank].can_fit(need) {
+        if !e.pending[rank].is_empty() || !e.tx[rank].can_fit_message(data.len()) {
             e.counters.add(Counter::BackPressure, 1);
             return Err(SendError::WouldBlock { rank });
         }

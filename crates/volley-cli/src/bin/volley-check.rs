@@ -480,6 +480,67 @@ fn ports(w: &World) -> R {
     Ok(())
 }
 
+/// Rank 1 does not read at first. Rank 0 try_sends until WouldBlock (the ring's worth, no more),
+/// queues more with isend (incomplete while rank 1 sleeps), then rank 1 reads everything in
+/// order and rank 0's requests complete.
+fn backpressure(w: &World) -> R {
+    let size = 1000usize;
+    let ep = w.open(12)?;
+    if w.rank() == 0 {
+        ep.target(1, 12)?;
+        let mut accepted = 0u64;
+        let mut msg = vec![0u8; size];
+        loop {
+            fill(&mut msg, accepted);
+            match ep.try_send(&msg) {
+                Ok(()) => accepted += 1,
+                Err(SendError::WouldBlock { rank: 1 }) => break,
+                Err(e) => return Err(e.into()),
+            }
+            if accepted > 1_000_000 {
+                return Err("try_send never reported WouldBlock".into());
+            }
+        }
+        let mut reqs = Vec::new();
+        for k in 0..20 {
+            let mut m = vec![0u8; size];
+            fill(&mut m, accepted + k);
+            reqs.push(ep.isend(m)?);
+        }
+        let queued_incomplete = reqs
+            .iter_mut()
+            .filter_map(|r| r.test().ok())
+            .filter(|done| !done)
+            .count();
+        if queued_incomplete == 0 {
+            return Err("isend completed although the receiver reads nothing".into());
+        }
+        for r in reqs {
+            r.wait()?;
+        }
+        ep.send(&[])?; // end marker
+        let ack = ep.recv()?;
+        let got = u64::from_le_bytes(ack[..8].try_into()?);
+        if got != accepted + 20 {
+            return Err(format!("receiver got {got} messages, {} were sent", accepted + 20).into());
+        }
+        println!("result: backpressure accepted={accepted} queued_incomplete={queued_incomplete} received={got}");
+    } else if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut seq = 0;
+        loop {
+            let m = ep.recv()?;
+            if m.is_empty() {
+                break;
+            }
+            check(&m, size, seq, &format!("message {seq}"))?;
+            seq += 1;
+        }
+        ep.send_to(0, 12, &seq.to_le_bytes())?;
+    }
+    Ok(())
+}
+
 /// Prints who this process is; with "self", also sends a message to itself.
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
@@ -543,9 +604,10 @@ fn main() {
             }
         }
         Some("ports") => ports(&world),
+        Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | whoami [self] | hold");
             std::process::exit(2);
         }
     };
