@@ -1,6 +1,8 @@
 //! The `volley` command. Layer 3: uses the public `volley` API and `volley-sys`; nothing uses it.
 #![forbid(unsafe_code)]
 
+mod bench;
+mod plot;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -20,12 +22,22 @@ struct Cli {
 enum Cmd {
     /// Start N processes of PROGRAM on this machine as the ranks of one job.
     Run(run::RunArgs),
+    /// Measure ping-pong latency, throughput, message rate, cost-model parameters, overlap and
+    /// idle cost, with kernel transports beside volley in the same run.
+    Bench(bench::BenchArgs),
+    /// Draw latency and throughput against message size from bench results (SVG or PNG).
+    Plot(plot::PlotArgs),
+    /// Convert NetPIPE output (np.out) into a volley result file.
+    ImportNetpipe(plot::ImportArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.cmd {
         Cmd::Run(args) => run::run(args),
+        Cmd::Bench(args) => bench::bench(args),
+        Cmd::Plot(args) => plot::plot(args),
+        Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
     };
     std::process::exit(code);
 }

@@ -397,3 +397,145 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
         });
     }
 }
+
+/// User plus system CPU time this process has used so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Two cache lines shared by two processes, for the placement probe: a bare ping-pong of one
+/// word between the cores the two processes run on, the floor under any shared-memory transfer.
+pub struct SharedLines {
+    map: Mapping,
+    _fd: OwnedFd,
+}
+
+impl SharedLines {
+    /// Creates the lines; the returned path lets a process of the same user open them too.
+    pub fn create() -> io::Result<(SharedLines, String)> {
+        let fd = memfd_create("volley-probe")?;
+        // SAFETY: plain syscall on our fd.
+        cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) })?;
+        let map = Mapping::map_shared(fd.as_raw_fd(), 4096)?;
+        let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+        Ok((SharedLines { map, _fd: fd }, path))
+    }
+
+    /// Opens the lines another process created.
+    pub fn open(path: &str) -> io::Result<SharedLines> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let fd: OwnedFd = f.into();
+        let map = Mapping::map_shared(fd.as_raw_fd(), 4096)?;
+        Ok(SharedLines { map, _fd: fd })
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: offsets 0 and 128 lie inside the 4096-byte mapping and are 8-byte aligned; the
+        // mapping lives as long as self.
+        unsafe { &*(self.map.as_ptr().add(i * 128) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Bounces a counter `iters` times; both processes call it with the same `round` (a new one
+    /// each time) and opposite `initiator`. Returns the one-way time in nanoseconds measured by
+    /// the initiator, or None if the peer did not answer within 5 seconds.
+    pub fn pingpong(&self, initiator: bool, round: u64, iters: u64) -> Option<f64> {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let (mine, theirs) = if initiator {
+            (self.word(0), self.word(1))
+        } else {
+            (self.word(1), self.word(0))
+        };
+        let base = round * (iters + 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let wait = |w: &std::sync::atomic::AtomicU64, v: u64| -> bool {
+            let mut n = 0u32;
+            while w.load(Acquire) != v {
+                std::hint::spin_loop();
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(65536) && std::time::Instant::now() > deadline {
+                    return false;
+                }
+            }
+            true
+        };
+        let t = std::time::Instant::now();
+        for i in 1..=iters {
+            if initiator {
+                mine.store(base + i, Release);
+                if !wait(theirs, base + i) {
+                    return None;
+                }
+            } else {
+                if !wait(theirs, base + i) {
+                    return None;
+                }
+                mine.store(base + i, Release);
+            }
+        }
+        Some(t.elapsed().as_nanos() as f64 / (2 * iters) as f64)
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable between processes on one machine (unlike
+/// std::time::Instant, which cannot be sent to another process).
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: plain data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Makes a named pipe (FIFO) readable and writable only by the current user.
+pub fn mkfifo(path: &std::path::Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::mkfifo(c.as_ptr(), 0o600) })?;
+    Ok(())
+}
+
+/// Sets a socket's send and receive buffers to `bytes`, beyond the system maximum when the
+/// process may (SO_*BUFFORCE needs CAP_NET_ADMIN). Returns the receive buffer size obtained.
+pub fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<usize> {
+    let v = bytes as libc::c_int;
+    let set = |opt: libc::c_int| {
+        // SAFETY: setsockopt with a valid int option value.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) != 0 {
+        cvt(set(libc::SO_RCVBUF))?;
+    }
+    if set(libc::SO_SNDBUFFORCE) != 0 {
+        cvt(set(libc::SO_SNDBUF))?;
+    }
+    let mut got: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid out-pointers.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut got as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(got as usize)
+}
