@@ -443,44 +443,72 @@ impl SharedLines {
         unsafe { &*(self.map.as_ptr().add(i * 128) as *const std::sync::atomic::AtomicU64) }
     }
 
-    /// Bounces a counter `iters` times; both processes call it with the same `round` (a new one
-    /// each time) and opposite `initiator`. Returns the one-way time in nanoseconds measured by
-    /// the initiator, or None if the peer did not answer within 5 seconds.
-    pub fn pingpong(&self, initiator: bool, round: u64, iters: u64) -> Option<f64> {
+    /// Bounces a counter up to `iters` times or for `budget`, whichever ends first; both
+    /// processes call it with the same `round` (a new one each time) and opposite `initiator`.
+    /// The initiator decides when to stop and tells the other with an end marker. Returns the
+    /// one-way time in nanoseconds measured by the initiator, or None if the peer did not answer
+    /// within 5 seconds.
+    pub fn pingpong(
+        &self,
+        initiator: bool,
+        round: u64,
+        iters: u64,
+        budget: Duration,
+    ) -> Option<f64> {
         use std::sync::atomic::Ordering::{Acquire, Release};
         let (mine, theirs) = if initiator {
             (self.word(0), self.word(1))
         } else {
             (self.word(1), self.word(0))
         };
-        let base = round * (iters + 1);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let wait = |w: &std::sync::atomic::AtomicU64, v: u64| -> bool {
+        let base = round << 32;
+        // The end marker belongs to its round, so a marker left from the last round is ignored.
+        let end = base | 0xffff_ffff;
+        let iters = iters.min(0xffff_fffe);
+        let t = std::time::Instant::now();
+        let deadline = t + Duration::from_secs(5);
+        // Waits until `w` holds a value of this round it has not seen (`v > last`); the end
+        // marker is the largest of them.
+        let wait_next = |w: &std::sync::atomic::AtomicU64, last: u64| -> Option<u64> {
             let mut n = 0u32;
-            while w.load(Acquire) != v {
+            loop {
+                let v = w.load(Acquire);
+                if v >> 32 == round && v > last {
+                    return Some(v);
+                }
                 std::hint::spin_loop();
                 n = n.wrapping_add(1);
                 if n.is_multiple_of(65536) && std::time::Instant::now() > deadline {
-                    return false;
+                    return None;
                 }
             }
-            true
         };
-        let t = std::time::Instant::now();
-        for i in 1..=iters {
-            if initiator {
+        if initiator {
+            let mut done = 0;
+            for i in 1..=iters {
                 mine.store(base + i, Release);
-                if !wait(theirs, base + i) {
+                if wait_next(theirs, base + i - 1)? != base + i {
                     return None;
                 }
-            } else {
-                if !wait(theirs, base + i) {
-                    return None;
+                done = i;
+                if i.is_multiple_of(64) && t.elapsed() > budget {
+                    break;
                 }
-                mine.store(base + i, Release);
+            }
+            let elapsed = t.elapsed();
+            mine.store(end, Release);
+            Some(elapsed.as_nanos() as f64 / (2 * done.max(1)) as f64)
+        } else {
+            let mut last = base;
+            loop {
+                let v = wait_next(theirs, last)?;
+                if v == end {
+                    return Some(0.0);
+                }
+                mine.store(v, Release);
+                last = v;
             }
         }
-        Some(t.elapsed().as_nanos() as f64 / (2 * iters) as f64)
     }
 }
 

@@ -332,7 +332,7 @@ impl Bench {
                 C_PROBE => {
                     self.probe_round += 1;
                     if let Some(pl) = &self.probe {
-                        pl.pingpong(false, self.probe_round, n);
+                        pl.pingpong(false, self.probe_round, n, Duration::from_millis(50));
                     }
                 }
                 C_PINGPONG => {
@@ -488,7 +488,7 @@ impl Bench {
         Ok(self
             .probe
             .as_ref()
-            .and_then(|p| p.pingpong(true, self.probe_round, n)))
+            .and_then(|p| p.pingpong(true, self.probe_round, n, Duration::from_millis(50))))
     }
 
     fn pingpong(&mut self, li: u64, size: usize, iters: u64) -> io::Result<Measured> {
@@ -698,7 +698,12 @@ impl Bench {
         let mut series = Vec::new();
         for ((li, mi), per_size) in acc {
             let kind = self.links[li as usize].kind();
-            let mode = modes[mi].1;
+            // Kernel sockets have one way to wait, a blocking read.
+            let mode = if kind == Kind::Volley || modes[mi].1.is_empty() {
+                modes[mi].1
+            } else {
+                "blocking"
+            };
             let transport = if mode.is_empty() {
                 kind.name().to_string()
             } else {

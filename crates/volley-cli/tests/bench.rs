@@ -1,0 +1,328 @@
+//! `volley bench` and `volley plot`: every test mode runs a tiny sweep (volley and the TCP
+//! baseline, as real processes), and what comes out must be well formed and agree with itself.
+//! These tests check behaviour, never speed.
+
+mod common;
+use common::VOLLEY;
+use serde_json::Value;
+use std::process::Command;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("volley-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+const SIZES: [u64; 3] = [8, 4096, 100_000];
+const REPS: u64 = 2;
+const ITERS: u64 = 20;
+const STREAM: u64 = 200_000;
+const WINDOW: u64 = 8;
+
+/// Runs `volley bench TEST` on a tiny sweep with TCP beside volley; returns the parsed JSON.
+fn bench(test: &str, extra: &[&str]) -> Value {
+    let json = tmp(&format!("{test}.json"));
+    let mut args = vec![
+        "bench".to_string(),
+        test.into(),
+        "--sizes".into(),
+        "8,4K,100000".into(),
+        "--vs".into(),
+        "tcp".into(),
+        "--reps".into(),
+        REPS.to_string(),
+        "--iters".into(),
+        ITERS.to_string(),
+        "--budget-ms".into(),
+        "5".into(),
+        "--stream-bytes".into(),
+        STREAM.to_string(),
+        "--window".into(),
+        WINDOW.to_string(),
+        "--idle-ms".into(),
+        "20".into(),
+        "--json".into(),
+        json.to_str().unwrap().into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let o = Command::new(VOLLEY).args(&args).output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        o.status.success(),
+        "volley bench {test} failed\n{out}\n{err}"
+    );
+    assert!(
+        out.contains(&format!("# volley bench {test}")),
+        "table missing:\n{out}"
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("well-formed JSON")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Checks everything every result must satisfy, and returns the series by transport.
+fn check_common(r: &Value, test: &str) -> Vec<(String, Vec<Value>)> {
+    assert_eq!(r["format"], "volley-bench/1");
+    assert_eq!(r["test"], test);
+    let date = r["date"].as_str().unwrap();
+    assert_eq!(date.len(), 20, "{date}");
+    assert!(
+        date.ends_with('Z') && &date[4..5] == "-" && &date[10..11] == "T",
+        "{date}"
+    );
+    assert!(r["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(!r["machine"]["kernel"].as_str().unwrap().is_empty());
+    assert!(!r["volley"]["revision"].as_str().unwrap().is_empty());
+    for k in ["probe_before_ns", "probe_after_ns"] {
+        assert!(f(&r["placement"][k]) > 0.0, "{k}");
+    }
+    let mut out = Vec::new();
+    for s in r["series"].as_array().unwrap() {
+        let points = s["points"].as_array().unwrap().clone();
+        for p in &points {
+            let t = &p["time_us"];
+            let (min, med, p99, max, trim) = (
+                f(&t["min"]),
+                f(&t["median"]),
+                f(&t["p99"]),
+                f(&t["max"]),
+                f(&t["trim80"]),
+            );
+            assert!(min > 0.0 && min <= med && med <= p99 && p99 <= max, "{t}");
+            assert!(min <= trim && trim <= max, "{t}");
+            assert_eq!(t["n"], p["samples"]);
+            // Throughput x time = bytes.
+            let bytes = f(&p["bytes_per_sample"]);
+            let tp = f(&p["mbytes_per_s"]);
+            assert!(
+                (tp * med - bytes).abs() <= 1e-6 * bytes.max(1.0),
+                "throughput {tp} x time {med} != {bytes}"
+            );
+            assert!(p["iterations"].as_u64().unwrap() >= REPS, "{p}");
+        }
+        out.push((s["transport"].as_str().unwrap().to_string(), points));
+    }
+    out
+}
+
+fn sizes_of(points: &[Value]) -> Vec<u64> {
+    points
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn pingpong_json_agrees_with_itself_and_netpipe_output_parses_back() {
+    let np = tmp("np");
+    let r = bench("pingpong", &["--netpipe", np.to_str().unwrap()]);
+    let series = check_common(&r, "pingpong");
+    let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["volley-shm", "tcp"]);
+    for (name, points) in &series {
+        assert_eq!(sizes_of(points), SIZES, "{name}");
+        for p in points {
+            // One message each way per iteration; at least the asked number per repetition.
+            assert_eq!(p["bytes_per_sample"], p["bytes"]);
+            assert!(p["iterations"].as_u64().unwrap() >= REPS * ITERS, "{p}");
+            assert!(f(&p["cpu_us_per_iter"]) >= 0.0);
+        }
+    }
+    // NetPIPE format: one file per transport, which parses back to the same sizes and times.
+    for (name, points) in &series {
+        let file = format!("{}.{name}", np.display());
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), SIZES.len(), "{text}");
+        let out = tmp(&format!("import-{name}.json"));
+        let st = Command::new(VOLLEY)
+            .args([
+                "import-netpipe",
+                &file,
+                "--label",
+                "back",
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let back: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let bp = back["series"][0]["points"].as_array().unwrap();
+        assert_eq!(sizes_of(bp), SIZES);
+        for (a, b) in points.iter().zip(bp) {
+            let (ta, tb) = (f(&a["time_us"]["median"]), f(&b["time_us"]["median"]));
+            assert!(
+                (ta - tb).abs() <= 0.011,
+                "{name}: {ta} vs {tb} after the NetPIPE round trip"
+            );
+        }
+    }
+}
+
+#[test]
+fn stream_bibw_and_rate_count_what_they_move() {
+    for test in ["stream", "bibw", "rate"] {
+        let r = bench(test, &[]);
+        let series = check_common(&r, test);
+        assert_eq!(series.len(), 2, "{test}: volley and tcp");
+        for (name, points) in &series {
+            assert_eq!(sizes_of(points), SIZES, "{test} {name}");
+            for p in points {
+                let size = p["bytes"].as_u64().unwrap();
+                let per = p["bytes_per_sample"].as_u64().unwrap();
+                let want = match test {
+                    "stream" => (STREAM / size).clamp(1, 100_000) * size,
+                    "bibw" => 2 * (STREAM / size).clamp(1, 100_000) * size,
+                    _ => WINDOW * size,
+                };
+                assert_eq!(per, want, "{test} {name} size {size}");
+                assert!(f(&p["msgs_per_s"]) > 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn logp_reports_the_cost_model_beside_its_limit() {
+    let r = bench("logp", &[]);
+    for (name, points) in check_common(&r, "logp") {
+        assert_eq!(sizes_of(&points), SIZES, "{name}");
+        for p in &points {
+            for k in ["os_us", "or_us", "g_us", "l_us", "memcpy_limit_us"] {
+                let v = f(&p["extra"][k]);
+                assert!(v >= 0.0 && v.is_finite(), "{name} {k} = {v}");
+            }
+        }
+    }
+}
+
+#[test]
+fn overlap_runs_where_non_blocking_sends_exist() {
+    let r = bench("overlap", &[]);
+    let series = check_common(&r, "overlap");
+    // Kernel sockets have no non-blocking send of a whole message: left out, with a word why.
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].0, "volley-shm");
+    for p in &series[0].1 {
+        let o = f(&p["extra"]["overlap"]);
+        assert!((0.0..=1.0).contains(&o), "{o}");
+        assert!(f(&p["extra"]["t_comm_us"]) > 0.0);
+    }
+}
+
+#[test]
+fn idle_measures_each_waiting_mode() {
+    let r = bench("idle", &[]);
+    let series = check_common(&r, "idle");
+    let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "volley-shm/busy",
+            "volley-shm/block",
+            "volley-shm/spin",
+            "tcp/blocking"
+        ]
+    );
+    for (name, points) in &series {
+        assert_eq!(sizes_of(points), [8]);
+        let cpu = f(&points[0]["extra"]["cpu_fraction"]);
+        assert!((0.0..=1.5).contains(&cpu), "{name}: cpu fraction {cpu}");
+    }
+}
+
+#[test]
+fn plot_makes_valid_svg_and_png() {
+    let r = bench("pingpong", &["--label", "ci"]);
+    let json = tmp("plot-input.json");
+    std::fs::write(&json, serde_json::to_string(&r).unwrap()).unwrap();
+    let np = tmp("peer.np.out");
+    std::fs::write(
+        &np,
+        "       8 20.0   0.00000040\n    4096 8000.0   0.0000041\n",
+    )
+    .unwrap();
+    let svg = tmp("fig.svg");
+    let png = tmp("fig.png");
+    for out in [&svg, &png] {
+        let o = Command::new(VOLLEY)
+            .args([
+                "plot",
+                json.to_str().unwrap(),
+                &format!("{}=NetPIPE peer", np.display()),
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        s.starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+        "not an SVG document"
+    );
+    for label in [
+        "ci volley-shm",
+        "ci tcp",
+        "NetPIPE peer",
+        "message size (bytes)",
+        "Latency",
+        "Throughput",
+    ] {
+        assert!(s.contains(label), "SVG lacks {label:?}");
+    }
+    assert!(
+        s.matches("<polyline").count() >= 6,
+        "one curve per series and panel"
+    );
+    let p = std::fs::read(&png).unwrap();
+    assert_eq!(&p[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(&p[12..16], b"IHDR");
+    let (w, h) = (
+        u32::from_be_bytes(p[16..20].try_into().unwrap()),
+        u32::from_be_bytes(p[20..24].try_into().unwrap()),
+    );
+    assert_eq!((w, h), (1400, 560));
+    assert!(
+        p.len() > 10_000,
+        "PNG of {} bytes is suspiciously empty",
+        p.len()
+    );
+
+    // Bad input: a clear error, not a crash.
+    let o = Command::new(VOLLEY)
+        .args(["plot", "/nonexistent.json", "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent.json"));
+    let o = Command::new(VOLLEY)
+        .args(["plot", json.to_str().unwrap(), "-o", "x.gif"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains(".svg or .png"));
+}
+
+#[test]
+fn bad_bench_options_are_clear_errors() {
+    for (args, want) in [
+        (vec!["bench", "nosuch"], "unknown test"),
+        (vec!["bench", "pingpong", "--sizes", "abc"], "not a size"),
+        (
+            vec!["bench", "pingpong", "--vs", "carrier-pigeon"],
+            "unknown transport",
+        ),
+    ] {
+        let o = Command::new(VOLLEY).args(&args).output().unwrap();
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
