@@ -1,6 +1,6 @@
 // The floor for any shared-memory ping-pong: two processes, pinned to CPUs 0 and 1, bounce one
 // 8-byte counter through a shared anonymous mapping. Prints the one-way time.
-// Built and run by bench/interleave-pingpong.sh.
+// Built and run by bench/compare.sh.
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
