@@ -343,17 +343,8 @@ impl Bench {
                         l.send(buf)?;
                     }
                 }
-                C_STREAM | C_RATE => {
+                C_STREAM | C_RATE | C_OS => {
                     // n streams (or windows) of p messages, one ack each.
-                    let l = &mut self.links[li as usize];
-                    for _ in 0..n {
-                        for _ in 0..p {
-                            l.recv(&mut self.rbuf)?;
-                        }
-                        l.send(&[1])?;
-                    }
-                }
-                C_OS => {
                     let l = &mut self.links[li as usize];
                     for _ in 0..n {
                         for _ in 0..p {
