@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod info;
 mod plot;
 mod run;
 
@@ -29,6 +30,9 @@ enum Cmd {
     Plot(plot::PlotArgs),
     /// Convert NetPIPE output (np.out) into a volley result file.
     ImportNetpipe(plot::ImportArgs),
+    /// Show the transports and modes found on this machine, which are usable and why not, and
+    /// the settings in force with where each came from.
+    Info,
 }
 
 fn main() {
@@ -38,6 +42,7 @@ fn main() {
         Cmd::Bench(args) => bench::bench(args),
         Cmd::Plot(args) => plot::plot(args),
         Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
+        Cmd::Info => info::info(),
     };
     std::process::exit(code);
 }

@@ -8,7 +8,12 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 /// "VOLLEYJB" in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// Layout version; bump on any change to the structures in this file or in ring.rs.
-pub const VERSION: u32 = 1;
+/// 2: RankBlock::caps and rendezvous records (single copy).
+pub const VERSION: u32 = 2;
+
+/// Bit of [`RankBlock::caps`]: the rank can read its peers' memory with process_vm_readv, so
+/// senders may hand it large messages by address (single copy) instead of through the ring.
+pub const CAP_SINGLE_COPY: u32 = 1;
 
 /// Rank lifecycle values of [`RankBlock::state`].
 pub const RANK_UNBORN: u32 = 0;
@@ -54,7 +59,9 @@ pub struct RankBlock {
     /// Exit code or signal number, meaningful for EXITED and KILLED.
     pub detail: AtomicI32,
     pub pid: AtomicU32,
-    _pad0: [u8; 116],
+    /// CAP_* bits, written by the rank before it says RUNNING.
+    pub caps: AtomicU32,
+    _pad0: [u8; 112],
     /// 1 while the rank is (about to be) asleep on its eventfd and wants a wake-up; 0 while it
     /// is running or spinning. Senders swap it to 0 and ring the eventfd if it was 1.
     pub armed: AtomicU32,
@@ -63,6 +70,7 @@ pub struct RankBlock {
 
 const _: () = assert!(size_of::<RankBlock>() == 256);
 const _: () = assert!(offset_of!(RankBlock, armed) == 128);
+const _: () = assert!(offset_of!(RankBlock, caps) == 12);
 
 /// What a creator chooses; everything else follows.
 #[derive(Clone, Copy, Debug)]

@@ -11,11 +11,12 @@ mod layout;
 mod ring;
 
 pub use layout::{
-    JobHeader, Layout, RankBlock, SegmentParams, MAGIC, RANK_EXITED, RANK_FINALIZED, RANK_KILLED,
-    RANK_RUNNING, RANK_UNBORN, VERSION,
+    JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_EXITED,
+    RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,
 };
 pub use ring::{
-    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, SharedHeld, RECORD_HEADER, SLOT,
+    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, SharedHeld,
+    RECORD_HEADER, RNDV_DESC, SLOT,
 };
 
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -21,7 +21,7 @@
 use crate::layout::Layout;
 use crate::Segment;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bytes per slot: one cache line.
@@ -70,6 +70,25 @@ pub enum Kind {
     Last = 4,
     /// Filler up to the end of the ring; never shown to the consumer's caller.
     Pad = 5,
+    /// A rendezvous descriptor: the message (`total_len` bytes) stays in the sender's memory at
+    /// the address in the payload; the receiver copies it with process_vm_readv and sets the
+    /// descriptor's done flag (see [`RNDV_DESC`]).
+    Rndv = 6,
+}
+
+/// Payload of a [`Kind::Rndv`] record: sender address (u64), length (u64), done flag (atomic
+/// u32: 0 pending, 1 copied, 2 failed; written by the consumer), 4 bytes of padding.
+pub const RNDV_DESC: usize = 24;
+
+/// Where a rendezvous stands, as the sender sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RndvState {
+    /// The receiver has not copied the data yet: the buffer must stay untouched.
+    Pending,
+    /// Copied: the sender may reuse the buffer.
+    Done,
+    /// The receiver could not copy it (the kernel refused at run time).
+    Failed,
 }
 
 impl Kind {
@@ -80,6 +99,7 @@ impl Kind {
             3 => Kind::Middle,
             4 => Kind::Last,
             5 => Kind::Pad,
+            6 => Kind::Rndv,
             _ => return None,
         })
     }
@@ -208,6 +228,12 @@ impl Producer {
     /// Panics if `payload` is longer than [`Producer::max_payload`].
     #[inline]
     pub fn try_push(&mut self, meta: Meta, payload: &[u8]) -> bool {
+        self.try_push_pos(meta, payload).is_some()
+    }
+
+    /// Like [`Producer::try_push`], returning the position of the record written.
+    #[inline]
+    pub fn try_push_pos(&mut self, meta: Meta, payload: &[u8]) -> Option<u64> {
         assert!(payload.len() <= self.max_payload, "record payload too long");
         let k = slots_for(payload.len());
         let off = self.head & self.mask;
@@ -215,7 +241,7 @@ impl Producer {
             // The record would wrap: fill the rest of the ring with a pad record first.
             let pad = self.cap - off;
             if !self.has_space(pad) {
-                return false;
+                return None;
             }
             let pad_meta = Meta {
                 kind: Kind::Pad,
@@ -228,13 +254,40 @@ impl Producer {
             self.head += pad;
         }
         if !self.has_space(k) {
-            return false;
+            return None;
         }
         let off = self.head & self.mask;
         // SAFETY: `k` slots from `off` are inside the ring (no wrap, checked above) and free.
         unsafe { self.publish(off, meta, payload.len(), payload) };
+        let pos = self.head;
         self.head += k;
-        true
+        Some(pos)
+    }
+
+    /// Where the rendezvous whose descriptor this producer wrote at `pos` stands.
+    pub fn rndv_state(&self, pos: u64) -> RndvState {
+        // SYNC: Acquire; pairs with the Release tail store in Consumer::free_released. The
+        // consumer releases a descriptor only after its copy succeeded, so a tail past it means
+        // done; before that the record is intact and its flag tells.
+        // SAFETY: ctrl is valid while we hold the segment.
+        let tail = unsafe { (*self.ctrl).tail.load(Ordering::Acquire) };
+        if tail > pos {
+            return RndvState::Done;
+        }
+        // SAFETY: the record at pos is not released, so its slots still hold our descriptor.
+        let flag = unsafe {
+            &*(self
+                .slots
+                .add((pos & self.mask) as usize * SLOT + RECORD_HEADER + 16)
+                as *const AtomicU32)
+        };
+        // SYNC: Acquire; pairs with the Release store in Consumer::rndv_finish: the copy out of
+        // our buffer happened before.
+        match flag.load(Ordering::Acquire) {
+            0 => RndvState::Pending,
+            1 => RndvState::Done,
+            _ => RndvState::Failed,
+        }
     }
 
     /// # Safety
@@ -528,6 +581,36 @@ impl Consumer {
         // and is consumed by release), so the producer does not touch it; `self` holds the
         // segment for the lifetime of the returned slice.
         unsafe { std::slice::from_raw_parts(held.ptr, held.len) }
+    }
+
+    /// The sender's address and the length of a rendezvous record this consumer took.
+    pub fn rndv_desc(&self, held: &Held) -> Result<(u64, u64), Corrupt> {
+        let p = self.payload(held);
+        if p.len() < RNDV_DESC {
+            return Err(Corrupt(format!(
+                "rendezvous descriptor of {} bytes",
+                p.len()
+            )));
+        }
+        let addr = u64::from_ne_bytes(p[0..8].try_into().expect("8 bytes"));
+        let len = u64::from_ne_bytes(p[8..16].try_into().expect("8 bytes"));
+        Ok((addr, len))
+    }
+
+    /// Tells the sender its rendezvous is over. On success the record is released; on failure
+    /// it stays taken, so that the sender can read the failure (the pair's ring is then stuck,
+    /// which is what a kernel that refuses mid-job deserves: the error says how to avoid it).
+    pub fn rndv_finish(&mut self, held: Held, ok: bool) {
+        // SAFETY: the descriptor is inside the taken record, 16 bytes into its payload.
+        let flag = unsafe { &*(held.ptr.add(16) as *const AtomicU32) };
+        // SYNC: Release; pairs with the Acquire in Producer::rndv_state.
+        flag.store(if ok { 1 } else { 2 }, Ordering::Release);
+        if ok {
+            self.release(held);
+        } else {
+            // Kept taken (never released): dropping the handle leaves the record in place.
+            self.held -= 1;
+        }
     }
 
     /// Gives a record back. Records may be released in any order; the producer sees space only

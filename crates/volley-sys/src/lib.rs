@@ -567,3 +567,85 @@ pub fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<usize> {
     })?;
     Ok(got as usize)
 }
+
+/// Copies `local.len()` bytes from address `remote` in process `pid` into `local`, with
+/// process_vm_readv (cross-memory attach: one copy, no shared buffer). Loops over partial reads.
+pub fn process_vm_read(pid: u32, local: &mut [u8], remote: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < local.len() {
+        let liov = libc::iovec {
+            // SAFETY: in bounds of `local`.
+            iov_base: unsafe { local.as_mut_ptr().add(done) }.cast(),
+            iov_len: local.len() - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote + done as u64) as *mut libc::c_void,
+            iov_len: local.len() - done,
+        };
+        // SAFETY: the local iovec points into `local`, which we own mutably; the kernel checks
+        // the remote one against the other process's address space and fails with EFAULT.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_readv read nothing",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Lets any process of the same user read this one's memory (PR_SET_PTRACER_ANY), which Yama's
+/// ptrace_scope = 1 otherwise forbids between sibling processes. Without Yama it is a no-op.
+pub fn allow_any_ptracer() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        // EINVAL: no Yama in this kernel, nothing to allow.
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Yama's /proc/sys/kernel/yama/ptrace_scope, if the kernel has Yama.
+pub fn yama_ptrace_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Whether this process holds CAP_SYS_PTRACE (effective), from /proc/self/status.
+pub fn has_cap_sys_ptrace() -> bool {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("CapEff:"))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .is_some_and(|caps| caps & (1 << 19) != 0)
+}
+
+/// Reads `len` bytes at `remote` in process `pid` into `v` (replacing its contents), without
+/// first zero-filling the buffer.
+pub fn process_vm_read_to_vec(
+    pid: u32,
+    remote: u64,
+    len: usize,
+    v: &mut Vec<u8>,
+) -> io::Result<()> {
+    v.clear();
+    v.reserve_exact(len);
+    let spare = &mut v.spare_capacity_mut()[..len];
+    // SAFETY: MaybeUninit<u8> and u8 have the same layout; the kernel only writes into it, and
+    // we expose the bytes (set_len) only after all of them were written.
+    let dst = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr() as *mut u8, len) };
+    process_vm_read(pid, dst, remote)?;
+    // SAFETY: process_vm_read filled all `len` bytes or returned an error above.
+    unsafe { v.set_len(len) };
+    Ok(())
+}

@@ -32,9 +32,26 @@ pub struct Config {
     pub liveness_poll: Duration,
     /// Print the counters to stderr when the world closes. VOLLEY_COUNTERS=1.
     pub print_counters: bool,
+    /// Use single copy (process_vm_readv) where possible. VOLLEY_SINGLE_COPY = auto | off.
+    pub single_copy: bool,
+    /// Messages of at least this many bytes go by single copy. VOLLEY_SINGLE_COPY_THRESHOLD.
+    pub single_copy_threshold: usize,
+    /// Act as if the kernel refused process_vm_readv (for tests of the fallback).
+    /// VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL=1.
+    pub simulate_single_copy_refusal: bool,
+    /// Where each setting came from: (variable, value, "default" or "environment").
+    pub sources: Vec<(&'static str, String, &'static str)>,
 }
 
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// Default single-copy threshold: never. Measured on the development machine (README, "Transfer
+/// modes"), the pipelined copy through the ring beat process_vm_readv at every size from 4 KiB to
+/// 8 MiB, with cache-hot buffers (28 vs 15 GB/s at 4 MiB) and with cold ones (17 vs 7.7 GB/s at
+/// 8 MiB): in the pipeline both processes copy at once, in single copy only the receiver does.
+/// Single copy still frees the sender's CPU and needs no sender progress; set
+/// VOLLEY_SINGLE_COPY_THRESHOLD to use it.
+pub const DEFAULT_SINGLE_COPY_THRESHOLD: usize = usize::MAX;
 
 impl Config {
     /// Defaults for a job of `nranks` local ranks, overridden by the environment.
@@ -82,7 +99,74 @@ impl Config {
                 })
             }
         };
-        let print_counters = matches!(std::env::var("VOLLEY_COUNTERS").ok().as_deref(), Some(v) if v != "0" && !v.is_empty());
+        let print_counters = flag("VOLLEY_COUNTERS");
+        let single_copy = match std::env::var("VOLLEY_SINGLE_COPY").ok().as_deref() {
+            None | Some("") | Some("auto") | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_SINGLE_COPY",
+                    value: other.to_string(),
+                    why: "must be auto or off".into(),
+                })
+            }
+        };
+        let single_copy_threshold =
+            env_usize("VOLLEY_SINGLE_COPY_THRESHOLD")?.unwrap_or(DEFAULT_SINGLE_COPY_THRESHOLD);
+        if single_copy_threshold < 64 {
+            return Err(InitError::Env {
+                var: "VOLLEY_SINGLE_COPY_THRESHOLD",
+                value: single_copy_threshold.to_string(),
+                why: "must be at least 64 (smaller messages always go inline)".into(),
+            });
+        }
+        let source = |v: &str| {
+            if std::env::var_os(v).is_some_and(|x| !x.is_empty()) {
+                "environment"
+            } else {
+                "default"
+            }
+        };
+        let sources = vec![
+            ("VOLLEY_WAIT", format!("{wait:?}"), source("VOLLEY_WAIT")),
+            (
+                "VOLLEY_SPIN_US",
+                spin.as_micros().to_string(),
+                source("VOLLEY_SPIN_US"),
+            ),
+            (
+                "VOLLEY_SHM_RING_BYTES",
+                ring_bytes.to_string(),
+                source("VOLLEY_SHM_RING_BYTES"),
+            ),
+            (
+                "VOLLEY_SHM_RECORD_BYTES",
+                record_bytes.to_string(),
+                source("VOLLEY_SHM_RECORD_BYTES"),
+            ),
+            (
+                "VOLLEY_SHM_DIR",
+                shm_dir
+                    .as_ref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|| "(memfd)".into()),
+                source("VOLLEY_SHM_DIR"),
+            ),
+            (
+                "VOLLEY_SINGLE_COPY",
+                if single_copy { "auto" } else { "off" }.into(),
+                source("VOLLEY_SINGLE_COPY"),
+            ),
+            (
+                "VOLLEY_SINGLE_COPY_THRESHOLD",
+                if single_copy_threshold == usize::MAX {
+                    "never (measured: the ring pipeline is faster here)".into()
+                } else {
+                    single_copy_threshold.to_string()
+                },
+                source("VOLLEY_SINGLE_COPY_THRESHOLD"),
+            ),
+        ];
         Ok(Config {
             ring_bytes,
             record_bytes,
@@ -90,8 +174,16 @@ impl Config {
             wait,
             liveness_poll: Duration::from_millis(50),
             print_counters,
+            single_copy,
+            single_copy_threshold,
+            simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
+            sources,
         })
     }
+}
+
+fn flag(var: &str) -> bool {
+    matches!(std::env::var(var).ok().as_deref(), Some(v) if v != "0" && !v.is_empty())
 }
 
 pub(crate) fn env_usize(var: &'static str) -> Result<Option<usize>, InitError> {

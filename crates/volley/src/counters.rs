@@ -17,6 +17,11 @@ pub enum Counter {
     Sleeps,
     SpinsEndedInSleep,
     ActiveDispatches,
+    InlineSends,
+    PipelinedSends,
+    SingleCopySends,
+    SingleCopyRecvs,
+    SingleCopyBytes,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -69,9 +74,34 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "spin-then-block waits whose spin ran out",
     ),
     ("active_dispatches", "messages", "active-port handler calls"),
+    (
+        "inline_sends",
+        "messages",
+        "messages copied whole into one ring record",
+    ),
+    (
+        "pipelined_sends",
+        "messages",
+        "messages cut into fragments through the ring",
+    ),
+    (
+        "single_copy_sends",
+        "messages",
+        "messages handed over by address (process_vm_readv)",
+    ),
+    (
+        "single_copy_recvs",
+        "messages",
+        "messages copied straight from the sender's memory",
+    ),
+    (
+        "single_copy_bytes",
+        "bytes",
+        "bytes received by single copy",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::ActiveDispatches as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::SingleCopyBytes as usize + 1);
 
 #[derive(Default, Clone)]
 pub(crate) struct Counters([u64; COUNTERS.len()]);

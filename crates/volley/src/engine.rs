@@ -26,11 +26,18 @@ pub(crate) struct Cursor {
 
 /// A non-blocking send that found its ring full, queued in order behind earlier ones.
 pub(crate) struct Pending {
+    pub dst: usize,
     pub src_port: u32,
     pub dst_port: u32,
     pub data: Vec<u8>,
     pub cursor: Cursor,
+    /// Goes by single copy: only a descriptor enters the ring.
+    pub rndv: bool,
+    /// Position of the descriptor once written; the data must stay put until the receiver
+    /// has copied it.
+    pub rndv_pos: Option<u64>,
     pub done: bool,
+    pub failed: bool,
 }
 
 /// A message larger than one record, being gathered for recv() or an active port.
@@ -63,6 +70,9 @@ pub(crate) struct Engine {
     pub ports_gen: u64,
     pub pending: Vec<VecDeque<std::rc::Rc<std::cell::RefCell<Pending>>>>,
     pub npending: usize,
+    /// Single-copy sends whose descriptor is in a ring and whose data the receiver has not
+    /// copied yet. They keep their buffers alive.
+    pub inflight: Vec<std::rc::Rc<std::cell::RefCell<Pending>>>,
     pub partials: Vec<Partial>,
     pub counters: Counters,
     pub max_payload: usize,
@@ -75,10 +85,19 @@ pub(crate) struct Engine {
     rr: usize,
     /// Assembly buffers returned by dropped messages, reused by the next large recv().
     pub spare: Option<Vec<u8>>,
+    /// This process can use single copy (as sender and receiver).
+    pub single_copy: bool,
+    pub single_copy_threshold: usize,
 }
 
 impl Engine {
-    pub fn new(seg: Arc<Segment>, me: usize, doorbells: Vec<EventFd>) -> Engine {
+    pub fn new(
+        seg: Arc<Segment>,
+        me: usize,
+        doorbells: Vec<EventFd>,
+        single_copy: bool,
+        single_copy_threshold: usize,
+    ) -> Engine {
         let n = seg.nranks();
         let tx: Vec<Producer> = (0..n).map(|d| seg.producer(me, d)).collect();
         let rx = (0..n).map(|s| seg.consumer(s, me)).collect();
@@ -87,6 +106,15 @@ impl Engine {
             (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
         let b = seg.rank(me);
         b.pid.store(std::process::id(), Ordering::Relaxed);
+        b.caps.store(
+            if single_copy {
+                volley_shm::CAP_SINGLE_COPY
+            } else {
+                0
+            },
+            Ordering::Relaxed,
+        );
+        // The Release in bump_epoch publishes pid and caps with the state.
         b.state.store(volley_shm::RANK_RUNNING, Ordering::Relaxed);
         seg.bump_epoch();
         Engine {
@@ -100,6 +128,7 @@ impl Engine {
             ports_gen: 0,
             pending: (0..n).map(|_| VecDeque::new()).collect(),
             npending: 0,
+            inflight: Vec::new(),
             partials: Vec::new(),
             counters: Counters::default(),
             max_payload,
@@ -109,7 +138,76 @@ impl Engine {
             armed: false,
             rr: 0,
             spare: None,
+            single_copy,
+            single_copy_threshold,
         }
+    }
+
+    /// Whether a message of `len` bytes to `dst` goes by single copy: large enough, both sides
+    /// able, and not to ourselves (a blocking send to ourselves could never be read).
+    #[inline]
+    pub fn use_single_copy(&self, dst: usize, len: usize) -> bool {
+        self.single_copy
+            && len >= self.single_copy_threshold
+            && dst != self.me
+            && self.seg.rank(dst).caps.load(Ordering::Relaxed) & volley_shm::CAP_SINGLE_COPY != 0
+    }
+
+    /// Writes a single-copy descriptor for `data` into the ring to `dst`. Returns its position,
+    /// or None if the ring is full. The caller must keep `data` untouched until
+    /// `tx[dst].rndv_state(pos)` says Done.
+    pub fn push_descriptor(
+        &mut self,
+        dst: usize,
+        src_port: u32,
+        dst_port: u32,
+        data: &[u8],
+    ) -> Option<u64> {
+        let mut desc = [0u8; volley_shm::RNDV_DESC];
+        desc[0..8].copy_from_slice(&(data.as_ptr() as u64).to_ne_bytes());
+        desc[8..16].copy_from_slice(&(data.len() as u64).to_ne_bytes());
+        let meta = Meta {
+            kind: Kind::Rndv,
+            src_port,
+            dst_port,
+            total_len: data.len() as u64,
+        };
+        let pos = self.tx[dst].try_push_pos(meta, &desc);
+        match pos {
+            Some(_) => {
+                self.counters.add(Counter::SingleCopySends, 1);
+                self.counters.add(Counter::MsgsSent, 1);
+                self.counters.add(Counter::BytesSent, data.len() as u64);
+            }
+            None => self.counters.add(Counter::BackPressure, 1),
+        }
+        pos
+    }
+
+    /// Marks the single-copy sends the receivers have finished. Returns how many completed.
+    pub fn check_inflight(&mut self) -> usize {
+        if self.inflight.is_empty() {
+            return 0;
+        }
+        let before = self.inflight.len();
+        let tx = &self.tx;
+        self.inflight.retain(|p| {
+            let mut p = p.borrow_mut();
+            let pos = p.rndv_pos.expect("in flight means written");
+            match tx[p.dst].rndv_state(pos) {
+                volley_shm::RndvState::Pending => true,
+                volley_shm::RndvState::Done => {
+                    p.done = true;
+                    false
+                }
+                volley_shm::RndvState::Failed => {
+                    p.done = true;
+                    p.failed = true;
+                    false
+                }
+            }
+        });
+        before - self.inflight.len()
     }
 
     pub fn port_kind(&self, port: u32) -> Option<PortKind> {
@@ -144,6 +242,7 @@ impl Engine {
             c.started = true;
             c.off = total;
             self.counters.add(Counter::MsgsSent, 1);
+            self.counters.add(Counter::InlineSends, 1);
             self.counters.add(Counter::BytesSent, total as u64);
             return true;
         }
@@ -168,6 +267,7 @@ impl Engine {
             }
             if !c.started {
                 self.counters.add(Counter::MsgsSent, 1);
+                self.counters.add(Counter::PipelinedSends, 1);
             }
             self.counters.add(Counter::Fragments, 1);
             self.counters.add(Counter::BytesSent, (end - c.off) as u64);
@@ -194,31 +294,45 @@ impl Engine {
         }
     }
 
-    /// Pushes queued non-blocking sends. Returns how many messages completed.
+    /// Pushes queued non-blocking sends (and notes finished single copies). Returns how many
+    /// messages completed.
     pub fn drive_pending(&mut self) -> usize {
+        let mut done = self.check_inflight();
         if self.npending == 0 {
-            return 0;
+            return done;
         }
-        let mut done = 0;
         for dst in 0..self.n {
             let mut progressed = false;
             while let Some(p) = self.pending[dst].front().cloned() {
-                let mut p = p.borrow_mut();
+                let mut pm = p.borrow_mut();
+                if pm.rndv {
+                    let Some(pos) = self.push_descriptor(dst, pm.src_port, pm.dst_port, &pm.data)
+                    else {
+                        break;
+                    };
+                    pm.rndv_pos = Some(pos);
+                    drop(pm);
+                    progressed = true;
+                    self.pending[dst].pop_front();
+                    self.npending -= 1;
+                    self.inflight.push(p);
+                    continue;
+                }
                 let Pending {
                     src_port,
                     dst_port,
                     ref data,
                     ref mut cursor,
                     ..
-                } = *p;
+                } = *pm;
                 let before = cursor.off;
                 let complete = self.push(dst, src_port, dst_port, data, cursor);
                 progressed |= cursor.off != before || complete;
                 if !complete {
                     break;
                 }
-                p.done = true;
-                drop(p);
+                pm.done = true;
+                drop(pm);
                 self.pending[dst].pop_front();
                 self.npending -= 1;
                 done += 1;

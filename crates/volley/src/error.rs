@@ -89,6 +89,8 @@ pub enum SendError {
     TooLargeForTrySend { len: usize, max: usize },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
+    #[error("rank {rank} could not copy the message from this process's memory (single copy refused by the kernel at run time); run the job with VOLLEY_SINGLE_COPY=off")]
+    SingleCopyFailed { rank: usize },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +101,12 @@ pub enum RecvError {
     PeerLost(#[from] PeerLost),
     #[error("every other rank has finished and nothing is queued for port {port} (u32::MAX: any active port): no message can arrive; check the program's message pattern")]
     NoSenders { port: u32 },
+    #[error("could not copy a {len}-byte message from rank {rank}'s memory: {why}; run the job with VOLLEY_SINGLE_COPY=off")]
+    SingleCopy {
+        rank: usize,
+        len: usize,
+        why: String,
+    },
     #[error("the ring from rank {rank} is corrupt ({why}); the job's shared memory was overwritten, restart the job")]
     Corrupt { rank: usize, why: String },
 }

@@ -24,10 +24,12 @@ mod config;
 mod counters;
 mod engine;
 mod error;
+mod modes;
 mod world;
 
 pub use bootstrap::{JobInfo, JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};
-pub use config::{Config, WaitMode};
+pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{Counter, COUNTERS};
 pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
+pub use modes::single_copy_unavailable;
 pub use world::{ActivePort, Endpoint, Message, SendRequest, Source, World};

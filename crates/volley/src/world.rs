@@ -39,6 +39,8 @@ struct Inner {
     dispatch_depth: Cell<u32>,
     info: JobInfo,
     cfg: Config,
+    /// Why single copy is off in this process, if it is.
+    single_copy_off: Option<String>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -67,7 +69,14 @@ impl World {
             None => bootstrap::singleton(&Config::from_env(1)?)?,
         };
         let cfg = Config::from_env(attached.info.size)?;
-        let eng = Engine::new(attached.seg, attached.info.rank, attached.doorbells);
+        let single_copy_off = crate::modes::single_copy_unavailable(&cfg);
+        let eng = Engine::new(
+            attached.seg,
+            attached.info.rank,
+            attached.doorbells,
+            single_copy_off.is_none(),
+            cfg.single_copy_threshold,
+        );
         Ok(World {
             inner: Rc::new(Inner {
                 eng: RefCell::new(eng),
@@ -75,6 +84,7 @@ impl World {
                 dispatch_depth: Cell::new(0),
                 info: attached.info,
                 cfg,
+                single_copy_off,
             }),
         })
     }
@@ -106,6 +116,11 @@ impl World {
 
     pub fn config(&self) -> &Config {
         &self.inner.cfg
+    }
+
+    /// Why this process cannot use single copy, or None if it can.
+    pub fn single_copy_unavailable(&self) -> Option<&str> {
+        self.inner.single_copy_off.as_deref()
     }
 
     /// Largest message that travels as one record (lent in place by recv()).
@@ -218,7 +233,14 @@ impl World {
             e.counters.add(Counter::BytesRecvd, info.len as u64);
             return Ok(1);
         }
-        let done = gather(&mut self.eng(), info.dst_port, src, &info)?;
+        let done = if info.kind == Kind::Rndv {
+            let mut e = self.eng();
+            let mut buf = e.spare.take().unwrap_or_default();
+            copy_single(&mut e, src, &info, Dest::Vec(&mut buf))?;
+            Some((buf, info.src_port))
+        } else {
+            gather(&mut self.eng(), info.dst_port, src, &info)?
+        };
         if let Some((buf, src_port)) = done {
             depth.set(depth.get() + 1);
             (handler.borrow_mut())(
@@ -274,8 +296,14 @@ impl Drop for Inner {
         let e = self.eng.get_mut();
         // Nothing is lost: queued sends go out before we say we are finished.
         let mut b = Backoff::new();
-        while e.npending > 0 {
+        while e.npending > 0 || !e.inflight.is_empty() {
+            e.refresh_fates();
             e.drive_pending();
+            // Buffers of single copies in flight must outlive the receivers' reads.
+            e.inflight.retain(|p| {
+                let d = p.borrow().dst;
+                e.fates[d].is_none()
+            });
             let stuck: Vec<usize> = (0..e.n)
                 .filter(|&d| !e.pending[d].is_empty() && e.send_dead_end(d).is_some())
                 .collect();
@@ -298,6 +326,65 @@ impl Drop for Inner {
                 s.push_str(&format!("  {name:<22} {v:>14} {unit}\n"));
             }
             eprint!("{s}");
+        }
+    }
+}
+
+/// Where a single-copy message goes.
+enum Dest<'a> {
+    Slice(&'a mut [u8]),
+    Vec(&'a mut Vec<u8>),
+}
+
+/// Takes the descriptor `info` from the ring from `src` and copies the message it describes
+/// straight out of the sender's memory, then tells the sender it may reuse its buffer.
+fn copy_single(
+    e: &mut Engine,
+    src: usize,
+    info: &RecordInfo,
+    dest: Dest<'_>,
+) -> Result<usize, RecvError> {
+    let held = e.rx[src].take(info);
+    let (addr, len) = match e.rx[src].rndv_desc(&held) {
+        Ok(d) => d,
+        Err(c) => {
+            return Err(RecvError::Corrupt {
+                rank: src,
+                why: c.0,
+            })
+        }
+    };
+    let len = len as usize;
+    let pid = e
+        .seg
+        .rank(src)
+        .pid
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let r = match dest {
+        Dest::Slice(buf) => volley_sys::process_vm_read(pid, &mut buf[..len], addr),
+        Dest::Vec(v) => volley_sys::process_vm_read_to_vec(pid, addr, len, v),
+    };
+    match r {
+        Ok(()) => {
+            e.rx[src].rndv_finish(held, true);
+            e.counters.add(Counter::SingleCopyRecvs, 1);
+            e.counters.add(Counter::SingleCopyBytes, len as u64);
+            Ok(len)
+        }
+        Err(err) => {
+            e.rx[src].rndv_finish(held, false);
+            e.refresh_fates();
+            if err.raw_os_error() == Some(3) {
+                // ESRCH: the sender is gone.
+                if let Some(fate) = e.fates[src] {
+                    return Err(RecvError::PeerLost(crate::PeerLost { rank: src, fate }));
+                }
+            }
+            Err(RecvError::SingleCopy {
+                rank: src,
+                len,
+                why: err.to_string(),
+            })
         }
     }
 }
@@ -417,6 +504,9 @@ impl Endpoint {
                 w.flush_pending_to(rank)?;
             }
         }
+        if w.eng().use_single_copy(rank, data.len()) {
+            return self.send_single_copy(rank, port, data);
+        }
         let mut c = Cursor::default();
         let mut b = Backoff::new();
         loop {
@@ -436,6 +526,45 @@ impl Endpoint {
                 }
             }
             // The ring is full: let handlers and queued sends run while we wait.
+            let _ = w.progress();
+            b.snooze();
+        }
+    }
+
+    /// Single copy: a descriptor into the ring, then wait until the receiver has copied `data`
+    /// out of our memory (only then may the caller reuse it).
+    fn send_single_copy(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+        let w = &self.world;
+        let mut b = Backoff::new();
+        let pos = loop {
+            {
+                let mut e = w.eng();
+                if let Some(pos) = e.push_descriptor(rank, self.port, port, data) {
+                    e.ring_doorbell(rank);
+                    break pos;
+                }
+                if let Some(l) = e.send_dead_end(rank) {
+                    return Err(l.into());
+                }
+            }
+            let _ = w.progress();
+            b.snooze();
+        };
+        b.reset();
+        loop {
+            {
+                let mut e = w.eng();
+                match e.tx[rank].rndv_state(pos) {
+                    volley_shm::RndvState::Done => return Ok(()),
+                    volley_shm::RndvState::Failed => {
+                        return Err(SendError::SingleCopyFailed { rank })
+                    }
+                    volley_shm::RndvState::Pending => {}
+                }
+                if let Some(l) = e.send_dead_end(rank) {
+                    return Err(l.into());
+                }
+            }
             let _ = w.progress();
             b.snooze();
         }
@@ -493,8 +622,15 @@ impl Endpoint {
             return Err(l.into());
         }
         e.drive_pending();
+        let rndv = e.use_single_copy(rank, data.len());
         let mut cursor = Cursor::default();
-        if e.pending[rank].is_empty() {
+        let mut rndv_pos = None;
+        if e.pending[rank].is_empty() && rndv {
+            rndv_pos = e.push_descriptor(rank, self.port, port, &data);
+            if rndv_pos.is_some() {
+                e.ring_doorbell(rank);
+            }
+        } else if e.pending[rank].is_empty() {
             let done = e.push(rank, self.port, port, &data, &mut cursor);
             if done || cursor.off > 0 {
                 e.ring_doorbell(rank);
@@ -508,15 +644,24 @@ impl Endpoint {
             }
         }
         let p = Rc::new(RefCell::new(Pending {
+            dst: rank,
             src_port: self.port,
             dst_port: port,
             data,
             cursor,
+            rndv,
+            rndv_pos,
             done: false,
+            failed: false,
         }));
-        e.pending[rank].push_back(p.clone());
-        e.npending += 1;
-        e.counters.add(Counter::PendingSends, 1);
+        if rndv_pos.is_some() {
+            // The descriptor is out; the data waits here until the receiver has copied it.
+            e.inflight.push(p.clone());
+        } else {
+            e.pending[rank].push_back(p.clone());
+            e.npending += 1;
+            e.counters.add(Counter::PendingSends, 1);
+        }
         Ok(SendRequest {
             world: w.clone(),
             rank,
@@ -585,6 +730,21 @@ impl Endpoint {
                             ring: src,
                             held: Some(held),
                         },
+                    }));
+                }
+                Poll::Found(src, info) if info.kind == Kind::Rndv => {
+                    let mut e = w.eng();
+                    let mut buf = e.spare.take().unwrap_or_default();
+                    let n = copy_single(&mut e, src, &info, Dest::Vec(&mut buf))?;
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, n as u64);
+                    return Ok(Some(Message {
+                        world: w.clone(),
+                        src: Source {
+                            rank: src,
+                            port: info.src_port,
+                        },
+                        body: Body::Owned(buf),
                     }));
                 }
                 Poll::Found(src, info) => {
@@ -664,6 +824,17 @@ impl Endpoint {
                     drop(e);
                     waiter.finish(w);
                     return Ok((info.len, source));
+                }
+                Kind::Rndv => {
+                    // Single copy: straight from the sender's memory into the caller's buffer.
+                    let n = copy_single(&mut e, src, &info, Dest::Slice(&mut buf[..total]));
+                    if let Ok(n) = n {
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::BytesRecvd, n as u64);
+                    }
+                    drop(e);
+                    waiter.finish(w);
+                    return n.map(|n| (n, source));
                 }
                 Kind::First => {
                     // Copy the fragments straight into the caller's buffer as they come.
@@ -911,6 +1082,9 @@ impl SendRequest {
                     return Err(l.into());
                 }
                 return Ok(false);
+            }
+            if p.borrow().failed {
+                return Err(SendError::SingleCopyFailed { rank: self.rank });
             }
             let data = std::mem::take(&mut p.borrow_mut().data);
             self.state = ReqState::Done(Some(data));

@@ -70,6 +70,11 @@ pub struct BenchArgs {
     /// A label for the run, used in plots.
     #[arg(long)]
     pub label: Option<String>,
+    /// Ping-pong from cold buffers: each iteration sends from and receives into a different
+    /// place of a 256 MiB pool, so the data is not in the cache (NetPIPE's -I). Shows what a
+    /// transfer costs when applications' data misses the cache.
+    #[arg(long)]
+    pub cold: bool,
 }
 
 impl BenchArgs {
@@ -171,6 +176,19 @@ struct Bench {
     args: BenchArgs,
     probe: Option<volley_sys::SharedLines>,
     probe_round: u64,
+    /// Buffer pool for --cold (empty otherwise).
+    pool: Vec<u8>,
+}
+
+/// Bytes of the --cold pool: well beyond any last-level cache of today's CPUs.
+const COLD_POOL: usize = 256 << 20;
+
+/// The `k`-th region of `size` bytes in the cold pool, page-aligned, cycling through it.
+fn cold_region(pool_len: usize, size: usize, k: u64) -> std::ops::Range<usize> {
+    let stride = size.max(1).next_multiple_of(4096);
+    let slots = (pool_len / stride).max(1);
+    let start = (k as usize % slots) * stride;
+    start..start + size
 }
 
 fn err(e: impl std::fmt::Display) -> io::Error {
@@ -300,7 +318,11 @@ fn run(args: BenchArgs, sizes: Vec<u64>, vs: Vec<Kind>) -> io::Result<()> {
         args,
         probe,
         probe_round: 0,
+        pool: Vec::new(),
     };
+    if b.args.cold {
+        b.pool = pattern(COLD_POOL.max(2 * maxsize.next_multiple_of(4096)));
+    }
     if me == 1 {
         return b.follow();
     }
@@ -333,6 +355,15 @@ impl Bench {
                     self.probe_round += 1;
                     if let Some(pl) = &self.probe {
                         pl.pingpong(false, self.probe_round, n, Duration::from_millis(50));
+                    }
+                }
+                C_PINGPONG if p == 1 => {
+                    let l = &mut self.links[li as usize];
+                    let pool = &mut self.pool;
+                    let len = pool.len();
+                    for k in 0..n {
+                        l.recv(&mut pool[cold_region(len, size, 2 * k)])?;
+                        l.send(&pool[cold_region(len, size, 2 * k + 1)])?;
                     }
                 }
                 C_PINGPONG => {
@@ -485,9 +516,11 @@ impl Bench {
     fn pingpong(&mut self, li: u64, size: usize, iters: u64) -> io::Result<Measured> {
         let batch = if size <= 4096 { 10 } else { 1 };
         let nb = iters.div_ceil(batch).max(1);
-        self.cmd(&[C_PINGPONG, li, size as u64, nb * batch, 0])?;
-        let (buf, rbuf) = (&self.buf[..size], &mut self.rbuf);
+        let cold = !self.pool.is_empty();
+        self.cmd(&[C_PINGPONG, li, size as u64, nb * batch, cold as u64])?;
+        let (buf, rbuf, pool) = (&self.buf[..size], &mut self.rbuf, &mut self.pool);
         let l = &mut self.links[li as usize];
+        let mut k = 0u64;
         let mut m = Measured {
             iters: nb * batch,
             ..Default::default()
@@ -496,11 +529,18 @@ impl Bench {
         for _ in 0..nb {
             let t = Instant::now();
             for _ in 0..batch {
-                l.send(buf)?;
-                let k = l.recv(rbuf)?;
-                if k != size {
+                let got = if cold {
+                    l.send(&pool[cold_region(pool.len(), size, 2 * k + 1)])?;
+                    let r = cold_region(pool.len(), size, 2 * k);
+                    k += 1;
+                    l.recv(&mut pool[r])?
+                } else {
+                    l.send(buf)?;
+                    l.recv(rbuf)?
+                };
+                if got != size {
                     return Err(err(format!(
-                        "{}: echoed {k} bytes, sent {size}",
+                        "{}: echoed {got} bytes, sent {size}",
                         l.kind().name()
                     )));
                 }

@@ -150,6 +150,7 @@ impl Results {
         options.insert("window".into(), a.window.to_string());
         options.insert("vs".into(), a.vs.clone().unwrap_or_default());
         options.insert("perturb".into(), a.perturb.to_string());
+        options.insert("cold".into(), a.cold.to_string());
         options.insert(
             "wait".into(),
             std::env::var("VOLLEY_WAIT").unwrap_or_else(|_| "spin".into()),

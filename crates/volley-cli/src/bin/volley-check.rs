@@ -433,10 +433,13 @@ fn ports(w: &World) -> R {
     let sizes = [10usize, 150_000, 3, 0];
     if w.rank() == 1 {
         let ep = w.open(1)?;
+        // isend: with single copy on, a blocking send of the large one would wait until rank 0
+        // copies it, and rank 0 reads port 20 first.
+        let mut reqs = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
             let mut m = vec![0u8; n];
             fill(&mut m, 21 + i as u64);
-            ep.send_to(0, 21, &m)?;
+            reqs.push(ep.isend_to(0, 21, m)?);
         }
         for (i, &n) in sizes.iter().enumerate() {
             let mut m = vec![0u8; n];
@@ -444,6 +447,9 @@ fn ports(w: &World) -> R {
             ep.send_to(0, 20, &m)?;
         }
         ep.send_to(0, 22, b"active")?;
+        for r in reqs {
+            r.wait()?;
+        }
         ep.recv()?; // wait for rank 0 to finish before closing
         return Ok(());
     }
@@ -541,6 +547,31 @@ fn backpressure(w: &World) -> R {
     Ok(())
 }
 
+/// Rank 0 waits for a message that rank 1 sends after `ms` milliseconds; rank 0 reports the CPU
+/// it used while waiting (as a fraction of the wall time) and how long after the send it woke.
+fn idle(w: &World, ms: u64) -> R {
+    let ep = w.open(14)?;
+    if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(ms));
+        ep.send_to(0, 14, &volley_sys::monotonic_ns().to_le_bytes())?;
+    } else if w.rank() == 0 {
+        let cpu0 = volley_sys::cpu_time();
+        let t0 = Instant::now();
+        let m = ep.recv()?;
+        let now = volley_sys::monotonic_ns();
+        let wall = t0.elapsed();
+        let cpu = volley_sys::cpu_time() - cpu0;
+        let sent = u64::from_le_bytes(m[..8].try_into()?);
+        println!(
+            "result: idle waited_ms={} cpu_fraction={:.4} wake_us={:.1}",
+            wall.as_millis(),
+            cpu.as_secs_f64() / wall.as_secs_f64(),
+            now.saturating_sub(sent) as f64 / 1e3
+        );
+    }
+    Ok(())
+}
+
 /// Prints who this process is; with "self", also sends a message to itself.
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
@@ -604,10 +635,11 @@ fn main() {
             }
         }
         Some("ports") => ports(&world),
+        Some("idle") => idle(&world, num(1, 2000)),
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | whoami [self] | hold");
             std::process::exit(2);
         }
     };

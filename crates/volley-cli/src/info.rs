@@ -1,0 +1,84 @@
+//! `volley info`: what volley found on this machine, what it will use, and why not the rest,
+//! in the spirit of ucx_info.
+
+use crate::bench::results::Machine;
+use volley::{Config, WaitMode};
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+pub fn info() -> i32 {
+    let cfg = match Config::from_env(2) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("volley info: {e}");
+            return 2;
+        }
+    };
+    let m = Machine::this();
+    println!(
+        "volley {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        option_env!("VOLLEY_GIT_REVISION").unwrap_or("unknown")
+    );
+    println!(
+        "machine: {}, {} cores, kernel {}",
+        m.cpu_model, m.cores, m.kernel
+    );
+    match volley_sys::fs_space(std::path::Path::new("/dev/shm")) {
+        Ok((free, total)) => println!("/dev/shm: {} ({} free)", gib(total), gib(free)),
+        Err(e) => println!("/dev/shm: unavailable ({e})"),
+    }
+    let record = (cfg.record_bytes.div_ceil(64)) * 64 - 32;
+    println!("\ntransports:");
+    println!(
+        "  shm             available: a {} segment, rings of {} KiB per ordered pair of ranks",
+        cfg.shm_dir
+            .as_ref()
+            .map(|d| format!("file in {} (unlinked at once)", d.display()))
+            .unwrap_or_else(|| "memfd".into()),
+        cfg.ring_bytes >> 10
+    );
+    println!("  udp, eth        not built yet: ranks on one machine only");
+
+    println!("\ntransfer modes (shared memory), chosen per message by size:");
+    println!("  inline copy     available: messages up to about {record} bytes travel whole in one ring record");
+    println!("  pipelined copy  available: larger messages travel in fragments the receiver copies while the sender writes");
+    match volley::single_copy_unavailable(&cfg) {
+        None if cfg.single_copy_threshold == usize::MAX => println!(
+            "  single copy     available, not used by default: the ring pipeline measured faster on the development machine; set VOLLEY_SINGLE_COPY_THRESHOLD=BYTES to use it"
+        ),
+        None => println!("  single copy     available: messages of {} bytes and more, by process_vm_readv", cfg.single_copy_threshold),
+        Some(why) => println!("  single copy     {why}"),
+    }
+
+    println!("\nwaiting modes (VOLLEY_WAIT, or Endpoint::set_wait_mode):");
+    let mark = |w: bool| if w { "  <- in force" } else { "" };
+    println!(
+        "  busy            available: spin on the rings{}",
+        mark(cfg.wait == WaitMode::BusyPoll)
+    );
+    println!(
+        "  block           available: sleep on an eventfd doorbell{}",
+        mark(cfg.wait == WaitMode::Block)
+    );
+    let spin = match cfg.wait {
+        WaitMode::SpinThenBlock(d) => Some(d),
+        _ => None,
+    };
+    println!(
+        "  spin            available: spin {} us, then sleep{}",
+        spin.unwrap_or(volley::DEFAULT_SPIN).as_micros(),
+        mark(spin.is_some())
+    );
+    match volley_sys::yama_ptrace_scope() {
+        Some(s) => println!("\nyama ptrace_scope: {s}"),
+        None => println!("\nyama ptrace_scope: no Yama in this kernel"),
+    }
+    println!("\nsettings:");
+    for (name, value, source) in &cfg.sources {
+        println!("  {name:<30} {value:<28} ({source})");
+    }
+    0
+}
