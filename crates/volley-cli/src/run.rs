@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Let the other ranks run on when one fails, instead of stopping them.
     #[arg(long)]
     pub keep_going: bool,
+    /// After the job, print each rank's counters (published when it closed its world) and
+    /// their totals, to standard error.
+    #[arg(long)]
+    pub counters: bool,
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub grace: f64,
@@ -294,6 +298,9 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     }
     let _ = std::io::stdout().flush();
 
+    if a.counters {
+        print_counters(&job, a.n);
+    }
     if timed_out {
         return Ok(124);
     }
@@ -305,4 +312,36 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
         return Ok(exit_code_of(f));
     }
     Ok(0)
+}
+
+/// The table `--counters` prints: one column per rank, then the total.
+fn print_counters(job: &JobLaunch, n: usize) {
+    let per_rank: Vec<Option<Vec<u64>>> = (0..n).map(|r| job.rank_counters(r)).collect();
+    let mut s =
+        String::from("volley run: counters (published by each rank when it closed its world)\n");
+    s.push_str(&format!("{:<22}", "counter"));
+    for r in 0..n {
+        s.push_str(&format!(" {:>12}", format!("rank {r}")));
+    }
+    s.push_str(&format!(" {:>14}  unit\n", "total"));
+    for (i, (name, unit, _)) in volley::COUNTERS.iter().enumerate() {
+        s.push_str(&format!("{name:<22}"));
+        let mut total = 0u64;
+        for c in &per_rank {
+            match c {
+                Some(v) => {
+                    total += v[i];
+                    s.push_str(&format!(" {:>12}", v[i]));
+                }
+                None => s.push_str(&format!(" {:>12}", "n/a")),
+            }
+        }
+        s.push_str(&format!(" {total:>14}  {unit}\n"));
+    }
+    if per_rank.iter().any(Option::is_none) {
+        s.push_str(
+            "n/a: the rank did not close its world (it was killed, or never joined the job)\n",
+        );
+    }
+    eprint!("{s}");
 }

@@ -201,3 +201,44 @@ fn a_program_that_cannot_start_is_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn counters_are_collected_from_every_rank() {
+    let o = volley(&["-n", "3", "--counters", CHECK, "alltoall", "20"], &[]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let row = |name: &str| -> Vec<String> {
+        err.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{err}"))
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    };
+    // Three ranks, then the total: each rank sent and received 20 x 3 messages.
+    assert_eq!(row("msgs_sent")[..4], ["60", "60", "60", "180"]);
+    assert_eq!(row("msgs_recvd")[..4], ["60", "60", "60", "180"]);
+    assert_eq!(
+        row("bytes_sent")[3],
+        row("bytes_recvd")[3],
+        "bytes sent and received differ"
+    );
+    // A rank that never closes its world has nothing to report, and says so.
+    let o = volley(
+        &[
+            "-n",
+            "2",
+            "--keep-going",
+            "--counters",
+            CHECK,
+            "killed-peer",
+        ],
+        &[],
+    );
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("n/a") && err.contains("did not close its world"),
+        "{err}"
+    );
+}

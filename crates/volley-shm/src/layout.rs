@@ -9,7 +9,11 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// Layout version; bump on any change to the structures in this file or in ring.rs.
 /// 2: RankBlock::caps and rendezvous records (single copy).
-pub const VERSION: u32 = 2;
+/// 3: RankBlock::counters, published by each rank when it closes its world.
+pub const VERSION: u32 = 3;
+
+/// Counters a rank can publish in its block.
+pub const RANK_COUNTERS: usize = 31;
 
 /// Bit of [`RankBlock::caps`]: the rank can read its peers' memory with process_vm_readv, so
 /// senders may hand it large messages by address (single copy) instead of through the ring.
@@ -66,9 +70,15 @@ pub struct RankBlock {
     /// is running or spinning. Senders swap it to 0 and ring the eventfd if it was 1.
     pub armed: AtomicU32,
     _pad1: [u8; 124],
+    /// 1 once `counters` hold the rank's final counts (written when it closes its world, never
+    /// per message).
+    pub counters_valid: AtomicU64,
+    /// The rank's counters, in the order of volley's counter table.
+    pub counters: [AtomicU64; RANK_COUNTERS],
 }
 
-const _: () = assert!(size_of::<RankBlock>() == 256);
+const _: () = assert!(size_of::<RankBlock>() == 512);
+const _: () = assert!(offset_of!(RankBlock, counters_valid) == 256);
 const _: () = assert!(offset_of!(RankBlock, armed) == 128);
 const _: () = assert!(offset_of!(RankBlock, caps) == 12);
 

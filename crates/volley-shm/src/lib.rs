@@ -11,8 +11,8 @@ mod layout;
 mod ring;
 
 pub use layout::{
-    JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_EXITED,
-    RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,
+    JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
+    RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,
 };
 pub use ring::{
     Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, SharedHeld,

@@ -253,6 +253,20 @@ impl JobLaunch {
         ]
     }
 
+    /// The counters rank `rank` published when it closed its world (None if it never did, e.g.
+    /// because it was killed), in the order of [`crate::COUNTERS`].
+    pub fn rank_counters(&self, rank: usize) -> Option<Vec<u64>> {
+        use std::sync::atomic::Ordering;
+        // The rank's process has ended (the caller reaped it), so these are final.
+        let b = self.seg.rank(rank);
+        (b.counters_valid.load(Ordering::Acquire) == 1).then(|| {
+            b.counters[..crate::COUNTERS.len()]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect()
+        })
+    }
+
     /// Records that a rank's process ended, and wakes every rank so that those waiting on it
     /// notice at once.
     pub fn rank_ended(&self, rank: usize, fate: crate::Fate) {

@@ -102,6 +102,8 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
 ];
 
 const _: () = assert!(COUNTERS.len() == Counter::SingleCopyBytes as usize + 1);
+// Every counter fits the block a rank publishes them in.
+const _: () = assert!(COUNTERS.len() <= volley_shm::RANK_COUNTERS);
 
 #[derive(Default, Clone)]
 pub(crate) struct Counters([u64; COUNTERS.len()]);
@@ -110,6 +112,10 @@ impl Counters {
     #[inline]
     pub fn add(&mut self, c: Counter, n: u64) {
         self.0[c as usize] += n;
+    }
+
+    pub fn values(&self) -> &[u64] {
+        &self.0
     }
 
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {

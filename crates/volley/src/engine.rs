@@ -471,6 +471,11 @@ impl Engine {
 
     pub fn mark_finalized(&mut self) {
         let b = self.seg.rank(self.me);
+        // Publish the counters once, for `volley run --counters` to read after the job.
+        for (slot, v) in b.counters.iter().zip(self.counters.values()) {
+            slot.store(*v, Ordering::Relaxed);
+        }
+        b.counters_valid.store(1, Ordering::Relaxed);
         b.state.store(volley_shm::RANK_FINALIZED, Ordering::Relaxed);
         self.seg.bump_epoch();
         for r in 0..self.n {
