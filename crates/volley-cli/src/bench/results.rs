@@ -87,6 +87,18 @@ fn read_trim(path: &str) -> String {
         .unwrap_or_default()
 }
 
+impl Placement {
+    /// A warning when the core-to-core probe moved by more than 2x during the run: the virtual
+    /// CPUs were moved or another process competed, and the figures mix two machines.
+    pub fn drift_warning(&self) -> Option<String> {
+        let (a, b) = (self.probe_before_ns?, self.probe_after_ns?);
+        let ratio = a.max(b) / a.min(b).max(1e-9);
+        (ratio > 2.0).then(|| {
+            format!("warning: the core-to-core probe moved from {a:.0} ns to {b:.0} ns during the run ({ratio:.1}x): the placement changed or something competed for the CPUs; rerun before trusting these figures")
+        })
+    }
+}
+
 impl Machine {
     pub fn this() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -348,6 +360,10 @@ pub fn write_table(r: &Results, w: &mut dyn Write) -> io::Result<()> {
         probe(r.placement.probe_after_ns),
         r.options.get("reps").map(String::as_str).unwrap_or("?")
     )?;
+    if let Some(warning) = r.placement.drift_warning() {
+        eprintln!("volley bench: {warning}");
+        writeln!(w, "# {warning}")?;
+    }
     let extras: Vec<String> = r
         .series
         .first()
@@ -394,6 +410,22 @@ pub fn write_table(r: &Results, w: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drift_is_flagged_beyond_2x() {
+        let p = |a, b| Placement {
+            cpus: None,
+            probe_before_ns: Some(a),
+            probe_after_ns: Some(b),
+        };
+        assert!(p(50.0, 90.0).drift_warning().is_none());
+        assert!(p(50.0, 260.0)
+            .drift_warning()
+            .unwrap()
+            .contains("50 ns to 260 ns"));
+        assert!(p(260.0, 50.0).drift_warning().is_some());
+        assert!(Placement::default().drift_warning().is_none());
+    }
 
     #[test]
     fn dates() {
