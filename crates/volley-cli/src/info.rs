@@ -72,6 +72,10 @@ pub fn info() -> i32 {
         spin.unwrap_or(volley::DEFAULT_SPIN).as_micros(),
         mark(spin.is_some())
     );
+    println!(
+        "\nprogress thread: {} (VOLLEY_PROGRESS_THREAD=1 or World::start_progress_thread: finishes large non-blocking sends while the application computes)",
+        if cfg.progress_thread { "on" } else { "off" }
+    );
     match volley_sys::yama_ptrace_scope() {
         Some(s) => println!("\nyama ptrace_scope: {s}"),
         None => println!("\nyama ptrace_scope: no Yama in this kernel"),

@@ -209,3 +209,41 @@ fn a_waiting_rank_in_block_or_spin_mode_costs_almost_no_cpu_and_still_wakes() {
         "busy-poll measured at {cpu}: the CPU measurement does not work"
     );
 }
+
+#[test]
+fn with_the_progress_thread_a_large_isend_completes_during_computation() {
+    // 32 MiB through the ring (single copy is off by default): 32 times the ring.
+    let out = ok(volley(
+        &["-n", "2", CHECK, "overlap", "33554432", "20000", "thread"],
+        &[],
+    ));
+    assert!(out.contains("completed_during_compute=true"), "{out}");
+    // Without it nothing moves the message while the application computes: the request is
+    // still incomplete after a second of computation (and completes in wait()).
+    let out = ok(volley(
+        &["-n", "2", CHECK, "overlap", "33554432", "1000"],
+        &[],
+    ));
+    assert!(out.contains("completed_during_compute=false"), "{out}");
+}
+
+#[test]
+fn the_progress_thread_keeps_order_and_loses_nothing() {
+    let env = [("VOLLEY_PROGRESS_THREAD", "1"), ("VOLLEY_COUNTERS", "1")];
+    let o = volley(&["-n", "4", CHECK, "alltoall", "60"], &env);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(values(&out, "received"), vec!["240"; 4], "{out}");
+    assert!(
+        counter(&err, "progress_thread_sends") > 0,
+        "the thread did no work:\n{err}"
+    );
+    let out = ok(volley(&["-n", "2", CHECK, "backpressure"], &env));
+    assert!(out.contains("result: backpressure"), "{out}");
+    let out = ok(volley(&["-n", "2", CHECK, "ports"], &env));
+    assert!(out.contains("result: ports ok"), "{out}");
+    let mut args = vec!["-n", "2", CHECK, "pingpong"];
+    args.extend_from_slice(&SIZES);
+    let out = ok(volley(&args, &env));
+    assert_eq!(out.matches(" ok").count(), SIZES.len(), "{out}");
+}

@@ -136,6 +136,20 @@ impl Layout {
         }
     }
 
+    /// A layout that only describes one ring of `ring_slots` slots (for code that has a ring's
+    /// base address and needs its geometry).
+    pub(crate) fn ring_only(ring_slots: usize) -> Layout {
+        Layout {
+            nranks: 1,
+            ring_slots,
+            max_record_slots: 1,
+            ranks_offset: 0,
+            rings_offset: 0,
+            ring_stride: 0,
+            total_bytes: 0,
+        }
+    }
+
     pub fn rank_offset(&self, rank: usize) -> usize {
         self.ranks_offset + rank * size_of::<RankBlock>()
     }

@@ -180,6 +180,15 @@ impl Segment {
         unsafe { Consumer::new(self.clone(), self.map.as_ptr().add(off), &self.layout) }
     }
 
+    /// Where the single-copy descriptor written at `pos` in the ring from `src` to `dst` stands
+    /// (see [`Producer::rndv_state`]); usable while the producer itself is elsewhere.
+    pub fn rndv_state(&self, src: usize, dst: usize, pos: u64) -> RndvState {
+        let off = self.layout.ring_offset(src, dst);
+        // SAFETY: the ring lies inside the mapping; rndv_state only reads the tail and, while
+        // the record is unreleased, its done flag.
+        unsafe { ring::rndv_state_at(self.map.as_ptr().add(off), &self.layout, pos) }
+    }
+
     /// The descriptor behind the segment (inherited by the ranks a launcher starts).
     pub fn fd(&self) -> i32 {
         self.fd.as_raw_fd()

@@ -266,27 +266,13 @@ impl Producer {
 
     /// Where the rendezvous whose descriptor this producer wrote at `pos` stands.
     pub fn rndv_state(&self, pos: u64) -> RndvState {
-        // SYNC: Acquire; pairs with the Release tail store in Consumer::free_released. The
-        // consumer releases a descriptor only after its copy succeeded, so a tail past it means
-        // done; before that the record is intact and its flag tells.
-        // SAFETY: ctrl is valid while we hold the segment.
-        let tail = unsafe { (*self.ctrl).tail.load(Ordering::Acquire) };
-        if tail > pos {
-            return RndvState::Done;
-        }
-        // SAFETY: the record at pos is not released, so its slots still hold our descriptor.
-        let flag = unsafe {
-            &*(self
-                .slots
-                .add((pos & self.mask) as usize * SLOT + RECORD_HEADER + 16)
-                as *const AtomicU32)
-        };
-        // SYNC: Acquire; pairs with the Release store in Consumer::rndv_finish: the copy out of
-        // our buffer happened before.
-        match flag.load(Ordering::Acquire) {
-            0 => RndvState::Pending,
-            1 => RndvState::Done,
-            _ => RndvState::Failed,
+        // SAFETY: ctrl starts the ring this producer owns.
+        unsafe {
+            rndv_state_at(
+                self.ctrl as *mut u8,
+                &Layout::ring_only(self.cap as usize),
+                pos,
+            )
         }
     }
 
@@ -313,6 +299,37 @@ impl Producer {
                 .head
                 .store(self.head + slots_for(len), Ordering::Relaxed);
         }
+    }
+}
+
+/// Where the rendezvous whose descriptor was written at `pos` in the ring at `base` stands.
+///
+/// # Safety
+/// `base` must point at a ring (control block and `layout.ring_slots` slots) in a live mapping.
+pub(crate) unsafe fn rndv_state_at(base: *mut u8, layout: &Layout, pos: u64) -> RndvState {
+    let ctrl = base as *const RingCtrl;
+    // SYNC: Acquire; pairs with the Release tail store in Consumer::free_released. The consumer
+    // releases a descriptor only after its copy succeeded, so a tail past it means done; before
+    // that the record is intact and its flag tells.
+    // SAFETY: per the contract.
+    let tail = unsafe { (*ctrl).tail.load(Ordering::Acquire) };
+    if tail > pos {
+        return RndvState::Done;
+    }
+    let mask = layout.ring_slots as u64 - 1;
+    // SAFETY: the record at pos is not released, so its slots still hold the descriptor; the
+    // flag is 16 bytes into its payload.
+    let flag = unsafe {
+        &*(base.add(
+            std::mem::size_of::<RingCtrl>() + (pos & mask) as usize * SLOT + RECORD_HEADER + 16,
+        ) as *const AtomicU32)
+    };
+    // SYNC: Acquire; pairs with the Release store in Consumer::rndv_finish: the copy out of the
+    // sender's buffer happened before.
+    match flag.load(Ordering::Acquire) {
+        0 => RndvState::Pending,
+        1 => RndvState::Done,
+        _ => RndvState::Failed,
     }
 }
 

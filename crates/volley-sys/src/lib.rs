@@ -649,3 +649,10 @@ pub fn process_vm_read_to_vec(
     unsafe { v.set_len(len) };
     Ok(())
 }
+
+impl EventFd {
+    /// Another descriptor for the same eventfd (dup), for a second thread to ring it.
+    pub fn try_clone(&self) -> io::Result<EventFd> {
+        Ok(EventFd(self.0.try_clone()?))
+    }
+}

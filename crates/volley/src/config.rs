@@ -39,6 +39,8 @@ pub struct Config {
     /// Act as if the kernel refused process_vm_readv (for tests of the fallback).
     /// VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL=1.
     pub simulate_single_copy_refusal: bool,
+    /// Start a progress thread at init. VOLLEY_PROGRESS_THREAD=1.
+    pub progress_thread: bool,
     /// Where each setting came from: (variable, value, "default" or "environment").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
@@ -128,6 +130,16 @@ impl Config {
             }
         };
         let sources = vec![
+            (
+                "VOLLEY_PROGRESS_THREAD",
+                if flag("VOLLEY_PROGRESS_THREAD") {
+                    "1"
+                } else {
+                    "0"
+                }
+                .into(),
+                source("VOLLEY_PROGRESS_THREAD"),
+            ),
             ("VOLLEY_WAIT", format!("{wait:?}"), source("VOLLEY_WAIT")),
             (
                 "VOLLEY_SPIN_US",
@@ -177,6 +189,7 @@ impl Config {
             single_copy,
             single_copy_threshold,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
+            progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
             sources,
         })
     }

@@ -22,6 +22,7 @@ pub enum Counter {
     SingleCopySends,
     SingleCopyRecvs,
     SingleCopyBytes,
+    ProgressThreadSends,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -99,9 +100,14 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "bytes",
         "bytes received by single copy",
     ),
+    (
+        "progress_thread_sends",
+        "messages",
+        "non-blocking sends finished by the progress thread",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::SingleCopyBytes as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::ProgressThreadSends as usize + 1);
 // Every counter fits the block a rank publishes them in.
 const _: () = assert!(COUNTERS.len() <= volley_shm::RANK_COUNTERS);
 
@@ -112,6 +118,12 @@ impl Counters {
     #[inline]
     pub fn add(&mut self, c: Counter, n: u64) {
         self.0[c as usize] += n;
+    }
+
+    pub fn merge(&mut self, other: &Counters) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b;
+        }
     }
 
     pub fn values(&self) -> &[u64] {

@@ -62,7 +62,8 @@ pub(crate) struct Engine {
     pub seg: Arc<Segment>,
     pub me: usize,
     pub n: usize,
-    pub tx: Vec<Producer>,
+    /// Producer ends of the rings to each rank; None while lent to the progress thread.
+    pub tx: Vec<Option<Producer>>,
     pub rx: Vec<Consumer>,
     pub doorbells: Vec<EventFd>,
     pub ports: Vec<(u32, PortKind)>,
@@ -88,6 +89,8 @@ pub(crate) struct Engine {
     /// This process can use single copy (as sender and receiver).
     pub single_copy: bool,
     pub single_copy_threshold: usize,
+    /// The progress thread, when this process started one.
+    pub progress: Option<crate::progress::ProgressThread>,
 }
 
 impl Engine {
@@ -104,6 +107,7 @@ impl Engine {
         let max_payload = tx[0].max_payload();
         let ring_payload_capacity =
             (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
+        let tx = tx.into_iter().map(Some).collect();
         let b = seg.rank(me);
         b.pid.store(std::process::id(), Ordering::Relaxed);
         b.caps.store(
@@ -140,6 +144,7 @@ impl Engine {
             spare: None,
             single_copy,
             single_copy_threshold,
+            progress: None,
         }
     }
 
@@ -172,7 +177,9 @@ impl Engine {
             dst_port,
             total_len: data.len() as u64,
         };
-        let pos = self.tx[dst].try_push_pos(meta, &desc);
+        let pos = self.tx[dst]
+            .as_mut()
+            .and_then(|tx| tx.try_push_pos(meta, &desc));
         match pos {
             Some(_) => {
                 self.counters.add(Counter::SingleCopySends, 1);
@@ -190,11 +197,11 @@ impl Engine {
             return 0;
         }
         let before = self.inflight.len();
-        let tx = &self.tx;
+        let (seg, me) = (&self.seg, self.me);
         self.inflight.retain(|p| {
             let mut p = p.borrow_mut();
             let pos = p.rndv_pos.expect("in flight means written");
-            match tx[p.dst].rndv_state(pos) {
+            match seg.rndv_state(me, p.dst, pos) {
                 volley_shm::RndvState::Pending => true,
                 volley_shm::RndvState::Done => {
                     p.done = true;
@@ -225,78 +232,87 @@ impl Engine {
         data: &[u8],
         c: &mut Cursor,
     ) -> bool {
-        let total = data.len();
-        let max = self.max_payload;
-        let tx = &mut self.tx[dst];
-        if !c.started && total <= max {
-            let meta = Meta {
-                kind: Kind::Whole,
-                src_port,
-                dst_port,
-                total_len: total as u64,
-            };
-            if !tx.try_push(meta, data) {
-                self.counters.add(Counter::BackPressure, 1);
-                return false;
-            }
-            c.started = true;
-            c.off = total;
-            self.counters.add(Counter::MsgsSent, 1);
-            self.counters.add(Counter::InlineSends, 1);
-            self.counters.add(Counter::BytesSent, total as u64);
-            return true;
+        match self.tx[dst].as_mut() {
+            Some(tx) => push_records(tx, &mut self.counters, src_port, dst_port, data, c),
+            // Lent to the progress thread: later messages wait for it to come back.
+            None => false,
         }
-        while c.off < total || !c.started {
-            let end = (c.off + max).min(total);
-            let kind = if !c.started {
-                Kind::First
-            } else if end == total {
-                Kind::Last
-            } else {
-                Kind::Middle
-            };
-            let meta = Meta {
-                kind,
-                src_port,
-                dst_port,
-                total_len: total as u64,
-            };
-            if !tx.try_push(meta, &data[c.off..end]) {
-                self.counters.add(Counter::BackPressure, 1);
-                return false;
-            }
-            if !c.started {
-                self.counters.add(Counter::MsgsSent, 1);
-                self.counters.add(Counter::PipelinedSends, 1);
-            }
-            self.counters.add(Counter::Fragments, 1);
-            self.counters.add(Counter::BytesSent, (end - c.off) as u64);
-            c.started = true;
-            c.off = end;
-        }
-        true
     }
 
     /// Wakes `dst` if it said it is asleep. The fence orders our record's publication before the
     /// read of its doorbell flag, against the receiver's arm-then-recheck (see `arm`).
     #[inline]
     pub fn ring_doorbell(&mut self, dst: usize) {
-        if dst == self.me {
+        ring_doorbell_of(&self.seg, &self.doorbells, self.me, dst, &mut self.counters);
+    }
+
+    /// Takes back the producers the progress thread has finished with. Costs nothing unless
+    /// something is lent.
+    pub fn collect_returns(&mut self) {
+        let Some(p) = self.progress.as_mut() else {
+            return;
+        };
+        if p.lent == 0 {
             return;
         }
-        // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`. Either the receiver's
-        // re-check sees our record, or we see its armed flag and wake it.
-        fence(Ordering::SeqCst);
-        let b = self.seg.rank(dst);
-        if b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1 {
-            self.doorbells[dst].notify();
-            self.counters.add(Counter::DoorbellsRung, 1);
+        while let Ok(r) = p.from.try_recv() {
+            p.lent -= 1;
+            self.counters.merge(&r.counters);
+            self.tx[r.dst] = Some(r.producer);
+        }
+    }
+
+    /// Hands the producer of `dst` and the rest of a message to the progress thread, if there is
+    /// one and nothing else waits for `dst`. Returns the message back if it cannot.
+    pub fn lend(
+        &mut self,
+        dst: usize,
+        src_port: u32,
+        dst_port: u32,
+        data: Vec<u8>,
+        cursor: Cursor,
+    ) -> Result<std::sync::Arc<crate::progress::LentState>, Vec<u8>> {
+        let Some(p) = self.progress.as_mut() else {
+            return Err(data);
+        };
+        if !self.pending[dst].is_empty() || self.tx[dst].is_none() {
+            return Err(data);
+        }
+        let producer = self.tx[dst].take().expect("checked");
+        let state = std::sync::Arc::new(crate::progress::LentState {
+            done: std::sync::atomic::AtomicBool::new(false),
+            failed: std::sync::atomic::AtomicBool::new(false),
+            data: std::sync::Mutex::new(None),
+        });
+        let l = crate::progress::Lend {
+            dst,
+            producer,
+            src_port,
+            dst_port,
+            data,
+            cursor,
+            state: state.clone(),
+        };
+        match p.to.send(crate::progress::ToThread::Lend(Box::new(l))) {
+            Ok(()) => {
+                p.lent += 1;
+                Ok(state)
+            }
+            Err(e) => {
+                // The thread is gone: take everything back.
+                let crate::progress::ToThread::Lend(l) = e.0 else {
+                    unreachable!()
+                };
+                self.tx[dst] = Some(l.producer);
+                Err(l.data)
+            }
         }
     }
 
     /// Pushes queued non-blocking sends (and notes finished single copies). Returns how many
     /// messages completed.
     pub fn drive_pending(&mut self) -> usize {
+        self.collect_returns();
         let mut done = self.check_inflight();
         if self.npending == 0 {
             return done;
@@ -483,5 +499,90 @@ impl Engine {
                 self.doorbells[r].notify();
             }
         }
+    }
+}
+
+/// Writes as much of `data` into `tx` as fits now. Returns true when the whole message is in the
+/// ring. Never waits. A free function: the progress thread writes with it too.
+#[inline]
+pub(crate) fn push_records(
+    tx: &mut Producer,
+    counters: &mut Counters,
+    src_port: u32,
+    dst_port: u32,
+    data: &[u8],
+    c: &mut Cursor,
+) -> bool {
+    let total = data.len();
+    let max = tx.max_payload();
+    if !c.started && total <= max {
+        let meta = Meta {
+            kind: Kind::Whole,
+            src_port,
+            dst_port,
+            total_len: total as u64,
+        };
+        if !tx.try_push(meta, data) {
+            counters.add(Counter::BackPressure, 1);
+            return false;
+        }
+        c.started = true;
+        c.off = total;
+        counters.add(Counter::MsgsSent, 1);
+        counters.add(Counter::InlineSends, 1);
+        counters.add(Counter::BytesSent, total as u64);
+        return true;
+    }
+    while c.off < total || !c.started {
+        let end = (c.off + max).min(total);
+        let kind = if !c.started {
+            Kind::First
+        } else if end == total {
+            Kind::Last
+        } else {
+            Kind::Middle
+        };
+        let meta = Meta {
+            kind,
+            src_port,
+            dst_port,
+            total_len: total as u64,
+        };
+        if !tx.try_push(meta, &data[c.off..end]) {
+            counters.add(Counter::BackPressure, 1);
+            return false;
+        }
+        if !c.started {
+            counters.add(Counter::MsgsSent, 1);
+            counters.add(Counter::PipelinedSends, 1);
+        }
+        counters.add(Counter::Fragments, 1);
+        counters.add(Counter::BytesSent, (end - c.off) as u64);
+        c.started = true;
+        c.off = end;
+    }
+    true
+}
+
+/// Wakes `dst` if it said it is asleep. The fence orders the record's publication before the
+/// read of its doorbell flag, against the receiver's arm-then-recheck (see Engine::arm).
+#[inline]
+pub(crate) fn ring_doorbell_of(
+    seg: &Segment,
+    doorbells: &[EventFd],
+    me: usize,
+    dst: usize,
+    counters: &mut Counters,
+) {
+    if dst == me {
+        return;
+    }
+    // SYNC: SeqCst fence; pairs with the SeqCst fence in Engine::arm. Either the receiver's
+    // re-check sees our record, or we see its armed flag and wake it.
+    fence(Ordering::SeqCst);
+    let b = seg.rank(dst);
+    if b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1 {
+        doorbells[dst].notify();
+        counters.add(Counter::DoorbellsRung, 1);
     }
 }

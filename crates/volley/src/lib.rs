@@ -25,6 +25,7 @@ mod counters;
 mod engine;
 mod error;
 mod modes;
+mod progress;
 mod world;
 
 pub use bootstrap::{JobInfo, JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};

@@ -77,7 +77,7 @@ impl World {
             single_copy_off.is_none(),
             cfg.single_copy_threshold,
         );
-        Ok(World {
+        let world = World {
             inner: Rc::new(Inner {
                 eng: RefCell::new(eng),
                 handlers: RefCell::new(Vec::new()),
@@ -86,7 +86,11 @@ impl World {
                 cfg,
                 single_copy_off,
             }),
-        })
+        };
+        if world.inner.cfg.progress_thread {
+            world.start_progress_thread().map_err(InitError::Memfd)?;
+        }
+        Ok(world)
     }
 
     pub fn rank(&self) -> usize {
@@ -116,6 +120,23 @@ impl World {
 
     pub fn config(&self) -> &Config {
         &self.inner.cfg
+    }
+
+    /// Starts the progress thread (also VOLLEY_PROGRESS_THREAD=1): from now on a non-blocking
+    /// send that cannot finish at once is finished by that thread while the application
+    /// computes. Idempotent.
+    pub fn start_progress_thread(&self) -> std::io::Result<()> {
+        let mut e = self.eng();
+        if e.progress.is_none() {
+            let t = crate::progress::ProgressThread::start(e.seg.clone(), e.me, &e.doorbells)?;
+            e.progress = Some(t);
+        }
+        Ok(())
+    }
+
+    /// Whether the progress thread runs.
+    pub fn progress_thread(&self) -> bool {
+        self.eng().progress.is_some()
     }
 
     /// Why this process cannot use single copy, or None if it can.
@@ -296,8 +317,12 @@ impl Drop for Inner {
         let e = self.eng.get_mut();
         // Nothing is lost: queued sends go out before we say we are finished.
         let mut b = Backoff::new();
-        while e.npending > 0 || !e.inflight.is_empty() {
+        while e.npending > 0
+            || !e.inflight.is_empty()
+            || e.progress.as_ref().is_some_and(|p| p.lent > 0)
+        {
             e.refresh_fates();
+            e.collect_returns();
             e.drive_pending();
             // Buffers of single copies in flight must outlive the receivers' reads.
             e.inflight.retain(|p| {
@@ -318,6 +343,15 @@ impl Drop for Inner {
                 e.pending[d].clear();
             }
             b.snooze();
+        }
+        if let Some(mut p) = e.progress.take() {
+            let _ = p.to.send(crate::progress::ToThread::Stop);
+            if let Some(h) = p.handle.take() {
+                let _ = h.join();
+            }
+            while let Ok(r) = p.from.try_recv() {
+                e.counters.merge(&r.counters);
+            }
         }
         e.mark_finalized();
         if self.cfg.print_counters {
@@ -554,7 +588,7 @@ impl Endpoint {
         loop {
             {
                 let mut e = w.eng();
-                match e.tx[rank].rndv_state(pos) {
+                match e.seg.rndv_state(e.me, rank, pos) {
                     volley_shm::RndvState::Done => return Ok(()),
                     volley_shm::RndvState::Failed => {
                         return Err(SendError::SingleCopyFailed { rank })
@@ -591,7 +625,11 @@ impl Endpoint {
             return Err(l.into());
         }
         e.drive_pending();
-        if !e.pending[rank].is_empty() || !e.tx[rank].can_fit_message(data.len()) {
+        if !e.pending[rank].is_empty()
+            || !e.tx[rank]
+                .as_mut()
+                .is_some_and(|tx| tx.can_fit_message(data.len()))
+        {
             e.counters.add(Counter::BackPressure, 1);
             return Err(SendError::WouldBlock { rank });
         }
@@ -642,6 +680,18 @@ impl Endpoint {
                     state: ReqState::Done(Some(data)),
                 });
             }
+            // The rest can go on in the progress thread while the application computes.
+            let data = match e.lend(rank, self.port, port, data, cursor) {
+                Ok(state) => {
+                    return Ok(SendRequest {
+                        world: w.clone(),
+                        rank,
+                        state: ReqState::Lent(state),
+                    })
+                }
+                Err(data) => data,
+            };
+            return Ok(queue(&mut e, w, rank, self.port, port, data, cursor));
         }
         let p = Rc::new(RefCell::new(Pending {
             dst: rank,
@@ -1062,6 +1112,39 @@ impl Drop for Message {
 enum ReqState {
     Done(Option<Vec<u8>>),
     Queued(Rc<RefCell<Pending>>),
+    /// With the progress thread.
+    Lent(std::sync::Arc<crate::progress::LentState>),
+}
+
+/// Queues the rest of a non-blocking send behind the earlier ones to `rank`.
+fn queue(
+    e: &mut Engine,
+    w: &World,
+    rank: usize,
+    src_port: u32,
+    dst_port: u32,
+    data: Vec<u8>,
+    cursor: Cursor,
+) -> SendRequest {
+    let p = Rc::new(RefCell::new(Pending {
+        dst: rank,
+        src_port,
+        dst_port,
+        data,
+        cursor,
+        rndv: false,
+        rndv_pos: None,
+        done: false,
+        failed: false,
+    }));
+    e.pending[rank].push_back(p.clone());
+    e.npending += 1;
+    e.counters.add(Counter::PendingSends, 1);
+    SendRequest {
+        world: w.clone(),
+        rank,
+        state: ReqState::Queued(p),
+    }
 }
 
 /// A non-blocking send in flight. Dropping it does not cancel the send: the message still goes
@@ -1075,6 +1158,25 @@ pub struct SendRequest {
 impl SendRequest {
     /// Makes progress and says whether the buffer may be reused.
     pub fn test(&mut self) -> Result<bool, SendError> {
+        if let ReqState::Lent(l) = &self.state {
+            // SYNC: Acquire; pairs with the Release in the progress thread.
+            if !l.done.load(std::sync::atomic::Ordering::Acquire) {
+                self.world.progress().ok();
+                return Ok(false);
+            }
+            if l.failed.load(std::sync::atomic::Ordering::Relaxed) {
+                // The thread gave up because the destination left the job.
+                let mut e = self.world.eng();
+                let lost = e.send_dead_end(self.rank).unwrap_or(crate::PeerLost {
+                    rank: self.rank,
+                    fate: crate::Fate::Finished,
+                });
+                return Err(SendError::PeerLost(lost));
+            }
+            let data = l.data.lock().unwrap_or_else(|p| p.into_inner()).take();
+            self.state = ReqState::Done(data);
+            return Ok(true);
+        }
         if let ReqState::Queued(p) = &self.state {
             self.world.progress().ok();
             if !p.borrow().done {
@@ -1097,6 +1199,8 @@ impl SendRequest {
         match &self.state {
             ReqState::Done(_) => true,
             ReqState::Queued(p) => p.borrow().done,
+            // SYNC: Acquire; pairs with the Release in the progress thread.
+            ReqState::Lent(l) => l.done.load(std::sync::atomic::Ordering::Acquire),
         }
     }
 
@@ -1108,7 +1212,7 @@ impl SendRequest {
         }
         match &mut self.state {
             ReqState::Done(d) => Ok(d.take().unwrap_or_default()),
-            ReqState::Queued(_) => unreachable!("test() returned true"),
+            ReqState::Queued(_) | ReqState::Lent(_) => unreachable!("test() returned true"),
         }
     }
 }

@@ -572,6 +572,48 @@ fn idle(w: &World, ms: u64) -> R {
     Ok(())
 }
 
+/// Rank 0 starts a non-blocking send of `size` bytes to rank 1, then computes without calling
+/// volley for up to `max_ms`, looking only at whether the send has completed. With "thread", it
+/// starts the progress thread first. Rank 1 receives and checks every byte.
+fn overlap(w: &World, size: usize, max_ms: u64, thread: bool) -> R {
+    let ep = w.open(15)?;
+    if w.rank() == 0 {
+        if thread {
+            w.start_progress_thread()?;
+        }
+        let mut msg = vec![0u8; size];
+        fill(&mut msg, 15);
+        let req = ep.isend_to(1, 15, msg)?;
+        let t = Instant::now();
+        let mut acc = 0u64;
+        let mut completed = false;
+        while t.elapsed() < Duration::from_millis(max_ms) {
+            // Computation that touches no volley state.
+            for i in 0..100_000u64 {
+                acc = acc.wrapping_mul(6364136223846793005).wrapping_add(i);
+            }
+            if req.is_complete() {
+                completed = true;
+                break;
+            }
+        }
+        std::hint::black_box(acc);
+        println!(
+            "result: overlap thread={thread} completed_during_compute={completed} compute_ms={}",
+            t.elapsed().as_millis()
+        );
+        let back = req.wait()?;
+        check(&back, size, 15, "buffer given back")?;
+        ep.recv()?;
+    } else if w.rank() == 1 {
+        let mut buf = vec![0u8; size];
+        let (n, _) = ep.recv_into(&mut buf)?;
+        check(&buf[..n], size, 15, "overlapped message")?;
+        ep.send_to(0, 15, b"ok")?;
+    }
+    Ok(())
+}
+
 /// Prints who this process is; with "self", also sends a message to itself.
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
@@ -636,10 +678,16 @@ fn main() {
         }
         Some("ports") => ports(&world),
         Some("idle") => idle(&world, num(1, 2000)),
+        Some("overlap") => overlap(
+            &world,
+            num(1, 32 << 20) as usize,
+            num(2, 10_000),
+            args.get(3).map(String::as_str) == Some("thread"),
+        ),
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | whoami [self] | hold");
             std::process::exit(2);
         }
     };
