@@ -264,6 +264,43 @@ impl Producer {
         Some(pos)
     }
 
+    /// Writes one record of `len` payload bytes that `fill` writes in place, straight into the
+    /// ring (no copy on the sending side), or returns false without calling `fill` if the ring
+    /// has no room now. If `fill` panics, nothing is published.
+    ///
+    /// Panics if `len` is larger than [`Producer::max_payload`].
+    pub fn try_push_with(&mut self, meta: Meta, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+        assert!(len <= self.max_payload, "record payload too long");
+        if !self.can_fit_message(len) {
+            return false;
+        }
+        let k = slots_for(len);
+        let mut off = self.head & self.mask;
+        if off + k > self.cap {
+            let pad = self.cap - off;
+            let pad_meta = Meta {
+                kind: Kind::Pad,
+                src_port: 0,
+                dst_port: 0,
+                total_len: 0,
+            };
+            // SAFETY: can_fit_message counted the padding; these slots are free.
+            unsafe { self.publish(off, pad_meta, pad as usize * SLOT - RECORD_HEADER, &[]) };
+            self.head += pad;
+            off = 0;
+        }
+        // SAFETY: the record's slots are free (can_fit_message) and inside the ring (no wrap);
+        // nobody reads them before the tag is published below.
+        let payload = unsafe {
+            std::slice::from_raw_parts_mut(self.slots.add(off as usize * SLOT + RECORD_HEADER), len)
+        };
+        fill(payload);
+        // SAFETY: as above; publish writes the header and then the tag.
+        unsafe { self.publish(off, meta, len, &[]) };
+        self.head += k;
+        true
+    }
+
     /// Where the rendezvous whose descriptor this producer wrote at `pos` stands.
     pub fn rndv_state(&self, pos: u64) -> RndvState {
         // SAFETY: ctrl starts the ring this producer owns.
@@ -945,6 +982,45 @@ mod tests {
         }
         t.join().unwrap();
         assert!(c.all_released());
+    }
+
+    #[test]
+    fn push_with_fills_in_place_and_pads_at_the_wrap() {
+        let s = seg(4096, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        for round in 0..300u32 {
+            let len = [0usize, 1, 40, 500, 960][round as usize % 5];
+            let m = Meta {
+                kind: Kind::Whole,
+                src_port: 0,
+                dst_port: 1,
+                total_len: len as u64,
+            };
+            while !p.try_push_with(m, len, |b| {
+                b.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = (i as u32 + round) as u8)
+            }) {
+                let info = c.peek().unwrap().unwrap();
+                let h = c.take(&info);
+                c.release(h);
+            }
+            let info = c.peek().unwrap().unwrap();
+            let h = c.take(&info);
+            let want: Vec<u8> = (0..len).map(|i| (i as u32 + round) as u8).collect();
+            assert_eq!(c.payload(&h), &want[..], "round {round}");
+            c.release(h);
+        }
+        // A full ring: fill is not called.
+        let m = Meta {
+            kind: Kind::Whole,
+            src_port: 0,
+            dst_port: 1,
+            total_len: 900,
+        };
+        while p.try_push_with(m, 900, |_| {}) {}
+        assert!(!p.try_push_with(m, 900, |_| panic!("fill called without room")));
     }
 
     #[test]

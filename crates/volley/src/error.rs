@@ -87,6 +87,8 @@ pub enum SendError {
     WouldBlock { rank: usize },
     #[error("a message of {len} bytes cannot be sent without waiting (the ring to a rank holds at most {max} bytes); use send() or isend()")]
     TooLargeForTrySend { len: usize, max: usize },
+    #[error("send_with writes one ring record, at most {max} bytes; this message is {len}: use send or isend")]
+    TooLargeForSendWith { len: usize, max: usize },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
     #[error("rank {rank} could not copy the message from this process's memory (single copy refused by the kernel at run time); run the job with VOLLEY_SINGLE_COPY=off")]

@@ -604,6 +604,65 @@ impl Endpoint {
         }
     }
 
+    /// Sends a message of `len` bytes that `fill` writes straight into the receive pool (the ring
+    /// in shared memory): no copy on the sending side. `len` is at most [`World::max_inline`].
+    /// Waits while the ring is full; `fill` runs once, when there is room.
+    pub fn send_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), SendError> {
+        let (rank, port) = self.dest()?;
+        self.send_with_to(rank, port, len, fill)
+    }
+
+    pub fn send_with_to(
+        &self,
+        rank: usize,
+        port: u32,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        let w = &self.world;
+        w.check_rank(rank)?;
+        let max = w.max_inline();
+        if len > max {
+            return Err(SendError::TooLargeForSendWith { len, max });
+        }
+        if let Some(l) = w.eng().send_dead_end(rank) {
+            return Err(l.into());
+        }
+        w.flush_pending_to(rank)?;
+        let meta = volley_shm::Meta {
+            kind: Kind::Whole,
+            src_port: self.port,
+            dst_port: port,
+            total_len: len as u64,
+        };
+        let mut fill = Some(fill);
+        let mut b = Backoff::new();
+        loop {
+            {
+                let mut e = w.eng();
+                let sent = match e.tx[rank].as_mut() {
+                    Some(tx) => tx.try_push_with(meta, len, |buf| {
+                        (fill.take().expect("fill runs once"))(buf)
+                    }),
+                    None => false,
+                };
+                if sent {
+                    e.counters.add(Counter::MsgsSent, 1);
+                    e.counters.add(Counter::InlineSends, 1);
+                    e.counters.add(Counter::BytesSent, len as u64);
+                    e.ring_doorbell(rank);
+                    return Ok(());
+                }
+                e.counters.add(Counter::BackPressure, 1);
+                if let Some(l) = e.send_dead_end(rank) {
+                    return Err(l.into());
+                }
+            }
+            let _ = w.progress();
+            b.snooze();
+        }
+    }
+
     /// Sends `data` to the target only if it fits in the ring now; otherwise
     /// [`SendError::WouldBlock`] and nothing is sent.
     pub fn try_send(&self, data: &[u8]) -> Result<(), SendError> {

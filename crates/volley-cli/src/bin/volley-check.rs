@@ -614,6 +614,37 @@ fn overlap(w: &World, size: usize, max_ms: u64, thread: bool) -> R {
     Ok(())
 }
 
+/// Rank 0 writes messages of every size up to the record limit straight into the ring with
+/// send_with (no copy on its side); rank 1 checks them in order.
+fn send_with(w: &World) -> R {
+    let ep = w.open(16)?;
+    let max = w.max_inline();
+    let sizes: Vec<usize> = [0, 1, 63, 64, 4096, max - 1, max]
+        .into_iter()
+        .cycle()
+        .take(70)
+        .collect();
+    if w.rank() == 0 {
+        ep.target(1, 16)?;
+        for (k, &n) in sizes.iter().enumerate() {
+            ep.send_with(n, |buf| fill(buf, k as u64))?;
+        }
+        match ep.send_with(max + 1, |_| unreachable!("too large")) {
+            Err(e @ SendError::TooLargeForSendWith { .. }) => println!("result: error=\"{e}\""),
+            other => return Err(format!("expected TooLargeForSendWith, got {other:?}").into()),
+        }
+        ep.recv()?;
+    } else if w.rank() == 1 {
+        for (k, &n) in sizes.iter().enumerate() {
+            let m = ep.recv()?;
+            check(&m, n, k as u64, &format!("send_with message {k}"))?;
+        }
+        ep.send_to(0, 16, b"ok")?;
+        println!("result: send_with received={} ok", sizes.len());
+    }
+    Ok(())
+}
+
 /// Prints who this process is; with "self", also sends a message to itself.
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
@@ -678,6 +709,7 @@ fn main() {
         }
         Some("ports") => ports(&world),
         Some("idle") => idle(&world, num(1, 2000)),
+        Some("send-with") => send_with(&world),
         Some("overlap") => overlap(
             &world,
             num(1, 32 << 20) as usize,
@@ -687,7 +719,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold");
             std::process::exit(2);
         }
     };
