@@ -221,9 +221,8 @@ impl Producer {
         full * slots_for(self.max_payload) + if rest > 0 { slots_for(rest) } else { 0 }
     }
 
-    /// Writes one record, or returns false (back-pressure) if the ring has no room for it now.
-    /// Nothing is written when it returns false, except possibly padding to the end of the ring,
-    /// which is invisible to the consumer's caller.
+    /// Writes one record, or returns false (back-pressure) if the ring has no room for it now;
+    /// then nothing is written.
     ///
     /// Panics if `payload` is longer than [`Producer::max_payload`].
     #[inline]
@@ -236,32 +235,38 @@ impl Producer {
     pub fn try_push_pos(&mut self, meta: Meta, payload: &[u8]) -> Option<u64> {
         assert!(payload.len() <= self.max_payload, "record payload too long");
         let k = slots_for(payload.len());
-        let off = self.head & self.mask;
-        if off + k > self.cap {
-            // The record would wrap: fill the rest of the ring with a pad record first.
-            let pad = self.cap - off;
-            if !self.has_space(pad) {
-                return None;
-            }
-            let pad_meta = Meta {
-                kind: Kind::Pad,
-                src_port: 0,
-                dst_port: 0,
-                total_len: 0,
-            };
-            // SAFETY: slot `off` and the `pad` slots after it are inside the ring and free.
-            unsafe { self.publish(off, pad_meta, pad as usize * SLOT - RECORD_HEADER, &[]) };
-            self.head += pad;
-        }
-        if !self.has_space(k) {
-            return None;
-        }
-        let off = self.head & self.mask;
-        // SAFETY: `k` slots from `off` are inside the ring (no wrap, checked above) and free.
+        let off = self.reserve(k)?;
+        // SAFETY: reserve found `k` free slots from `off`, inside the ring (no wrap).
         unsafe { self.publish(off, meta, payload.len(), payload) };
         let pos = self.head;
         self.head += k;
         Some(pos)
+    }
+
+    /// Finds room for a record of `k` slots, padding to the end of the ring first when the
+    /// record would wrap. All or nothing: returns the offset of the record's first slot (any
+    /// padding already published), or None having written nothing. A record of at most a quarter
+    /// of the ring always fits once the consumer has drained, padding included.
+    #[inline]
+    fn reserve(&mut self, k: u64) -> Option<u64> {
+        let off = self.head & self.mask;
+        if off + k <= self.cap {
+            return self.has_space(k).then_some(off);
+        }
+        let pad = self.cap - off;
+        if !self.has_space(pad + k) {
+            return None;
+        }
+        let pad_meta = Meta {
+            kind: Kind::Pad,
+            src_port: 0,
+            dst_port: 0,
+            total_len: 0,
+        };
+        // SAFETY: slot `off` and the `pad` slots after it are inside the ring and free.
+        unsafe { self.publish(off, pad_meta, pad as usize * SLOT - RECORD_HEADER, &[]) };
+        self.head += pad;
+        Some(0)
     }
 
     /// Writes one record of `len` payload bytes that `fill` writes in place, straight into the
@@ -271,26 +276,12 @@ impl Producer {
     /// Panics if `len` is larger than [`Producer::max_payload`].
     pub fn try_push_with(&mut self, meta: Meta, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
         assert!(len <= self.max_payload, "record payload too long");
-        if !self.can_fit_message(len) {
-            return false;
-        }
         let k = slots_for(len);
-        let mut off = self.head & self.mask;
-        if off + k > self.cap {
-            let pad = self.cap - off;
-            let pad_meta = Meta {
-                kind: Kind::Pad,
-                src_port: 0,
-                dst_port: 0,
-                total_len: 0,
-            };
-            // SAFETY: can_fit_message counted the padding; these slots are free.
-            unsafe { self.publish(off, pad_meta, pad as usize * SLOT - RECORD_HEADER, &[]) };
-            self.head += pad;
-            off = 0;
-        }
-        // SAFETY: the record's slots are free (can_fit_message) and inside the ring (no wrap);
-        // nobody reads them before the tag is published below.
+        let Some(off) = self.reserve(k) else {
+            return false;
+        };
+        // SAFETY: reserve found the record's slots free and inside the ring (no wrap); nobody
+        // reads them before the tag is published below.
         let payload = unsafe {
             std::slice::from_raw_parts_mut(self.slots.add(off as usize * SLOT + RECORD_HEADER), len)
         };

@@ -19,6 +19,7 @@
 //! waiting on a peer that died fails with [`PeerLost`] instead of hanging.
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod bootstrap;
 mod config;
 mod counters;

@@ -8,12 +8,12 @@
 //! polled while something is lent, so the hot path pays nothing when the thread is idle. The
 //! thread sleeps on its channel when it has nothing to do.
 
+use crate::backoff::Backoff;
 use crate::counters::{Counter, Counters};
 use crate::engine::{push_records, ring_doorbell_of, Cursor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 use volley_shm::{Producer, Segment};
 use volley_sys::EventFd;
 
@@ -105,7 +105,7 @@ fn run(
             state,
         } = *l;
         let mut counters = Counters::default();
-        let mut waiting_since: Option<Instant> = None;
+        let mut backoff = Backoff::new();
         loop {
             let before = cursor.off;
             let complete = push_records(
@@ -118,7 +118,7 @@ fn run(
             );
             if complete || cursor.off != before {
                 ring_doorbell_of(&seg, &bells, me, dst, &mut counters);
-                waiting_since = None;
+                backoff.reset();
             }
             if complete {
                 break;
@@ -127,16 +127,8 @@ fn run(
                 state.failed.store(true, Ordering::Relaxed);
                 break;
             }
-            // The receiver is behind: spin briefly, then yield, then sleep in short steps.
-            let since = *waiting_since.get_or_insert_with(Instant::now);
-            let waited = since.elapsed();
-            if waited < Duration::from_micros(50) {
-                std::hint::spin_loop();
-            } else if waited < Duration::from_millis(2) {
-                volley_sys::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            // The receiver is behind.
+            backoff.snooze();
         }
         counters.add(Counter::ProgressThreadSends, 1);
         *state.data.lock().unwrap_or_else(|p| p.into_inner()) = Some(data);

@@ -6,6 +6,7 @@
 //! length of a step and never while user code (an active-port handler) runs, so a handler may
 //! send.
 
+use crate::backoff::Backoff;
 use crate::bootstrap::{self, JobInfo};
 use crate::config::{Config, WaitMode};
 use crate::counters::Counter;
@@ -16,7 +17,7 @@ use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use volley_shm::{Kind, RecordInfo, SharedHeld};
 
 static INITIALISED: AtomicBool = AtomicBool::new(false);
@@ -1361,40 +1362,5 @@ impl Waiter {
 
     fn finish(&mut self, w: &World) {
         w.eng().disarm();
-    }
-}
-
-/// Waiting for room in a full ring: spin briefly (the consumer is usually draining), then yield,
-/// then sleep in short steps so that more ranks than cores still progress.
-struct Backoff {
-    since: Option<Instant>,
-    n: u32,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff { since: None, n: 0 }
-    }
-
-    fn reset(&mut self) {
-        self.since = None;
-        self.n = 0;
-    }
-
-    fn snooze(&mut self) {
-        self.n = self.n.wrapping_add(1);
-        if self.n < 64 {
-            std::hint::spin_loop();
-            return;
-        }
-        let now = Instant::now();
-        let waited = now - *self.since.get_or_insert(now);
-        if waited < Duration::from_micros(50) {
-            std::hint::spin_loop();
-        } else if waited < Duration::from_millis(2) {
-            volley_sys::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(100));
-        }
     }
 }

@@ -1,0 +1,38 @@
+//! Waiting for something another process must do first (room in a full ring, a copy to finish).
+
+use std::time::{Duration, Instant};
+
+/// Waiting for room in a full ring: spin briefly (the consumer is usually draining), then yield,
+/// then sleep in short steps so that more ranks than cores still progress.
+pub(crate) struct Backoff {
+    since: Option<Instant>,
+    n: u32,
+}
+
+impl Backoff {
+    pub fn new() -> Backoff {
+        Backoff { since: None, n: 0 }
+    }
+
+    pub fn reset(&mut self) {
+        self.since = None;
+        self.n = 0;
+    }
+
+    pub fn snooze(&mut self) {
+        self.n = self.n.wrapping_add(1);
+        if self.n < 64 {
+            std::hint::spin_loop();
+            return;
+        }
+        let now = Instant::now();
+        let waited = now - *self.since.get_or_insert(now);
+        if waited < Duration::from_micros(50) {
+            std::hint::spin_loop();
+        } else if waited < Duration::from_millis(2) {
+            volley_sys::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
