@@ -1,0 +1,490 @@
+//! volley's network protocol as a sans-I/O state machine (layer 1: depends on volley-wire only;
+//! no sockets, no clock, no threads, no unsafe).
+//!
+//! One [`Engine`] per process speaks to every remote peer (a rank on another host). It is driven
+//! the way quinn-proto is, and every call takes the caller's current time in nanoseconds:
+//!
+//! 1. [`Engine::send`] queues a message; [`Engine::handle`] takes one received packet;
+//!    [`Engine::handle_timeout`] is called when the time [`Engine::poll_timeout`] gave has come.
+//! 2. [`Engine::poll_transmit`] is called until it returns None, each time writing one packet into
+//!    a buffer the caller provides (a slot of the device's transmit ring).
+//! 3. [`Engine::poll_event`] hands out delivered messages and lost peers; once the application has
+//!    consumed a message, [`Engine::release`] returns its credit to the sender.
+//!
+//! What it does, per peer (docs/protocol.md has the details and the packet formats):
+//! - sequenced packets with cumulative and selective acknowledgements (ACK ranges), piggybacked
+//!   on reverse traffic or delayed a little; retransmission when later packets are acknowledged
+//!   (RACK-style, one smoothed round trip later) or on a timeout from the measured round-trip time
+//!   with exponential back-off; duplicates suppressed by sequence number;
+//! - messages fragmented to the device's packet size, reassembled in place, delivered whole and
+//!   in order of sending;
+//! - GAMMA's end-to-end credit: a sender may have at most the receiver's eager pool of eager
+//!   bytes not yet consumed by the receiving application; beyond the rendezvous threshold a
+//!   message is announced (RTS) and its data sent only once the receiver has made room (CTS);
+//! - a best-effort mode (no sequence, no acknowledgement, no retransmission) per message;
+//! - heartbeats when a peer hears nothing else from us, and a peer declared lost after
+//!   `peer_timeout` of silence.
+
+#![forbid(unsafe_code)]
+
+mod counters;
+mod peer;
+
+pub use counters::{PeerCounters, DROP_REASONS, PEER_COUNTERS};
+use peer::Peer;
+use std::collections::VecDeque;
+use volley_wire::{Malformed, Repr};
+
+/// Nanoseconds on the caller's clock (any origin, never going backwards).
+pub type Instant = u64;
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+/// Protocol parameters. Both ends of a link should use the same ones.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Largest volley packet the device carries (its MTU minus the IP and UDP headers, or the
+    /// Ethernet payload).
+    pub max_packet: usize,
+    /// Sequenced packets in flight per peer (also the receiver's reordering window).
+    pub window: u32,
+    /// The receiver's eager buffer pool per peer: credit, in bytes.
+    pub pool_bytes: u64,
+    /// Messages larger than this go by rendezvous.
+    pub rndv_threshold: usize,
+    /// Bytes of rendezvous messages a receiver accepts (CTS sent) before the application has
+    /// consumed them. One message is always accepted when none is outstanding.
+    pub rndv_budget: u64,
+    /// Largest message accepted.
+    pub max_message: u64,
+    pub initial_rto: u64,
+    pub min_rto: u64,
+    pub max_rto: u64,
+    /// How long a receiver may hold back an acknowledgement hoping to piggyback it.
+    pub ack_delay: u64,
+    /// Acknowledge at once after this many packets.
+    pub ack_every: u32,
+    /// Send a heartbeat to a peer after this long without sending it anything.
+    pub heartbeat: u64,
+    /// Declare a peer lost after this long without hearing from it.
+    pub peer_timeout: u64,
+    /// Bytes queued to one peer (sent or not, not yet acknowledged) beyond which
+    /// [`Engine::send`] says [`SendError::Busy`]. A message is always accepted into an empty
+    /// queue, whatever its size.
+    pub send_budget: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_packet: 1472,
+            window: 4096,
+            pool_bytes: 4 << 20,
+            rndv_threshold: 32 << 10,
+            rndv_budget: 256 << 20,
+            max_message: 1 << 40,
+            initial_rto: 10 * MS,
+            min_rto: 500 * US,
+            max_rto: 1000 * MS,
+            ack_delay: 50 * US,
+            ack_every: 8,
+            heartbeat: 1000 * MS,
+            peer_timeout: 10_000 * MS,
+            send_budget: 64 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Payload bytes of one DATA packet.
+    pub fn fragment(&self) -> usize {
+        self.max_packet - volley_wire::DATA_HEADER_LEN
+    }
+
+    /// Checks the parameters hang together; the error says which one to change.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_packet < volley_wire::DATA_HEADER_LEN + 64 {
+            return Err(format!(
+                "packet size {} too small: needs at least {} bytes",
+                self.max_packet,
+                volley_wire::DATA_HEADER_LEN + 64
+            ));
+        }
+        if self.max_packet > 65_000 {
+            return Err(format!(
+                "packet size {} too large: at most 65000",
+                self.max_packet
+            ));
+        }
+        if self.window < 4 || self.window > 1 << 20 {
+            return Err(format!("window {} must be 4..=1048576", self.window));
+        }
+        if (self.rndv_threshold as u64) + peer::CHARGE > self.pool_bytes {
+            return Err(format!(
+                "rendezvous threshold {} must be below the eager pool {} (a message sent eagerly must fit the pool)",
+                self.rndv_threshold, self.pool_bytes
+            ));
+        }
+        if self.min_rto == 0 || self.min_rto > self.max_rto {
+            return Err("retransmission timeouts must satisfy 0 < min <= max".into());
+        }
+        if self.heartbeat >= self.peer_timeout {
+            return Err(format!(
+                "heartbeat ({} ms) must be shorter than the peer timeout ({} ms)",
+                self.heartbeat / MS,
+                self.peer_timeout / MS
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How a message is delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reliability {
+    /// Exactly once, in order, retransmitted until acknowledged.
+    Reliable,
+    /// GAMMA's best effort: sent once; lost if any fragment is lost; not ordered with the
+    /// reliable messages.
+    BestEffort,
+}
+
+/// Why [`Engine::send`] did not take a message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// Too many bytes queued to this peer: make progress (poll_transmit, handle) and retry.
+    Busy(Vec<u8>),
+    /// The peer is lost; nothing more can be sent to it.
+    PeerLost,
+    /// Larger than `max_message`, or to no such peer.
+    Invalid(&'static str),
+}
+
+/// Credit an application hands back with [`Engine::release`] once it consumed a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Credit {
+    pub peer: u32,
+    eager: u64,
+    rndv: u64,
+}
+
+/// What the engine has for the application.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    Message {
+        peer: u32,
+        src_port: u32,
+        dst_port: u32,
+        data: Vec<u8>,
+        /// How it was sent.
+        how: Reliability,
+        /// Give back with [`Engine::release`] once consumed.
+        credit: Credit,
+    },
+    /// Nothing heard from the peer for `peer_timeout`: messages to and from it are lost.
+    PeerLost { peer: u32 },
+}
+
+/// One packet [`Engine::poll_transmit`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Rank the packet goes to.
+    pub peer: u32,
+    pub len: usize,
+}
+
+/// The protocol engine of one process.
+pub struct Engine {
+    cfg: Config,
+    me: u32,
+    token: u64,
+    peers: Vec<Option<Peer>>,
+    events: VecDeque<Event>,
+    /// Buffers given back by the application, reused for new messages.
+    pool: Vec<Vec<u8>>,
+    /// Received packets dropped before a peer could be told, by reason (see [`DROP_REASONS`]).
+    pub drops: [u64; DROP_REASONS.len()],
+    rr: usize,
+}
+
+impl Engine {
+    /// An engine for rank `me` of the job `token`.
+    ///
+    /// # Panics
+    /// If `cfg` does not pass [`Config::validate`].
+    pub fn new(cfg: Config, me: u32, token: u64) -> Engine {
+        if let Err(e) = cfg.validate() {
+            panic!("invalid protocol configuration: {e}");
+        }
+        Engine {
+            cfg,
+            me,
+            token,
+            peers: Vec::new(),
+            events: VecDeque::new(),
+            pool: Vec::new(),
+            drops: [0; DROP_REASONS.len()],
+            rr: 0,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// Makes `rank` a peer (idempotent).
+    pub fn add_peer(&mut self, rank: u32, now: Instant) {
+        let i = rank as usize;
+        if self.peers.len() <= i {
+            self.peers.resize_with(i + 1, || None);
+        }
+        if self.peers[i].is_none() {
+            self.peers[i] = Some(Peer::new(rank, &self.cfg, now));
+        }
+    }
+
+    fn peer_mut(&mut self, rank: u32) -> Option<&mut Peer> {
+        self.peers.get_mut(rank as usize).and_then(|p| p.as_mut())
+    }
+
+    pub fn peer_counters(&self, rank: u32) -> Option<&PeerCounters> {
+        self.peers
+            .get(rank as usize)
+            .and_then(|p| p.as_ref())
+            .map(|p| &p.counters)
+    }
+
+    /// Ranks of the peers.
+    pub fn peers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.peers.iter().flatten().map(|p| p.rank)
+    }
+
+    pub fn is_lost(&self, rank: u32) -> bool {
+        self.peers
+            .get(rank as usize)
+            .and_then(|p| p.as_ref())
+            .is_some_and(|p| p.lost)
+    }
+
+    /// A buffer of `len` bytes (contents unspecified), from the pool when one is big enough.
+    pub fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut v = match self.pool.iter().position(|b| b.capacity() >= len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => Vec::with_capacity(len),
+        };
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    /// Gives a buffer back for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        // Keep a few, and not the giants.
+        if self.pool.len() < 64 && buf.capacity() <= 1 << 20 {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Queues a message to `peer`. The engine owns `data` until the peer has acknowledged it.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        src_port: u32,
+        dst_port: u32,
+        data: Vec<u8>,
+        how: Reliability,
+    ) -> Result<(), SendError> {
+        if data.len() as u64 > self.cfg.max_message {
+            return Err(SendError::Invalid(
+                "message larger than the largest allowed",
+            ));
+        }
+        let cfg = self.cfg.clone();
+        let Some(p) = self.peer_mut(peer) else {
+            return Err(SendError::Invalid("no such peer"));
+        };
+        if p.lost {
+            return Err(SendError::PeerLost);
+        }
+        if how == Reliability::Reliable
+            && p.queued_bytes > 0
+            && p.queued_bytes + data.len() as u64 > cfg.send_budget
+        {
+            p.counters.send_busy += 1;
+            return Err(SendError::Busy(data));
+        }
+        p.queue(&cfg, now, src_port, dst_port, data, how);
+        Ok(())
+    }
+
+    /// The state of every peer, one line each, for a failing test to print.
+    #[doc(hidden)]
+    pub fn describe(&self) -> String {
+        let mut s = format!("rank {} drops {:?}\n", self.me, self.drops);
+        for p in self.peers.iter().flatten() {
+            s += &p.describe();
+            s += "\n";
+        }
+        s
+    }
+
+    /// Whether everything sent to every live peer has been acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.peers.iter().flatten().all(|p| p.lost || p.idle())
+    }
+
+    /// Whether `send` would take `len` more bytes to `peer` now.
+    pub fn can_send(&self, peer: u32, len: usize) -> bool {
+        self.peers
+            .get(peer as usize)
+            .and_then(|p| p.as_ref())
+            .is_some_and(|p| {
+                p.queued_bytes == 0 || p.queued_bytes + len as u64 <= self.cfg.send_budget
+            })
+    }
+
+    /// Takes one received packet. An error says why it was dropped (it is also counted).
+    pub fn handle(&mut self, now: Instant, packet: &[u8]) -> Result<(), Malformed> {
+        let repr = match Repr::parse(packet, self.token) {
+            Ok(r) => r,
+            Err(e) => {
+                self.drops[counters::drop_index(e)] += 1;
+                return Err(e);
+            }
+        };
+        if repr.dst != self.me {
+            // Another rank's packet (a raw socket sees every frame of its EtherType).
+            self.drops[counters::DROP_NOT_MINE] += 1;
+            return Err(Malformed::Field);
+        }
+        let cfg = self.cfg.clone();
+        let Some(p) = self
+            .peers
+            .get_mut(repr.src as usize)
+            .and_then(|p| p.as_mut())
+        else {
+            self.drops[counters::drop_index(Malformed::Field)] += 1;
+            return Err(Malformed::Field);
+        };
+        if p.lost {
+            p.counters.after_lost += 1;
+            return Ok(());
+        }
+        let r = p.handle(&cfg, now, &repr.body, &mut self.events, &mut self.pool);
+        if let Err(e) = r {
+            p.counters.bad_field += 1;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes the next packet to send into `buf` (at least `max_packet` bytes), or returns None
+    /// when there is nothing to send now.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let n = self.peers.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            if let Some(p) = self.peers[i].as_mut() {
+                if let Some(len) =
+                    p.transmit(&self.cfg, self.me, self.token, now, buf, &mut self.pool)
+                {
+                    self.rr = (i + 1) % n;
+                    return Some(Transmit {
+                        peer: i as u32,
+                        len,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`Engine::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.peers
+            .iter()
+            .flatten()
+            .filter_map(|p| p.next_timeout(&self.cfg))
+            .min()
+    }
+
+    /// Runs the timers due at `now`: retransmissions, delayed acknowledgements, heartbeats,
+    /// credit probes, peer loss.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for p in self.peers.iter_mut().flatten() {
+            p.on_timeout(&self.cfg, now, &mut self.events);
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Gives back the credit of a consumed message: the sender may send more.
+    pub fn release(&mut self, credit: Credit) {
+        let cfg = self.cfg.clone();
+        if let Some(p) = self
+            .peers
+            .get_mut(credit.peer as usize)
+            .and_then(|p| p.as_mut())
+        {
+            p.release(&cfg, credit, &mut self.pool);
+        }
+    }
+
+    /// Declares a peer lost now (the launcher said its process ended).
+    pub fn peer_gone(&mut self, rank: u32) {
+        if let Some(p) = self.peers.get_mut(rank as usize).and_then(|p| p.as_mut()) {
+            if !p.lost {
+                p.lose(&mut self.events);
+            }
+        }
+    }
+}
+
+/// The 64-bit number nearest to `near` whose low 32 bits are `v`.
+fn unwrap32(near: u64, v: u32) -> u64 {
+    let cand = (near & !0xffff_ffff) | v as u64;
+    let d = cand.wrapping_sub(near) as i64;
+    if d > i32::MAX as i64 && cand >= 1 << 32 {
+        cand - (1 << 32)
+    } else if d < i32::MIN as i64 {
+        cand + (1 << 32)
+    } else {
+        cand
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn unwrap_picks_the_nearest() {
+        assert_eq!(unwrap32(0, 5), 5);
+        assert_eq!(unwrap32(10, 5), 5);
+        assert_eq!(unwrap32(0xffff_fff0, 3), 0x1_0000_0003);
+        assert_eq!(unwrap32(0x1_0000_0003, 0xffff_fff0), 0xffff_fff0);
+        assert_eq!(unwrap32(0, 0xffff_fff0), 0xffff_fff0);
+    }
+
+    #[test]
+    fn config_errors_say_what_to_change() {
+        let c = Config {
+            rndv_threshold: 8 << 20,
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().contains("rendezvous threshold"));
+        let c = Config {
+            max_packet: 50,
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().contains("too small"));
+    }
+}

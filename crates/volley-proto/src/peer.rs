@@ -1,0 +1,1239 @@
+//! The state of one peer: both directions of the link to one remote rank.
+//!
+//! Sending: every sequenced packet (a DATA fragment, an RTS or a CTS) gets the next sequence
+//! number and a [`Sent`] record saying how to write it again; retransmissions reuse the sequence
+//! number, so the receiver suppresses duplicates by sequence alone. Receiving: a bitmap from the
+//! cumulative point `rcv_next` marks what has arrived; fragments are copied into their message's
+//! buffer as they come, in any order; messages are handed out in the order they were sent.
+
+use crate::counters::PeerCounters;
+use crate::{unwrap32, Config, Credit, Event, Instant, Reliability};
+use std::collections::VecDeque;
+use volley_wire::{self as wire, AckRanges, Body, Malformed, Piggyback, Repr, Seq};
+
+/// Credit charged for an eager message beyond its bytes, so that empty messages are not free.
+pub(crate) const CHARGE: u64 = 64;
+
+/// Messages a sender may have started beyond its oldest unacknowledged one. Every message
+/// before a receiver's oldest undelivered one is acknowledged, so the receiver never needs to
+/// track more than this many.
+pub(crate) fn msg_window(cfg: &Config) -> u64 {
+    2 * cfg.window as u64
+}
+
+fn take_buf(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    if len > 1 << 20 {
+        // A large buffer straight from the allocator: zeroed pages come lazily from the kernel.
+        return vec![0u8; len];
+    }
+    let mut v = match pool.iter().position(|b| b.capacity() >= len) {
+        Some(i) => pool.swap_remove(i),
+        None => Vec::with_capacity(len),
+    };
+    v.clear();
+    v.resize(len, 0);
+    v
+}
+
+fn give_buf(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
+    if pool.len() < 64 && v.capacity() <= 1 << 20 {
+        pool.push(v);
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum What {
+    Frag {
+        msg: u64,
+        off: u64,
+        len: u32,
+    },
+    Rts {
+        msg: u64,
+    },
+    /// Clears the peer's message `msg`.
+    Cts {
+        msg: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Sent {
+    what: What,
+    sent_at: Instant,
+    /// Sent more than once: its acknowledgement says nothing about the round trip (Karn).
+    retx: bool,
+    acked: bool,
+    /// In the retransmission queue.
+    queued: bool,
+    /// Queued by the timer (not by later acknowledgements), for the counters.
+    by_timer: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OutState {
+    Eager,
+    /// Rendezvous: the RTS is still to be sent.
+    NeedRts,
+    WaitCts,
+    Cleared,
+}
+
+struct OutMsg {
+    id: u64,
+    src_port: u32,
+    dst_port: u32,
+    data: Vec<u8>,
+    state: OutState,
+    /// Next byte to send for the first time.
+    next_off: u64,
+    started: bool,
+    charged: bool,
+    frags_total: u64,
+    frags_acked: u64,
+}
+
+impl OutMsg {
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn fully_sent(&self) -> bool {
+        self.started && self.next_off == self.len()
+    }
+    fn done(&self) -> bool {
+        self.frags_acked == self.frags_total
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InState {
+    /// Nothing of this message has arrived yet.
+    Unseen,
+    Eager,
+    /// Rendezvous announced, no room yet.
+    Announced,
+    /// Room made, CTS queued or sent.
+    Accepted,
+}
+
+struct InMsg {
+    state: InState,
+    src_port: u32,
+    dst_port: u32,
+    len: u64,
+    buf: Vec<u8>,
+    got: u64,
+    any: bool,
+    counted_wait: bool,
+}
+
+impl InMsg {
+    fn unseen() -> InMsg {
+        InMsg {
+            state: InState::Unseen,
+            src_port: 0,
+            dst_port: 0,
+            len: 0,
+            buf: Vec::new(),
+            got: 0,
+            any: false,
+            counted_wait: false,
+        }
+    }
+    fn complete(&self) -> bool {
+        matches!(self.state, InState::Eager | InState::Accepted) && self.any && self.got == self.len
+    }
+}
+
+/// A best-effort message being gathered: fragments must come in order.
+struct BeIn {
+    id: u64,
+    msg: InMsg,
+}
+
+pub(crate) struct Peer {
+    pub rank: u32,
+    pub lost: bool,
+    pub counters: PeerCounters,
+    /// Bytes of reliable messages queued and not yet acknowledged.
+    pub queued_bytes: u64,
+
+    // Sending.
+    snd_una: u64,
+    snd_nxt: u64,
+    sent: VecDeque<Sent>,
+    retx: VecDeque<u64>,
+    out: VecDeque<OutMsg>,
+    out_base: u64,
+    next_msg: u64,
+    /// Index in `out` before which every message has been sent once (or waits for its CTS).
+    cursor: usize,
+    be_out: VecDeque<OutMsg>,
+    be_next: u64,
+    /// CTS to send, by the peer's message number.
+    ctl: VecDeque<u64>,
+    peer_credit: u64,
+    eager_charged: u64,
+    credit_stalled: bool,
+    srtt: Option<u64>,
+    rttvar: u64,
+    rto: u64,
+    rto_at: Option<Instant>,
+    /// Latest send time of any acknowledged packet (RACK).
+    rack_sent_at: Instant,
+    probe_at: Option<Instant>,
+    last_sent: Instant,
+    last_heard: Instant,
+
+    // Receiving.
+    rcv_next: u64,
+    /// Whether `rcv_next + i` has arrived (index 0 is always false).
+    rcv_map: VecDeque<bool>,
+    rcv_gaps: bool,
+    in_msgs: VecDeque<InMsg>,
+    in_base: u64,
+    rx_since_ack: u32,
+    ack_at: Option<Instant>,
+    ack_now: bool,
+    eager_released: u64,
+    credit_advertised: u64,
+    rndv_outstanding: u64,
+    /// Announced messages not yet accepted.
+    announced: usize,
+    be_in: Option<BeIn>,
+    be_delivered: Option<u64>,
+}
+
+impl Peer {
+    pub fn new(rank: u32, cfg: &Config, now: Instant) -> Peer {
+        Peer {
+            rank,
+            lost: false,
+            counters: PeerCounters::default(),
+            queued_bytes: 0,
+            snd_una: 0,
+            snd_nxt: 0,
+            sent: VecDeque::new(),
+            retx: VecDeque::new(),
+            out: VecDeque::new(),
+            out_base: 0,
+            next_msg: 0,
+            cursor: 0,
+            be_out: VecDeque::new(),
+            be_next: 0,
+            ctl: VecDeque::new(),
+            peer_credit: cfg.pool_bytes,
+            eager_charged: 0,
+            credit_stalled: false,
+            srtt: None,
+            rttvar: 0,
+            rto: cfg.initial_rto,
+            rto_at: None,
+            rack_sent_at: 0,
+            probe_at: None,
+            last_sent: now,
+            last_heard: now,
+            rcv_next: 0,
+            rcv_map: VecDeque::new(),
+            rcv_gaps: false,
+            in_msgs: VecDeque::new(),
+            in_base: 0,
+            rx_since_ack: 0,
+            ack_at: None,
+            ack_now: false,
+            eager_released: 0,
+            credit_advertised: cfg.pool_bytes,
+            rndv_outstanding: 0,
+            announced: 0,
+            be_in: None,
+            be_delivered: None,
+        }
+    }
+
+    /// One line of state, for a failing test to print.
+    pub fn describe(&self) -> String {
+        let out: Vec<String> = self
+            .out
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{:?}:{}/{}:{}/{}",
+                    m.id,
+                    m.state,
+                    m.next_off,
+                    m.len(),
+                    m.frags_acked,
+                    m.frags_total
+                )
+            })
+            .collect();
+        let inm: Vec<String> = self
+            .in_msgs
+            .iter()
+            .map(|m| format!("{:?}:{}/{}", m.state, m.got, m.len))
+            .collect();
+        let sent: Vec<String> = self
+            .sent
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:?}{}{}",
+                    p.what,
+                    if p.acked { "+" } else { "" },
+                    if p.queued { "q" } else { "" }
+                )
+            })
+            .collect();
+        format!(
+            "peer {} lost={} sent=[{}] snd {}..{} retx={:?} cursor={} out=[{}] ctl={:?} credit {}/{} stalled={} rto={} rto_at={:?} | rcv_next={} gaps={} in_base={} in=[{}] released={} rndv_out={} ack_now={} ack_at={:?}",
+            self.rank, self.lost, sent.join(" "), self.snd_una, self.snd_nxt, self.retx, self.cursor, out.join(" "), self.ctl,
+            self.eager_charged, self.peer_credit, self.credit_stalled, self.rto, self.rto_at,
+            self.rcv_next, self.rcv_gaps, self.in_base, inm.join(" "), self.eager_released, self.rndv_outstanding, self.ack_now, self.ack_at
+        )
+    }
+
+    pub fn idle(&self) -> bool {
+        self.sent.is_empty() && self.out.is_empty() && self.be_out.is_empty() && self.ctl.is_empty()
+    }
+
+    fn credit_limit(&self, cfg: &Config) -> u64 {
+        self.eager_released + cfg.pool_bytes
+    }
+
+    pub fn queue(
+        &mut self,
+        cfg: &Config,
+        _now: Instant,
+        src_port: u32,
+        dst_port: u32,
+        data: Vec<u8>,
+        how: Reliability,
+    ) {
+        let frag = cfg.fragment() as u64;
+        let len = data.len() as u64;
+        let frags_total = len.div_ceil(frag).max(1);
+        let mut m = OutMsg {
+            id: 0,
+            src_port,
+            dst_port,
+            data,
+            state: OutState::Eager,
+            next_off: 0,
+            started: false,
+            charged: false,
+            frags_total,
+            frags_acked: 0,
+        };
+        self.counters.messages_sent += 1;
+        match how {
+            Reliability::BestEffort => {
+                m.id = self.be_next;
+                self.be_next += 1;
+                self.be_out.push_back(m);
+            }
+            Reliability::Reliable => {
+                m.id = self.next_msg;
+                if self.out.is_empty() {
+                    self.out_base = self.next_msg;
+                }
+                self.next_msg += 1;
+                if len > cfg.rndv_threshold as u64 {
+                    m.state = OutState::NeedRts;
+                    self.counters.rendezvous_sent += 1;
+                }
+                self.queued_bytes += len;
+                self.out.push_back(m);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- receiving
+
+    pub fn handle(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        body: &Body<'_>,
+        events: &mut VecDeque<Event>,
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Malformed> {
+        self.last_heard = now;
+        self.counters.packets_received += 1;
+        let seq = match body {
+            Body::Ack {
+                cum,
+                credit,
+                want_ack,
+                ranges,
+            } => {
+                if *want_ack {
+                    self.ack_now = true;
+                }
+                return self.on_ack(cfg, now, *cum, *credit, Some(ranges), pool);
+            }
+            Body::Data { seq, .. } | Body::Rts { seq, .. } | Body::Cts { seq } => *seq,
+        };
+        if let Some(pb) = seq.piggyback {
+            self.on_ack(cfg, now, pb.ack, pb.credit, None, pool)?;
+        }
+        if seq.best_effort {
+            return self.on_best_effort(cfg, body, events, pool);
+        }
+        let s = unwrap32(self.rcv_next, seq.seq);
+        if s < self.rcv_next {
+            self.counters.duplicates += 1;
+            // Our acknowledgement may have been lost: say again what we have.
+            self.ack_now = true;
+            return Ok(());
+        }
+        let i = (s - self.rcv_next) as usize;
+        if i >= cfg.window as usize {
+            self.counters.out_of_window += 1;
+            return Ok(());
+        }
+        if self.rcv_map.get(i).copied().unwrap_or(false) {
+            self.counters.duplicates += 1;
+            self.ack_now = true;
+            return Ok(());
+        }
+        match *body {
+            Body::Data {
+                seq,
+                src_port,
+                dst_port,
+                msg_len,
+                offset,
+                payload,
+            } => self.on_data(
+                cfg, seq.msg, src_port, dst_port, msg_len, offset, payload, pool,
+            )?,
+            Body::Rts {
+                seq,
+                src_port,
+                dst_port,
+                msg_len,
+            } => self.on_rts(cfg, seq.msg, src_port, dst_port, msg_len, pool)?,
+            Body::Cts { seq } => self.on_cts(seq.msg)?,
+            Body::Ack { .. } => unreachable!(),
+        }
+        if self.rcv_map.len() <= i {
+            self.rcv_map.resize(i + 1, false);
+        }
+        self.rcv_map[i] = true;
+        while self.rcv_map.front() == Some(&true) {
+            self.rcv_map.pop_front();
+            self.rcv_next += 1;
+        }
+        self.rcv_gaps = !self.rcv_map.is_empty();
+        if i != 0 || self.rcv_gaps {
+            // Out of order: tell the sender at once what is missing.
+            self.ack_now = true;
+        }
+        self.rx_since_ack += 1;
+        if self.rx_since_ack >= cfg.ack_every {
+            self.ack_now = true;
+        } else if self.ack_at.is_none() {
+            self.ack_at = Some(now + cfg.ack_delay);
+        }
+        self.deliver(events);
+        Ok(())
+    }
+
+    fn in_slot(&mut self, cfg: &Config, msg: u32) -> Result<usize, Malformed> {
+        let m = unwrap32(self.in_base, msg);
+        if m < self.in_base || m - self.in_base >= msg_window(cfg) {
+            return Err(Malformed::Field);
+        }
+        let idx = (m - self.in_base) as usize;
+        if self.in_msgs.len() <= idx {
+            self.in_msgs.resize_with(idx + 1, InMsg::unseen);
+        }
+        Ok(idx)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_data(
+        &mut self,
+        cfg: &Config,
+        msg: u32,
+        src_port: u32,
+        dst_port: u32,
+        msg_len: u64,
+        offset: u64,
+        payload: &[u8],
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Malformed> {
+        let idx = self.in_slot(cfg, msg)?;
+        let m = &mut self.in_msgs[idx];
+        match m.state {
+            InState::Unseen => {
+                if msg_len + CHARGE > cfg.pool_bytes {
+                    return Err(Malformed::Field);
+                }
+                m.state = InState::Eager;
+                m.len = msg_len;
+                m.src_port = src_port;
+                m.dst_port = dst_port;
+                m.buf = take_buf(pool, msg_len as usize);
+                let off = offset as usize;
+                m.buf[off..off + payload.len()].copy_from_slice(payload);
+                m.got += payload.len() as u64;
+                m.any = true;
+                // An earlier unknown is now known: later announcements may be accepted.
+                self.accept_rendezvous(cfg, pool);
+                return Ok(());
+            }
+            InState::Eager | InState::Accepted => {
+                if m.len != msg_len || m.src_port != src_port || m.dst_port != dst_port {
+                    return Err(Malformed::Field);
+                }
+            }
+            InState::Announced => return Err(Malformed::Field),
+        }
+        // The wire layer checked offset + len <= msg_len.
+        let off = offset as usize;
+        m.buf[off..off + payload.len()].copy_from_slice(payload);
+        m.got += payload.len() as u64;
+        m.any = true;
+        Ok(())
+    }
+
+    fn on_rts(
+        &mut self,
+        cfg: &Config,
+        msg: u32,
+        src_port: u32,
+        dst_port: u32,
+        msg_len: u64,
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Malformed> {
+        if msg_len > cfg.max_message {
+            return Err(Malformed::Field);
+        }
+        let idx = self.in_slot(cfg, msg)?;
+        let m = &mut self.in_msgs[idx];
+        if m.state != InState::Unseen {
+            return Err(Malformed::Field);
+        }
+        m.state = InState::Announced;
+        self.announced += 1;
+        m.len = msg_len;
+        m.src_port = src_port;
+        m.dst_port = dst_port;
+        self.accept_rendezvous(cfg, pool);
+        Ok(())
+    }
+
+    /// Makes room for announced messages while the budget allows, strictly in message order:
+    /// a later message accepted first would hold budget that it cannot give back before the
+    /// earlier one is delivered, and the two would wait for each other.
+    fn accept_rendezvous(&mut self, cfg: &Config, pool: &mut Vec<Vec<u8>>) {
+        if self.announced == 0 {
+            return;
+        }
+        for idx in 0..self.in_msgs.len() {
+            let m = &mut self.in_msgs[idx];
+            match m.state {
+                // Not known yet: it may be a rendezvous too.
+                InState::Unseen => return,
+                InState::Eager | InState::Accepted => continue,
+                InState::Announced => {}
+            }
+            if self.rndv_outstanding > 0 && self.rndv_outstanding + m.len > cfg.rndv_budget {
+                if !m.counted_wait {
+                    m.counted_wait = true;
+                    self.counters.rendezvous_waits += 1;
+                }
+                return;
+            }
+            m.buf = take_buf(pool, m.len as usize);
+            m.state = InState::Accepted;
+            self.announced -= 1;
+            self.rndv_outstanding += m.len;
+            self.ctl.push_back(self.in_base + idx as u64);
+        }
+    }
+
+    fn on_cts(&mut self, msg: u32) -> Result<(), Malformed> {
+        let m = unwrap32(self.out_base, msg);
+        if m < self.out_base {
+            return Err(Malformed::Field);
+        }
+        let Some(o) = self.out.get_mut((m - self.out_base) as usize) else {
+            return Err(Malformed::Field);
+        };
+        if o.state != OutState::WaitCts {
+            return Err(Malformed::Field);
+        }
+        o.state = OutState::Cleared;
+        Ok(())
+    }
+
+    fn on_best_effort(
+        &mut self,
+        cfg: &Config,
+        body: &Body<'_>,
+        events: &mut VecDeque<Event>,
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Malformed> {
+        let Body::Data {
+            seq,
+            src_port,
+            dst_port,
+            msg_len,
+            offset,
+            payload,
+        } = *body
+        else {
+            return Err(Malformed::Field);
+        };
+        if msg_len + CHARGE > cfg.pool_bytes {
+            return Err(Malformed::Field);
+        }
+        let near = self.be_delivered.map_or(0, |d| d + 1);
+        let id = unwrap32(near, seq.msg);
+        if self.be_delivered.is_some_and(|d| id <= d) {
+            self.counters.duplicates += 1;
+            return Ok(());
+        }
+        if let Some(b) = &self.be_in {
+            if b.id != id {
+                if b.id > id {
+                    // A straggler of a message already given up.
+                    self.counters.duplicates += 1;
+                    return Ok(());
+                }
+                let old = self.be_in.take().map(|b| b.msg.buf);
+                give_buf(pool, old.unwrap_or_default());
+                self.counters.best_effort_lost += 1;
+            }
+        }
+        if self.be_in.is_none() {
+            if offset != 0 {
+                // Its first fragment was lost.
+                self.counters.best_effort_lost += 1;
+                self.be_delivered = Some(id);
+                return Ok(());
+            }
+            let mut m = InMsg::unseen();
+            m.state = InState::Eager;
+            m.len = msg_len;
+            m.src_port = src_port;
+            m.dst_port = dst_port;
+            m.buf = take_buf(pool, msg_len as usize);
+            self.be_in = Some(BeIn { id, msg: m });
+        }
+        let b = self.be_in.as_mut().expect("just set");
+        if b.msg.len != msg_len {
+            return Err(Malformed::Field);
+        }
+        if offset < b.msg.got {
+            self.counters.duplicates += 1;
+            return Ok(());
+        }
+        if offset > b.msg.got {
+            // A fragment in between was lost (or overtaken): the message is gone.
+            let old = self.be_in.take().map(|b| b.msg.buf);
+            give_buf(pool, old.unwrap_or_default());
+            self.counters.best_effort_lost += 1;
+            self.be_delivered = Some(id);
+            return Ok(());
+        }
+        let off = offset as usize;
+        b.msg.buf[off..off + payload.len()].copy_from_slice(payload);
+        b.msg.got += payload.len() as u64;
+        b.msg.any = true;
+        if b.msg.complete() {
+            let b = self.be_in.take().expect("present");
+            self.be_delivered = Some(b.id);
+            self.counters.messages_delivered += 1;
+            events.push_back(Event::Message {
+                peer: self.rank,
+                src_port: b.msg.src_port,
+                dst_port: b.msg.dst_port,
+                data: b.msg.buf,
+                how: Reliability::BestEffort,
+                credit: Credit {
+                    peer: self.rank,
+                    eager: 0,
+                    rndv: 0,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, events: &mut VecDeque<Event>) {
+        while self.in_msgs.front().is_some_and(|m| m.complete()) {
+            let m = self.in_msgs.pop_front().expect("front");
+            self.in_base += 1;
+            self.counters.messages_delivered += 1;
+            let rndv = m.state == InState::Accepted;
+            events.push_back(Event::Message {
+                peer: self.rank,
+                src_port: m.src_port,
+                dst_port: m.dst_port,
+                credit: Credit {
+                    peer: self.rank,
+                    eager: if rndv { 0 } else { m.len + CHARGE },
+                    rndv: if rndv { m.len } else { 0 },
+                },
+                data: m.buf,
+                how: Reliability::Reliable,
+            });
+        }
+    }
+
+    pub fn release(&mut self, cfg: &Config, c: Credit, pool: &mut Vec<Vec<u8>>) {
+        self.eager_released += c.eager;
+        self.rndv_outstanding = self.rndv_outstanding.saturating_sub(c.rndv);
+        if c.rndv > 0 {
+            self.accept_rendezvous(cfg, pool);
+        }
+        if self.credit_limit(cfg) - self.credit_advertised >= cfg.pool_bytes / 4 {
+            self.ack_now = true;
+        }
+    }
+
+    // ---------------------------------------------------------------- acknowledgements
+
+    fn on_ack(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        cum32: u32,
+        credit: u64,
+        ranges: Option<&AckRanges<'_>>,
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Malformed> {
+        if credit > self.peer_credit {
+            self.peer_credit = credit;
+            if self.credit_stalled {
+                self.credit_stalled = false;
+                self.probe_at = None;
+            }
+        }
+        let cum = unwrap32(self.snd_una, cum32);
+        if cum > self.snd_nxt {
+            return Err(Malformed::Field);
+        }
+        let mut progress = false;
+        let mut sample: Option<(Instant, u64)> = None;
+        for s in self.snd_una..cum {
+            progress |= self.mark(now, s, &mut sample);
+        }
+        if let Some(r) = ranges {
+            for k in 0..r.len() {
+                let (s32, e32) = r.get(k);
+                let s = unwrap32(self.snd_una, s32).max(self.snd_una);
+                let e = unwrap32(self.snd_una, e32).min(self.snd_nxt);
+                for q in s..e {
+                    progress |= self.mark(now, q, &mut sample);
+                }
+            }
+        }
+        while self.sent.front().is_some_and(|p| p.acked) {
+            self.sent.pop_front();
+            self.snd_una += 1;
+        }
+        if let Some((_, r)) = sample {
+            self.rtt_sample(cfg, r);
+        }
+        if progress {
+            self.detect_losses(now);
+            self.complete_messages(pool);
+            self.rto_at = (!self.sent.is_empty()).then(|| now + self.rto);
+        }
+        Ok(())
+    }
+
+    /// Marks `seq` acknowledged; returns whether it was news.
+    fn mark(&mut self, now: Instant, seq: u64, sample: &mut Option<(Instant, u64)>) -> bool {
+        let Some(p) = self.sent.get_mut((seq - self.snd_una) as usize) else {
+            return false;
+        };
+        if p.acked {
+            return false;
+        }
+        p.acked = true;
+        if !p.retx && sample.is_none_or(|(at, _)| p.sent_at > at) {
+            *sample = Some((p.sent_at, now.saturating_sub(p.sent_at)));
+        }
+        self.rack_sent_at = self.rack_sent_at.max(p.sent_at);
+        if let What::Frag { msg, .. } = p.what {
+            if let Some(m) = msg
+                .checked_sub(self.out_base)
+                .and_then(|i| self.out.get_mut(i as usize))
+            {
+                m.frags_acked += 1;
+            }
+        }
+        true
+    }
+
+    fn rtt_sample(&mut self, cfg: &Config, r: u64) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                self.rttvar = (3 * self.rttvar + s.abs_diff(r)) / 4;
+                self.srtt = Some((7 * s + r) / 8);
+            }
+        }
+        let s = self.srtt.unwrap_or(r);
+        self.rto = (s + 4 * self.rttvar).clamp(cfg.min_rto, cfg.max_rto);
+    }
+
+    /// RACK: a packet sent before one that has been acknowledged, and unacknowledged a quarter
+    /// round trip after that one would have been, is lost.
+    fn detect_losses(&mut self, now: Instant) {
+        let srtt = self.srtt.unwrap_or(self.rto);
+        let reo = srtt / 4;
+        for (k, p) in self.sent.iter_mut().enumerate() {
+            if p.sent_at >= self.rack_sent_at {
+                continue;
+            }
+            if !p.acked && !p.queued && now >= p.sent_at + srtt + reo {
+                p.queued = true;
+                p.by_timer = false;
+                self.retx.push_back(self.snd_una + k as u64);
+            }
+        }
+    }
+
+    fn complete_messages(&mut self, pool: &mut Vec<Vec<u8>>) {
+        while self.out.front().is_some_and(|m| m.done()) {
+            let m = self.out.pop_front().expect("front");
+            self.out_base += 1;
+            self.cursor = self.cursor.saturating_sub(1);
+            self.queued_bytes -= m.len();
+            give_buf(pool, m.data);
+        }
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    pub fn next_timeout(&self, cfg: &Config) -> Option<Instant> {
+        if self.lost {
+            return None;
+        }
+        let mut t = (self.last_heard + cfg.peer_timeout).min(self.last_sent + cfg.heartbeat);
+        for x in [self.rto_at, self.ack_at, self.probe_at]
+            .into_iter()
+            .flatten()
+        {
+            t = t.min(x);
+        }
+        Some(t)
+    }
+
+    pub fn on_timeout(&mut self, cfg: &Config, now: Instant, events: &mut VecDeque<Event>) {
+        if self.lost {
+            return;
+        }
+        if now >= self.last_heard + cfg.peer_timeout {
+            self.lose(events);
+            return;
+        }
+        if self.rto_at.is_some_and(|t| now >= t) {
+            for (k, p) in self.sent.iter_mut().enumerate() {
+                if !p.acked && !p.queued && now >= p.sent_at + self.rto {
+                    p.queued = true;
+                    p.by_timer = true;
+                    self.retx.push_back(self.snd_una + k as u64);
+                }
+            }
+            self.counters.rto_backoffs += 1;
+            self.rto = (self.rto * 2).min(cfg.max_rto);
+            self.rto_at = (!self.sent.is_empty()).then(|| now + self.rto);
+        }
+        if self.ack_at.is_some_and(|t| now >= t) {
+            self.ack_now = true;
+            self.ack_at = None;
+        }
+    }
+
+    pub fn lose(&mut self, events: &mut VecDeque<Event>) {
+        self.lost = true;
+        self.out.clear();
+        self.be_out.clear();
+        self.sent.clear();
+        self.retx.clear();
+        self.ctl.clear();
+        self.in_msgs.clear();
+        self.queued_bytes = 0;
+        events.push_back(Event::PeerLost { peer: self.rank });
+    }
+
+    // ---------------------------------------------------------------- transmitting
+
+    fn piggyback(&mut self, cfg: &Config) -> Piggyback {
+        let credit = self.credit_limit(cfg);
+        self.credit_advertised = credit;
+        self.rx_since_ack = 0;
+        self.ack_at = None;
+        if !self.rcv_gaps {
+            self.ack_now = false;
+        }
+        Piggyback {
+            ack: self.rcv_next as u32,
+            credit,
+        }
+    }
+
+    fn emit_ack(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        want_ack: bool,
+        buf: &mut [u8],
+    ) -> usize {
+        let mut ranges = [(0u32, 0u32); wire::MAX_RANGES];
+        let mut n = 0;
+        let mut i = 0;
+        // As many ranges as the device's packet holds, nearest first.
+        let max = wire::MAX_RANGES.min((cfg.max_packet - wire::ACK_LEN) / wire::RANGE_LEN);
+        while i < self.rcv_map.len() && n < max {
+            if self.rcv_map[i] {
+                let start = i;
+                while i < self.rcv_map.len() && self.rcv_map[i] {
+                    i += 1;
+                }
+                ranges[n] = (
+                    (self.rcv_next + start as u64) as u32,
+                    (self.rcv_next + i as u64) as u32,
+                );
+                n += 1;
+            } else {
+                i += 1;
+            }
+        }
+        let pb = self.piggyback(cfg);
+        self.ack_now = false;
+        Repr {
+            token,
+            src: me,
+            dst: self.rank,
+            body: Body::Ack {
+                cum: pb.ack,
+                credit: pb.credit,
+                want_ack,
+                ranges: AckRanges::Slice(&ranges[..n]),
+            },
+        }
+        .emit(buf)
+    }
+
+    fn window_open(&self, cfg: &Config) -> bool {
+        self.snd_nxt - self.snd_una < cfg.window as u64
+    }
+
+    /// Writes one packet of `what` with sequence number `seq`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_seq(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        seq: u64,
+        what: What,
+        buf: &mut [u8],
+    ) -> usize {
+        let pb = Some(self.piggyback(cfg));
+        match what {
+            What::Frag { msg, off, len } => {
+                let m = &self.out[(msg - self.out_base) as usize];
+                let (o, l) = (off as usize, len as usize);
+                buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + l]
+                    .copy_from_slice(&m.data[o..o + l]);
+                let s = Seq {
+                    seq: seq as u32,
+                    piggyback: pb,
+                    best_effort: false,
+                    msg: msg as u32,
+                };
+                wire::emit_data_header(
+                    buf,
+                    token,
+                    me,
+                    self.rank,
+                    &s,
+                    m.src_port,
+                    m.dst_port,
+                    m.len(),
+                    off,
+                    l,
+                )
+            }
+            What::Rts { msg } => {
+                let m = &self.out[(msg - self.out_base) as usize];
+                Repr {
+                    token,
+                    src: me,
+                    dst: self.rank,
+                    body: Body::Rts {
+                        seq: Seq {
+                            seq: seq as u32,
+                            piggyback: pb,
+                            best_effort: false,
+                            msg: msg as u32,
+                        },
+                        src_port: m.src_port,
+                        dst_port: m.dst_port,
+                        msg_len: m.len(),
+                    },
+                }
+                .emit(buf)
+            }
+            What::Cts { msg } => Repr {
+                token,
+                src: me,
+                dst: self.rank,
+                body: Body::Cts {
+                    seq: Seq {
+                        seq: seq as u32,
+                        piggyback: pb,
+                        best_effort: false,
+                        msg: msg as u32,
+                    },
+                },
+            }
+            .emit(buf),
+        }
+    }
+
+    fn push_new(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        now: Instant,
+        what: What,
+        buf: &mut [u8],
+    ) -> usize {
+        let seq = self.snd_nxt;
+        self.snd_nxt += 1;
+        self.sent.push_back(Sent {
+            what,
+            sent_at: now,
+            retx: false,
+            acked: false,
+            queued: false,
+            by_timer: false,
+        });
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rto);
+        }
+        self.emit_seq(cfg, me, token, seq, what, buf)
+    }
+
+    /// The next message fragment, RTS, or nothing (window closed, credit exhausted, all sent).
+    fn next_new(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        if !self.window_open(cfg) {
+            return None;
+        }
+        let frag = cfg.fragment() as u64;
+        let mut idx = self.cursor;
+        while idx < self.out.len() {
+            let m = &mut self.out[idx];
+            let id = m.id;
+            match m.state {
+                OutState::WaitCts => {
+                    idx += 1;
+                    continue;
+                }
+                OutState::NeedRts => {
+                    if id - self.out_base >= msg_window(cfg) {
+                        return None;
+                    }
+                    m.state = OutState::WaitCts;
+                    return Some(self.push_new(cfg, me, token, now, What::Rts { msg: id }, buf));
+                }
+                OutState::Eager | OutState::Cleared => {
+                    if m.fully_sent() {
+                        if idx == self.cursor {
+                            self.cursor += 1;
+                        }
+                        idx += 1;
+                        continue;
+                    }
+                    if !m.started && id - self.out_base >= msg_window(cfg) {
+                        return None;
+                    }
+                    if m.state == OutState::Eager && !m.charged {
+                        let charge = m.len() + crate::peer::CHARGE;
+                        if self.eager_charged + charge > self.peer_credit {
+                            if !self.credit_stalled {
+                                self.credit_stalled = true;
+                                self.counters.credit_stalls += 1;
+                                self.probe_at = Some(now + self.rto);
+                            }
+                            return None;
+                        }
+                        m.charged = true;
+                        self.eager_charged += charge;
+                    }
+                    let off = m.next_off;
+                    let len = frag.min(m.len() - off) as u32;
+                    m.next_off += len as u64;
+                    m.started = true;
+                    return Some(self.push_new(
+                        cfg,
+                        me,
+                        token,
+                        now,
+                        What::Frag { msg: id, off, len },
+                        buf,
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    fn next_best_effort(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        buf: &mut [u8],
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Option<usize> {
+        let frag = cfg.fragment() as u64;
+        let credit = self.credit_limit(cfg);
+        let m = self.be_out.front_mut()?;
+        let off = m.next_off;
+        let l = frag.min(m.len() - off) as usize;
+        let o = off as usize;
+        buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + l].copy_from_slice(&m.data[o..o + l]);
+        let s = Seq {
+            seq: 0,
+            piggyback: Some(Piggyback {
+                ack: self.rcv_next as u32,
+                credit,
+            }),
+            best_effort: true,
+            msg: m.id as u32,
+        };
+        let n = wire::emit_data_header(
+            buf,
+            token,
+            me,
+            self.rank,
+            &s,
+            m.src_port,
+            m.dst_port,
+            m.len(),
+            off,
+            l,
+        );
+        m.next_off += l as u64;
+        m.started = true;
+        if m.fully_sent() {
+            let m = self.be_out.pop_front().expect("front");
+            give_buf(pool, m.data);
+        }
+        Some(n)
+    }
+
+    /// Writes the most urgent packet for this peer into `buf`, if any.
+    pub fn transmit(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        now: Instant,
+        buf: &mut [u8],
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Option<usize> {
+        if self.lost {
+            return None;
+        }
+        let n = self.transmit_inner(cfg, me, token, now, buf, pool)?;
+        self.last_sent = now;
+        self.counters.packets_sent += 1;
+        Some(n)
+    }
+
+    fn transmit_inner(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        now: Instant,
+        buf: &mut [u8],
+        pool: &mut Vec<Vec<u8>>,
+    ) -> Option<usize> {
+        // 1. An acknowledgement that must carry ranges (packets arrived out of order).
+        //    With no gap, a sequenced packet below carries it just as well.
+        if self.ack_now && self.rcv_gaps {
+            self.counters.acks_sent += 1;
+            return Some(self.emit_ack(cfg, me, token, false, buf));
+        }
+        // 2. Retransmissions.
+        while let Some(seq) = self.retx.pop_front() {
+            if seq < self.snd_una {
+                continue;
+            }
+            let k = (seq - self.snd_una) as usize;
+            let Some(p) = self.sent.get_mut(k) else {
+                continue;
+            };
+            p.queued = false;
+            if p.acked {
+                continue;
+            }
+            p.retx = true;
+            p.sent_at = now;
+            if p.by_timer {
+                self.counters.retransmits_timeout += 1;
+            } else {
+                self.counters.retransmits_fast += 1;
+            }
+            let what = p.what;
+            if self.rto_at.is_none() {
+                self.rto_at = Some(now + self.rto);
+            }
+            return Some(self.emit_seq(cfg, me, token, seq, what, buf));
+        }
+        // 3. Clear-to-send for the peer's announced messages.
+        if !self.ctl.is_empty() && self.window_open(cfg) {
+            let msg = self.ctl.pop_front().expect("not empty");
+            return Some(self.push_new(cfg, me, token, now, What::Cts { msg }, buf));
+        }
+        // 4. New data.
+        if let Some(n) = self.next_new(cfg, me, token, now, buf) {
+            return Some(n);
+        }
+        if let Some(n) = self.next_best_effort(cfg, me, token, buf, pool) {
+            return Some(n);
+        }
+        // 5. An acknowledgement that was waiting for reverse traffic that did not come.
+        if self.ack_now || self.ack_at.is_some_and(|t| now >= t) {
+            self.counters.acks_sent += 1;
+            return Some(self.emit_ack(cfg, me, token, false, buf));
+        }
+        // 6. A credit probe while stalled.
+        if self.credit_stalled && self.probe_at.is_some_and(|t| now >= t) {
+            self.probe_at = Some(now + self.rto);
+            self.counters.credit_probes += 1;
+            return Some(self.emit_ack(cfg, me, token, true, buf));
+        }
+        // 7. A heartbeat.
+        if now >= self.last_sent + cfg.heartbeat {
+            self.counters.heartbeats_sent += 1;
+            return Some(self.emit_ack(cfg, me, token, false, buf));
+        }
+        None
+    }
+}
