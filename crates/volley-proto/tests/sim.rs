@@ -184,7 +184,7 @@ impl Sim {
                 .collect(),
             1 => {
                 let mut p = pkt.to_vec();
-                p[4] ^= 0x80; // token
+                p[8] ^= 0x80; // token
                 if p.len() >= volley_wire::HEADER_LEN {
                     volley_wire::Packet::new_unchecked(&mut p[..]).fill_checksum();
                 }

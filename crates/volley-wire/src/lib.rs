@@ -21,7 +21,7 @@ pub const VERSION: u8 = 1;
 pub const ETHERTYPE: u16 = 0x88B5;
 
 /// Bytes of the common header.
-pub const HEADER_LEN: usize = 24;
+pub const HEADER_LEN: usize = 28;
 /// Bytes of the header every sequenced packet (DATA, RTS, CTS) adds after the common one.
 pub const SEQ_LEN: usize = 24;
 /// Bytes before the payload of a DATA packet.
@@ -41,28 +41,31 @@ mod field {
     pub const MAGIC: Field = 0..2;
     pub const VERSION: usize = 2;
     pub const KIND: usize = 3;
-    pub const TOKEN: Field = 4..12;
-    pub const SRC: Field = 12..16;
-    pub const DST: Field = 16..20;
-    pub const CRC: Field = 20..24;
+    /// Length of the whole packet: a device may deliver more (Ethernet pads short frames).
+    pub const LEN: Field = 4..6;
+    pub const HDR_RESERVED: Field = 6..8;
+    pub const TOKEN: Field = 8..16;
+    pub const SRC: Field = 16..20;
+    pub const DST: Field = 20..24;
+    pub const CRC: Field = 24..28;
     // Sequenced header (DATA, RTS, CTS).
-    pub const SEQ: Field = 24..28;
-    pub const ACK: Field = 28..32;
-    pub const CREDIT: Field = 32..40;
-    pub const FLAGS: Field = 40..42;
-    pub const RESERVED: Field = 42..44;
-    pub const MSG: Field = 44..48;
+    pub const SEQ: Field = 28..32;
+    pub const ACK: Field = 32..36;
+    pub const CREDIT: Field = 36..44;
+    pub const FLAGS: Field = 44..46;
+    pub const RESERVED: Field = 46..48;
+    pub const MSG: Field = 48..52;
     // DATA and RTS.
-    pub const SRC_PORT: Field = 48..52;
-    pub const DST_PORT: Field = 52..56;
-    pub const MSG_LEN: Field = 56..64;
+    pub const SRC_PORT: Field = 52..56;
+    pub const DST_PORT: Field = 56..60;
+    pub const MSG_LEN: Field = 60..68;
     // DATA.
-    pub const OFFSET: Field = 64..72;
+    pub const OFFSET: Field = 68..76;
     // ACK.
-    pub const ACK_CUM: Field = 24..28;
-    pub const ACK_CREDIT: Field = 28..36;
-    pub const ACK_FLAGS: Field = 36..38;
-    pub const ACK_NRANGES: Field = 38..40;
+    pub const ACK_CUM: Field = 28..32;
+    pub const ACK_CREDIT: Field = 32..40;
+    pub const ACK_FLAGS: Field = 40..42;
+    pub const ACK_NRANGES: Field = 42..44;
 }
 
 /// What a packet is.
@@ -220,7 +223,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Malformed::Version);
         }
         let kind = Kind::from_u8(b[field::KIND]).ok_or(Malformed::Kind)?;
-        if b.len() < kind.min_len() {
+        let len = be16(b, field::LEN) as usize;
+        if b.len() < len {
+            return Err(Malformed::Truncated);
+        }
+        if len < kind.min_len() {
             return Err(Malformed::Truncated);
         }
         if kind == Kind::Ack {
@@ -228,11 +235,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
             if n > MAX_RANGES {
                 return Err(Malformed::Field);
             }
-            if b.len() < ACK_LEN + n * RANGE_LEN {
+            if len < ACK_LEN + n * RANGE_LEN {
                 return Err(Malformed::Truncated);
             }
         }
         Ok(())
+    }
+
+    /// Bytes of the packet proper (the buffer may be longer: padding).
+    pub fn packet_len(&self) -> usize {
+        be16(self.buffer.as_ref(), field::LEN) as usize
+    }
+    /// The packet without any padding after it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buffer.as_ref()[..self.packet_len()]
     }
 
     pub fn into_inner(self) -> T {
@@ -260,7 +276,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Whether the CRC field matches the packet.
     pub fn verify_checksum(&self) -> bool {
-        checksum(self.buffer.as_ref()) == self.crc()
+        checksum(self.bytes()) == self.crc()
     }
 
     // Sequenced packets.
@@ -295,7 +311,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         be64(self.buffer.as_ref(), field::OFFSET)
     }
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[DATA_HEADER_LEN..]
+        &self.bytes()[DATA_HEADER_LEN..]
     }
 
     // ACK.
@@ -329,13 +345,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         put16(b, field::MAGIC, MAGIC);
         b[field::VERSION] = VERSION;
         b[field::KIND] = kind as u8;
+        let len = b.len() as u16;
+        put16(b, field::LEN, len);
+        put16(b, field::HDR_RESERVED, 0);
         put64(b, field::TOKEN, token);
         put32(b, field::SRC, src);
         put32(b, field::DST, dst);
         put32(b, field::CRC, 0);
     }
     pub fn fill_checksum(&mut self) {
-        let c = checksum(self.buffer.as_ref());
+        let c = checksum(self.bytes());
         put32(self.b(), field::CRC, c);
     }
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -457,6 +476,12 @@ impl<'a> Repr<'a> {
         let p = Packet::new_checked(bytes)?;
         if !p.verify_checksum() {
             return Err(Malformed::Checksum);
+        }
+        // Anything after the packet is the device's padding.
+        let bytes = &bytes[..p.packet_len()];
+        let p = Packet::new_unchecked(bytes);
+        if be16(bytes, field::HDR_RESERVED) != 0 {
+            return Err(Malformed::Field);
         }
         if p.token() != token {
             return Err(Malformed::Token);
@@ -667,6 +692,7 @@ pub fn emit_data_header(
     let mut hdr = [0u8; DATA_HEADER_LEN];
     repr.emit(&mut hdr);
     buf[..DATA_HEADER_LEN].copy_from_slice(&hdr);
+    put16(buf, field::LEN, len as u16);
     let mut p = Packet::new_unchecked(&mut buf[..len]);
     p.fill_checksum();
     len

@@ -102,13 +102,13 @@ fn samples() -> Vec<(Vec<u8>, &'static str)> {
 #[test]
 fn golden_vectors() {
     let want = [
-        // magic version kind | token | src | dst | crc | seq | ack | credit | flags reserved |
+        // magic version kind | length reserved | token | src | dst | crc | seq | ack | credit | flags reserved |
         // msg | src_port | dst_port | msg_len | offset | payload
-        "564c0101\
+        "564c0101 0050 0000\
          0123456789abcdef\
          00000001\
          00000002\
-         4220552b\
+         aa4c26ab\
          00000007\
          00000003\
          0000000000100000\
@@ -120,11 +120,11 @@ fn golden_vectors() {
          0000000000000060\
          61626364",
         // ... | seq | ack | credit | flags reserved | msg | src_port | dst_port | msg_len
-        "564c0102\
+        "564c0102 0044 0000\
          0123456789abcdef\
          00000003\
          00000000\
-         954fe532\
+         8648c157\
          fffffffe\
          00000000\
          0000000000000000\
@@ -134,22 +134,22 @@ fn golden_vectors() {
          00000002\
          0000000040000000",
         // ... | seq | ack | credit | flags reserved | msg
-        "564c0103\
+        "564c0103 0034 0000\
          0123456789abcdef\
          00000000\
          00000003\
-         8802b5fd\
+         adfd3f84\
          00000001\
          00000000\
          000000000000002a\
          00020000\
          00000009",
         // ... | cum | credit | flags nranges | (start end) x2
-        "564c0104\
+        "564c0104 003c 0000\
          0123456789abcdef\
          00000002\
          00000001\
-         1e609a35\
+         4a2dbd61\
          00000008\
          0000000000001000\
          00010002\
@@ -261,14 +261,24 @@ fn impossible_fields_are_rejected_even_with_a_good_checksum() {
     assert_eq!(Repr::parse(&b, TOKEN), Err(Malformed::Field));
     // Reserved bits.
     let (mut b, _) = samples().remove(2);
-    b[42] = 1;
+    b[46] = 1;
     Packet::new_unchecked(&mut b[..]).fill_checksum();
     assert_eq!(Repr::parse(&b, TOKEN), Err(Malformed::Field));
     // More ranges than allowed.
     let (mut b, _) = samples().remove(3);
-    b[38..40].copy_from_slice(&((MAX_RANGES as u16) + 1).to_be_bytes());
+    b[42..44].copy_from_slice(&((MAX_RANGES as u16) + 1).to_be_bytes());
     Packet::new_unchecked(&mut b[..]).fill_checksum();
     assert_eq!(Repr::parse(&b, TOKEN), Err(Malformed::Field));
+}
+
+#[test]
+fn padding_after_a_packet_is_ignored() {
+    for (mut bytes, name) in samples() {
+        let want = Repr::parse(&bytes.clone(), TOKEN).unwrap().buffer_len();
+        bytes.extend_from_slice(&[0u8; 46]);
+        let r = Repr::parse(&bytes, TOKEN).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.buffer_len(), want, "{name}");
+    }
 }
 
 #[test]
