@@ -88,6 +88,7 @@ fn exit_code_of(f: Fate) -> i32 {
         Fate::Exited(c) => c,
         Fate::Killed(s) => 128 + s,
         Fate::Finished => 0,
+        Fate::Unreachable => 255,
     }
 }
 

@@ -184,6 +184,8 @@ pub enum Event {
     },
     /// Nothing heard from the peer for `peer_timeout`: messages to and from it are lost.
     PeerLost { peer: u32 },
+    /// The peer closed its world after everything it sent was acknowledged.
+    PeerFinished { peer: u32 },
 }
 
 /// One packet [`Engine::poll_transmit`] wrote.
@@ -435,6 +437,14 @@ impl Engine {
             .and_then(|p| p.as_mut())
         {
             p.release(&cfg, credit, &mut self.pool);
+        }
+    }
+
+    /// Says goodbye to every peer (once everything sent to it is acknowledged): they will not
+    /// take our silence for a failure. Keep calling poll_transmit for a moment after.
+    pub fn close(&mut self) {
+        for p in self.peers.iter_mut().flatten() {
+            p.bye_left = 3;
         }
     }
 

@@ -154,6 +154,8 @@ struct BeIn {
 pub(crate) struct Peer {
     pub rank: u32,
     pub lost: bool,
+    /// Goodbyes still to send (see Engine::close).
+    pub bye_left: u32,
     pub counters: PeerCounters,
     /// Bytes of reliable messages queued and not yet acknowledged.
     pub queued_bytes: u64,
@@ -209,6 +211,7 @@ impl Peer {
         Peer {
             rank,
             lost: false,
+            bye_left: 0,
             counters: PeerCounters::default(),
             queued_bytes: 0,
             snd_una: 0,
@@ -364,8 +367,15 @@ impl Peer {
                 cum,
                 credit,
                 want_ack,
+                bye,
                 ranges,
             } => {
+                if *bye {
+                    self.lost = true;
+                    self.clear();
+                    events.push_back(Event::PeerFinished { peer: self.rank });
+                    return Ok(());
+                }
                 if *want_ack {
                     self.ack_now = true;
                 }
@@ -857,6 +867,11 @@ impl Peer {
 
     pub fn lose(&mut self, events: &mut VecDeque<Event>) {
         self.lost = true;
+        self.clear();
+        events.push_back(Event::PeerLost { peer: self.rank });
+    }
+
+    fn clear(&mut self) {
         self.out.clear();
         self.be_out.clear();
         self.sent.clear();
@@ -864,7 +879,6 @@ impl Peer {
         self.ctl.clear();
         self.in_msgs.clear();
         self.queued_bytes = 0;
-        events.push_back(Event::PeerLost { peer: self.rank });
     }
 
     // ---------------------------------------------------------------- transmitting
@@ -889,6 +903,18 @@ impl Peer {
         me: u32,
         token: u64,
         want_ack: bool,
+        buf: &mut [u8],
+    ) -> usize {
+        self.emit_ack_bye(cfg, me, token, want_ack, false, buf)
+    }
+
+    fn emit_ack_bye(
+        &mut self,
+        cfg: &Config,
+        me: u32,
+        token: u64,
+        want_ack: bool,
+        bye: bool,
         buf: &mut [u8],
     ) -> usize {
         let mut ranges = [(0u32, 0u32); wire::MAX_RANGES];
@@ -921,6 +947,7 @@ impl Peer {
                 cum: pb.ack,
                 credit: pb.credit,
                 want_ack,
+                bye,
                 ranges: AckRanges::Slice(&ranges[..n]),
             },
         }
@@ -1229,7 +1256,12 @@ impl Peer {
             self.counters.credit_probes += 1;
             return Some(self.emit_ack(cfg, me, token, true, buf));
         }
-        // 7. A heartbeat.
+        // 7. Goodbye, once everything is acknowledged.
+        if self.bye_left > 0 && self.idle() {
+            self.bye_left -= 1;
+            return Some(self.emit_ack_bye(cfg, me, token, false, true, buf));
+        }
+        // 8. A heartbeat.
         if now >= self.last_sent + cfg.heartbeat {
             self.counters.heartbeats_sent += 1;
             return Some(self.emit_ack(cfg, me, token, false, buf));

@@ -78,6 +78,7 @@ struct Sim {
     delivered: usize,
     best_effort_delivered: usize,
     lost: Vec<(usize, u32, u64)>,
+    finished: Vec<(usize, u32)>,
     /// Packets the link carried, by direction (for the partition test).
     down: bool,
 }
@@ -115,6 +116,7 @@ impl Sim {
             delivered: 0,
             best_effort_delivered: 0,
             lost: Vec::new(),
+            finished: Vec::new(),
             down: false,
         }
     }
@@ -272,6 +274,7 @@ impl Sim {
                         self.engines[r].recycle(data);
                     }
                     Event::PeerLost { peer } => self.lost.push((r, peer, self.now)),
+                    Event::PeerFinished { peer } => self.finished.push((r, peer)),
                 }
             }
         }
@@ -657,4 +660,20 @@ fn anomalies_are_counted_by_reason() {
     assert!(c.duplicates > 0);
     let c = sim.engines[0].peer_counters(1).unwrap();
     assert!(c.retransmits_fast + c.retransmits_timeout > 0);
+}
+
+#[test]
+fn a_peer_that_closes_is_finished_not_lost() {
+    let cfg = quiet_config();
+    let mut sim = Sim::new(21, 2, &cfg, Faults { delay: 10 * US, ..Faults::default() });
+    sim.plan(0, 1, 5000, Reliability::Reliable);
+    sim.run(10_000 * MS);
+    sim.engines[0].close();
+    let t = sim.now;
+    while sim.finished.is_empty() {
+        assert!(sim.now < t + 100 * MS, "no goodbye arrived");
+        sim.step();
+    }
+    assert_eq!(sim.finished, vec![(1, 0)]);
+    assert!(sim.lost.is_empty());
 }

@@ -7,6 +7,8 @@
 //! Nothing here is on a per-message path except [`EventFd::notify`] and [`EventFd::drain`], which
 //! the waiting protocol calls only when a receiver has said it is asleep.
 
+pub mod net;
+
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -118,7 +118,9 @@ pub mod flags {
 pub mod ack_flags {
     /// The sender wants an ACK back at once (credit probe, heartbeat that wants an answer).
     pub const WANT_ACK: u16 = 1;
-    pub const ALL: u16 = WANT_ACK;
+    /// The sender closed its world: nothing more will come from it (not a failure).
+    pub const BYE: u16 = 2;
+    pub const ALL: u16 = WANT_ACK | BYE;
 }
 
 /// Why bytes are not a packet of this job. Each is counted separately by the protocol engine.
@@ -430,6 +432,7 @@ pub enum Body<'a> {
         cum: u32,
         credit: u64,
         want_ack: bool,
+        bye: bool,
         /// `[start, end)` ranges received beyond `cum`.
         ranges: AckRanges<'a>,
     },
@@ -544,6 +547,7 @@ impl<'a> Repr<'a> {
                     cum: p.ack_cum(),
                     credit: p.ack_credit(),
                     want_ack: f & ack_flags::WANT_ACK != 0,
+                    bye: f & ack_flags::BYE != 0,
                     ranges: AckRanges::Wire(ranges),
                 }
             }
@@ -633,16 +637,20 @@ impl<'a> Repr<'a> {
                 cum,
                 credit,
                 want_ack,
+                bye,
                 ranges,
             } => {
                 assert!(ranges.len() <= MAX_RANGES, "too many ACK ranges");
                 put32(b, field::ACK_CUM, cum);
                 put64(b, field::ACK_CREDIT, credit);
-                put16(
-                    b,
-                    field::ACK_FLAGS,
-                    if want_ack { ack_flags::WANT_ACK } else { 0 },
-                );
+                let mut f = 0;
+                if want_ack {
+                    f |= ack_flags::WANT_ACK;
+                }
+                if bye {
+                    f |= ack_flags::BYE;
+                }
+                put16(b, field::ACK_FLAGS, f);
                 put16(b, field::ACK_NRANGES, ranges.len() as u16);
                 for i in 0..ranges.len() {
                     let (s, e) = ranges.get(i);

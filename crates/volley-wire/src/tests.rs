@@ -81,6 +81,7 @@ fn samples() -> Vec<(Vec<u8>, &'static str)> {
                     cum: 8,
                     credit: 4096,
                     want_ack: true,
+                    bye: false,
                     ranges: AckRanges::Slice(&ranges),
                 },
             },

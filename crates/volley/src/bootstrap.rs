@@ -11,6 +11,8 @@
 //! | VOLLEY_JOB_TOKEN | the job's random 64-bit token, in hex |
 //! | VOLLEY_SHM_FD | descriptor of the job segment |
 //! | VOLLEY_WAKE_FDS | descriptors of the doorbells, one per local rank, comma-separated |
+//! | VOLLEY_RANK_NODES | (jobs on several hosts) the node of every rank, comma-separated |
+//! | VOLLEY_BOOT_FD | (jobs on several hosts) a socket to the node's agent, for the address exchange |
 //!
 //! The segment never has a name in a filesystem (or loses it before any rank starts), so nothing
 //! is left behind however the job ends, and only processes given the descriptor can map it.
@@ -30,6 +32,8 @@ const ENV_NODE_ID: &str = "VOLLEY_NODE_ID";
 const ENV_TOKEN: &str = "VOLLEY_JOB_TOKEN";
 const ENV_SHM_FD: &str = "VOLLEY_SHM_FD";
 const ENV_WAKE_FDS: &str = "VOLLEY_WAKE_FDS";
+pub const ENV_RANK_NODES: &str = "VOLLEY_RANK_NODES";
+pub const ENV_BOOT_FD: &str = "VOLLEY_BOOT_FD";
 
 /// Who this process is in its job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +44,22 @@ pub struct JobInfo {
     pub local_size: usize,
     pub node_id: usize,
     pub token: u64,
+    /// The node of every rank (all 0 in a job on one host).
+    pub nodes: Vec<usize>,
+}
+
+impl JobInfo {
+    /// The ranks on this node, in order: local index i is global rank `local_ranks()[i]`.
+    pub fn local_ranks(&self) -> Vec<usize> {
+        (0..self.size)
+            .filter(|&r| self.nodes[r] == self.node_id)
+            .collect()
+    }
+
+    /// Whether the job spans several hosts.
+    pub fn is_multi_node(&self) -> bool {
+        self.nodes.iter().any(|&n| n != self.node_id)
+    }
 }
 
 /// Everything a process attached to: its identity, the segment and the doorbells.
@@ -47,6 +67,8 @@ pub(crate) struct Attached {
     pub info: JobInfo,
     pub seg: Arc<Segment>,
     pub doorbells: Vec<EventFd>,
+    /// The socket to the node's agent (jobs on several hosts).
+    pub boot: Option<std::os::fd::OwnedFd>,
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -111,13 +133,40 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         .split(',')
         .map(|s| parse(ENV_WAKE_FDS, s))
         .collect::<Result<_, _>>()?;
-    if local_size != size || local_rank != rank {
+    let nodes: Vec<usize> = match var(ENV_RANK_NODES) {
+        None => vec![node_id; size],
+        Some(v) => v
+            .split(',')
+            .map(|x| parse(ENV_RANK_NODES, x))
+            .collect::<Result<_, _>>()?,
+    };
+    if nodes.len() != size {
         return Err(InitError::Env {
-            var: ENV_LOCAL_SIZE,
-            value: local_size.to_string(),
-            why: "ranks on several nodes need a network transport, which this build does not have yet; run all ranks on one machine".into(),
+            var: ENV_RANK_NODES,
+            value: var(ENV_RANK_NODES).unwrap_or_default(),
+            why: format!("needs {size} entries, one node per rank"),
         });
     }
+    let mine: Vec<usize> = (0..size).filter(|&r| nodes[r] == node_id).collect();
+    if mine.len() != local_size || mine.get(local_rank) != Some(&rank) {
+        return Err(InitError::Env {
+            var: ENV_LOCAL_RANK,
+            value: local_rank.to_string(),
+            why: format!(
+                "does not agree with VOLLEY_RANK_NODES: node {node_id} has ranks {mine:?}, this is rank {rank}"
+            ),
+        });
+    }
+    let boot = match var(ENV_BOOT_FD) {
+        Some(v) => Some(volley_sys::adopt_fd(parse(ENV_BOOT_FD, &v)?)),
+        None if mine.len() != size => {
+            return Err(InitError::Incomplete {
+                missing: ENV_BOOT_FD,
+                present: ENV_RANK_NODES,
+            })
+        }
+        None => None,
+    };
     if wake.len() != local_size {
         return Err(InitError::Env {
             var: ENV_WAKE_FDS,
@@ -151,11 +200,13 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         local_size,
         node_id,
         token,
+        nodes,
     };
     Ok(Some(Attached {
         info,
         seg,
         doorbells,
+        boot,
     }))
 }
 
@@ -172,9 +223,11 @@ pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
             local_size: 1,
             node_id: 0,
             token,
+            nodes: vec![0],
         },
         seg,
         doorbells,
+        boot: None,
     })
 }
 
@@ -210,7 +263,15 @@ pub struct JobLaunch {
 impl JobLaunch {
     /// Creates the shared state of a job of `nranks` ranks on this machine.
     pub fn create(nranks: usize, cfg: &Config) -> Result<JobLaunch, InitError> {
-        let token = volley_sys::random_u64();
+        Self::create_with_token(nranks, cfg, volley_sys::random_u64())
+    }
+
+    /// The shared state of this node's `nranks` ranks of a job whose token the launcher chose.
+    pub fn create_with_token(
+        nranks: usize,
+        cfg: &Config,
+        token: u64,
+    ) -> Result<JobLaunch, InitError> {
         let seg = create_segment(nranks, cfg, token)?;
         let doorbells = (0..nranks)
             .map(|_| EventFd::new().map_err(InitError::Memfd))
@@ -253,6 +314,35 @@ impl JobLaunch {
         ]
     }
 
+    /// The variables that make a process local rank `local` of this node and rank
+    /// `rank` of a job spread over several nodes; `boot_fd` is its socket
+    /// to the node's agent.
+    pub fn env_for_node(
+        &self,
+        local: usize,
+        rank: usize,
+        nodes: &[usize],
+        node_id: usize,
+        boot_fd: RawFd,
+    ) -> Vec<(&'static str, String)> {
+        let mut v = self.env_for(local);
+        let set = |v: &mut Vec<(&'static str, String)>, k: &'static str, x: String| {
+            if let Some(e) = v.iter_mut().find(|e| e.0 == k) {
+                e.1 = x;
+            } else {
+                v.push((k, x));
+            }
+        };
+        set(&mut v, ENV_RANK, rank.to_string());
+        set(&mut v, ENV_SIZE, nodes.len().to_string());
+        set(&mut v, ENV_LOCAL_RANK, local.to_string());
+        set(&mut v, ENV_NODE_ID, node_id.to_string());
+        let n: Vec<String> = nodes.iter().map(|x| x.to_string()).collect();
+        set(&mut v, ENV_RANK_NODES, n.join(","));
+        set(&mut v, ENV_BOOT_FD, boot_fd.to_string());
+        v
+    }
+
     /// The counters rank `rank` published when it closed its world (None if it never did, e.g.
     /// because it was killed), in the order of [`crate::COUNTERS`].
     pub fn rank_counters(&self, rank: usize) -> Option<Vec<u64>> {
@@ -275,6 +365,7 @@ impl JobLaunch {
             crate::Fate::Finished => (volley_shm::RANK_FINALIZED, 0),
             crate::Fate::Exited(c) => (volley_shm::RANK_EXITED, c),
             crate::Fate::Killed(s) => (volley_shm::RANK_KILLED, s),
+            crate::Fate::Unreachable => (volley_shm::RANK_EXITED, 255),
         };
         let b = self.seg.rank(rank);
         b.detail.store(detail, Ordering::Relaxed);

@@ -91,6 +91,11 @@ pub(crate) struct Engine {
     pub single_copy_threshold: usize,
     /// The progress thread, when this process started one.
     pub progress: Option<crate::progress::ProgressThread>,
+    /// The job rank of each local rank (the rings are indexed by local rank).
+    pub l2g: Vec<usize>,
+    /// Other ranks of the job are on other hosts: "every local peer finished" does not mean
+    /// nothing more can arrive.
+    pub multi_node: bool,
 }
 
 impl Engine {
@@ -145,6 +150,8 @@ impl Engine {
             single_copy,
             single_copy_threshold,
             progress: None,
+            l2g: (0..n).collect(),
+            multi_node: false,
         }
     }
 
@@ -383,7 +390,7 @@ impl Engine {
                 Ok(None) => continue,
                 Err(e) => {
                     return Err(RecvError::Corrupt {
-                        rank: src,
+                        rank: self.l2g[src],
                         why: e.0,
                     })
                 }
@@ -403,7 +410,7 @@ impl Engine {
         self.rx[src]
             .scan(key, |r| r.dst_port == port)
             .map_err(|e| RecvError::Corrupt {
-                rank: src,
+                rank: self.l2g[src],
                 why: e.0,
             })
     }
@@ -434,7 +441,7 @@ impl Engine {
     /// every other rank is done. Call `refresh_fates` before the poll pass that found nothing.
     pub fn recv_dead_end(&self, port: u32, from: Option<usize>) -> Option<RecvError> {
         if let Some(src) = from {
-            return self.fates[src].map(|fate| RecvError::PeerLost(PeerLost { rank: src, fate }));
+            return self.fates[src].map(|fate| RecvError::PeerLost(PeerLost { rank: self.l2g[src], fate }));
         }
         let mut all_done = true;
         for r in 0..self.n {
@@ -443,19 +450,19 @@ impl Engine {
             }
             match self.fates[r] {
                 Some(fate) if fate.is_failure() => {
-                    return Some(RecvError::PeerLost(PeerLost { rank: r, fate }))
+                    return Some(RecvError::PeerLost(PeerLost { rank: self.l2g[r], fate }))
                 }
                 Some(_) => {}
                 None => all_done = false,
             }
         }
-        (all_done && self.n > 1).then_some(RecvError::NoSenders { port })
+        (all_done && self.n > 1 && !self.multi_node).then_some(RecvError::NoSenders { port })
     }
 
     /// Error for a send to `dst` if `dst` can no longer receive.
     pub fn send_dead_end(&mut self, dst: usize) -> Option<PeerLost> {
         self.refresh_fates();
-        self.fates[dst].map(|fate| PeerLost { rank: dst, fate })
+        self.fates[dst].map(|fate| PeerLost { rank: self.l2g[dst], fate })
     }
 
     /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings

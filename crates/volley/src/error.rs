@@ -11,6 +11,9 @@ pub enum Fate {
     Exited(i32),
     /// It was killed by this signal (reported by the launcher).
     Killed(i32),
+    /// A rank on another host stopped answering: nothing heard from it for the peer timeout
+    /// (VOLLEY_PEER_TIMEOUT_MS). It died, or the network between us failed.
+    Unreachable,
 }
 
 impl std::fmt::Display for Fate {
@@ -22,6 +25,10 @@ impl std::fmt::Display for Fate {
                 f,
                 "was killed by signal {s} ({})",
                 volley_sys::signal_name(s)
+            ),
+            Fate::Unreachable => write!(
+                f,
+                "stopped answering over the network (nothing heard for VOLLEY_PEER_TIMEOUT_MS: it died, or the network failed)"
             ),
         }
     }

@@ -42,6 +42,11 @@ struct Inner {
     cfg: Config,
     /// Why single copy is off in this process, if it is.
     single_copy_off: Option<String>,
+    /// Job rank of each local rank, and local rank (None: on another host) of each job rank.
+    l2g: Vec<usize>,
+    g2l: Vec<Option<usize>>,
+    /// The ranks on other hosts, when there are any.
+    net: Option<RefCell<crate::net::Net>>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -69,15 +74,28 @@ impl World {
             Some(a) => a,
             None => bootstrap::singleton(&Config::from_env(1)?)?,
         };
-        let cfg = Config::from_env(attached.info.size)?;
+        let cfg = Config::from_env(attached.info.local_size)?;
         let single_copy_off = crate::modes::single_copy_unavailable(&cfg);
-        let eng = Engine::new(
+        let l2g = attached.info.local_ranks();
+        let mut g2l = vec![None; attached.info.size];
+        for (li, &g) in l2g.iter().enumerate() {
+            g2l[g] = Some(li);
+        }
+        let mut eng = Engine::new(
             attached.seg,
-            attached.info.rank,
+            attached.info.local_rank,
             attached.doorbells,
             single_copy_off.is_none(),
             cfg.single_copy_threshold,
         );
+        eng.l2g = l2g.clone();
+        eng.multi_node = attached.info.is_multi_node();
+        let net = match attached.boot {
+            Some(boot) if attached.info.is_multi_node() => {
+                Some(RefCell::new(crate::net::Net::open(&attached.info, boot)?))
+            }
+            _ => None,
+        };
         let world = World {
             inner: Rc::new(Inner {
                 eng: RefCell::new(eng),
@@ -86,6 +104,9 @@ impl World {
                 info: attached.info,
                 cfg,
                 single_copy_off,
+                l2g,
+                g2l,
+                net,
             }),
         };
         if world.inner.cfg.progress_thread {
@@ -133,6 +154,21 @@ impl World {
             e.progress = Some(t);
         }
         Ok(())
+    }
+
+    /// The network device carrying messages to ranks on other hosts ("udp", "eth", with
+    /// "+faults" when VOLLEY_FAULTS is set), or None in a job on one host.
+    pub fn transport(&self) -> Option<String> {
+        self.inner.net.as_ref().map(|n| n.borrow().kind())
+    }
+
+    /// The network counters (protocol and device), or nothing in a job on one host.
+    pub fn net_counters(&self) -> Vec<(String, u64)> {
+        self.inner
+            .net
+            .as_ref()
+            .map(|n| n.borrow().counters())
+            .unwrap_or_default()
     }
 
     /// Whether the progress thread runs.
@@ -201,9 +237,13 @@ impl World {
     /// Never waits. Returns how many messages it completed or handled.
     pub fn progress(&self) -> Result<usize, RecvError> {
         let mut n = self.eng().drive_pending();
+        if let Some(net) = self.inner.net.as_ref() {
+            n += net.borrow_mut().pump();
+        }
         if self.inner.dispatch_depth.get() > 0 {
             return Ok(n);
         }
+        n += self.net_dispatch();
         for _ in 0..64 {
             let p = self.eng().poll_port(NO_PORT, true)?;
             match p {
@@ -239,7 +279,7 @@ impl World {
             .map(|(_, h)| h.clone());
         let Some(handler) = handler else { return Ok(0) };
         let source = Source {
-            rank: src,
+            rank: self.inner.l2g[src],
             port: info.src_port,
         };
         let depth = &self.inner.dispatch_depth;
@@ -268,7 +308,7 @@ impl World {
             (handler.borrow_mut())(
                 &buf,
                 Source {
-                    rank: src,
+                    rank: self.inner.l2g[src],
                     port: src_port,
                 },
             );
@@ -281,6 +321,80 @@ impl World {
             return Ok(1);
         }
         Ok(0)
+    }
+
+    /// The local rank of job rank `rank`, or None when it is on another host.
+    fn route(&self, rank: usize) -> Option<usize> {
+        self.inner.g2l[rank]
+    }
+
+    fn net(&self) -> RefMut<'_, crate::net::Net> {
+        self.inner
+            .net
+            .as_ref()
+            .expect("a rank on another host implies the network is open")
+            .borrow_mut()
+    }
+
+    /// Runs the handlers of active-port messages that came over the network.
+    fn net_dispatch(&self) -> usize {
+        let Some(net) = self.inner.net.as_ref() else {
+            return 0;
+        };
+        if self.inner.dispatch_depth.get() > 0 {
+            return 0;
+        }
+        let ports: Vec<u32> = self.inner.handlers.borrow().iter().map(|(p, _)| *p).collect();
+        if ports.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for _ in 0..64 {
+            let got = net.borrow_mut().take_any(&ports);
+            let Some((port, m)) = got else { break };
+            let handler = self
+                .inner
+                .handlers
+                .borrow()
+                .iter()
+                .find(|(p, _)| *p == port)
+                .map(|(_, h)| h.clone());
+            if let Some(h) = handler {
+                let depth = &self.inner.dispatch_depth;
+                depth.set(depth.get() + 1);
+                (h.borrow_mut())(
+                    &m.data,
+                    Source {
+                        rank: m.src,
+                        port: m.src_port,
+                    },
+                );
+                depth.set(depth.get() - 1);
+                n += 1;
+            }
+            net.borrow_mut().recycle(m.data);
+        }
+        n
+    }
+
+    /// Why nothing more can come from the network, if so.
+    fn net_dead_end(&self, from: Option<usize>) -> Option<RecvError> {
+        let net = self.inner.net.as_ref()?.borrow();
+        let lost = |r: usize| {
+            net.lost
+                .iter()
+                .find(|(x, _)| *x == r)
+                .map(|&(rank, fate)| RecvError::PeerLost(crate::PeerLost { rank, fate }))
+        };
+        match from {
+            Some(r) if self.inner.g2l[r].is_none() => lost(r),
+            Some(_) => None,
+            None => net
+                .lost
+                .iter()
+                .find(|(_, f)| f.is_failure())
+                .map(|&(rank, fate)| RecvError::PeerLost(crate::PeerLost { rank, fate })),
+        }
     }
 
     fn check_rank(&self, rank: usize) -> Result<(), SendError> {
@@ -354,11 +468,23 @@ impl Drop for Inner {
                 e.counters.merge(&r.counters);
             }
         }
+        // Everything sent over the network is acknowledged before we leave, then the peers are
+        // told we finished (so our silence is not taken for a failure).
+        if let Some(net) = self.net.as_ref() {
+            let mut n = net.borrow_mut();
+            n.flush(std::time::Duration::from_secs(30));
+            n.close();
+        }
         e.mark_finalized();
         if self.cfg.print_counters {
             let mut s = format!("volley counters, rank {}:\n", self.info.rank);
             for ((name, unit, _), (_, v)) in crate::COUNTERS.iter().zip(e.counters.snapshot()) {
                 s.push_str(&format!("  {name:<22} {v:>14} {unit}\n"));
+            }
+            if let Some(net) = self.net.as_ref() {
+                for (name, v) in net.borrow().counters() {
+                    s.push_str(&format!("  {name:<22} {v:>14}\n"));
+                }
             }
             eprint!("{s}");
         }
@@ -384,7 +510,7 @@ fn copy_single(
         Ok(d) => d,
         Err(c) => {
             return Err(RecvError::Corrupt {
-                rank: src,
+                rank: e.l2g[src],
                 why: c.0,
             })
         }
@@ -412,11 +538,11 @@ fn copy_single(
             if err.raw_os_error() == Some(3) {
                 // ESRCH: the sender is gone.
                 if let Some(fate) = e.fates[src] {
-                    return Err(RecvError::PeerLost(crate::PeerLost { rank: src, fate }));
+                    return Err(RecvError::PeerLost(crate::PeerLost { rank: e.l2g[src], fate }));
                 }
             }
             Err(RecvError::SingleCopy {
-                rank: src,
+                rank: e.l2g[src],
                 len,
                 why: err.to_string(),
             })
@@ -458,7 +584,7 @@ fn gather(
             p.buf.extend_from_slice(e.rx[src].payload(&held));
             if p.buf.len() > p.total || (info.kind == Kind::Last) != (p.buf.len() == p.total) {
                 Err(RecvError::Corrupt {
-                    rank: src,
+                    rank: e.l2g[src],
                     why: format!(
                         "fragments add up to {} bytes, message is {}",
                         p.buf.len(),
@@ -473,7 +599,7 @@ fn gather(
             }
         }
         (kind, _) => Err(RecvError::Corrupt {
-            rank: src,
+            rank: e.l2g[src],
             why: format!("unexpected {kind:?} record for port {port}"),
         }),
     };
@@ -507,6 +633,15 @@ impl Endpoint {
         Ok(())
     }
 
+    /// GAMMA's best-effort mode for this endpoint's messages to other hosts: sent once, never
+    /// acknowledged or retransmitted, lost whole if a fragment is lost, not ordered with the
+    /// reliable messages. Messages within a host are always reliable.
+    pub fn set_best_effort(&self, on: bool) {
+        if let Some(n) = self.world.inner.net.as_ref() {
+            n.borrow_mut().set_best_effort(self.port, on);
+        }
+    }
+
     /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
     pub fn set_wait_mode(&self, mode: WaitMode) {
         self.wait.set(mode);
@@ -529,6 +664,10 @@ impl Endpoint {
     pub fn send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
+        let rank = match w.route(rank) {
+            Some(li) => li,
+            None => return self.net_send(rank, port, data, true),
+        };
         {
             let mut e = w.eng();
             if let Some(l) = e.send_dead_end(rank) {
@@ -566,6 +705,63 @@ impl Endpoint {
         }
     }
 
+    /// Sends to a rank on another host: the engine takes a copy (returns at once unless the
+    /// queue to that rank is full: then waits, or with `wait` false says WouldBlock).
+    fn net_send(&self, rank: usize, port: u32, data: &[u8], wait: bool) -> Result<(), SendError> {
+        let w = &self.world;
+        let mut b = Backoff::new();
+        loop {
+            let r = {
+                let mut n = w.net();
+                n.pump();
+                match n.lost.iter().find(|(x, _)| *x == rank) {
+                    Some(&(rank, fate)) => return Err(crate::PeerLost { rank, fate }.into()),
+                    None => n.try_send(rank, self.port, port, data),
+                }
+            };
+            match r {
+                Ok(()) => {
+                    let mut e = w.eng();
+                    e.counters.add(Counter::MsgsSent, 1);
+                    e.counters.add(Counter::BytesSent, data.len() as u64);
+                    return Ok(());
+                }
+                Err(true) => {
+                    return Err(crate::PeerLost {
+                        rank,
+                        fate: crate::Fate::Unreachable,
+                    }
+                    .into())
+                }
+                Err(false) if !wait => return Err(SendError::WouldBlock { rank }),
+                Err(false) => {
+                    let _ = w.progress();
+                    b.snooze();
+                }
+            }
+        }
+    }
+
+    /// A message from another host for this endpoint, if one has arrived.
+    fn net_take(&self) -> Option<Message> {
+        let w = &self.world;
+        let net = w.inner.net.as_ref()?;
+        net.borrow_mut().pump();
+        w.net_dispatch();
+        let m = net.borrow_mut().take(self.port)?;
+        let mut e = w.eng();
+        e.counters.add(Counter::MsgsRecvd, 1);
+        e.counters.add(Counter::BytesRecvd, m.data.len() as u64);
+        Some(Message {
+            world: w.clone(),
+            src: Source {
+                rank: m.src,
+                port: m.src_port,
+            },
+            body: Body::Owned(m.data),
+        })
+    }
+
     /// Single copy: a descriptor into the ring, then wait until the receiver has copied `data`
     /// out of our memory (only then may the caller reuse it).
     fn send_single_copy(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
@@ -592,7 +788,7 @@ impl Endpoint {
                 match e.seg.rndv_state(e.me, rank, pos) {
                     volley_shm::RndvState::Done => return Ok(()),
                     volley_shm::RndvState::Failed => {
-                        return Err(SendError::SingleCopyFailed { rank })
+                        return Err(SendError::SingleCopyFailed { rank: w.inner.l2g[rank] })
                     }
                     volley_shm::RndvState::Pending => {}
                 }
@@ -622,6 +818,16 @@ impl Endpoint {
     ) -> Result<(), SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
+        let rank = match w.route(rank) {
+            Some(li) => li,
+            None => {
+                let mut buf = w.net().buffer(len);
+                fill(&mut buf);
+                let r = self.net_send(rank, port, &buf, true);
+                w.net().recycle(buf);
+                return r;
+            }
+        };
         let max = w.max_inline();
         if len > max {
             return Err(SendError::TooLargeForSendWith { len, max });
@@ -674,6 +880,10 @@ impl Endpoint {
     pub fn try_send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
+        let rank = match w.route(rank) {
+            Some(li) => li,
+            None => return self.net_send(rank, port, data, false),
+        };
         let mut e = w.eng();
         if data.len() > e.ring_payload_capacity {
             return Err(SendError::TooLargeForTrySend {
@@ -691,7 +901,9 @@ impl Endpoint {
                 .is_some_and(|tx| tx.can_fit_message(data.len()))
         {
             e.counters.add(Counter::BackPressure, 1);
-            return Err(SendError::WouldBlock { rank });
+            return Err(SendError::WouldBlock {
+                rank: w.inner.l2g[rank],
+            });
         }
         let mut c = Cursor::default();
         let done = e.push(rank, self.port, port, data, &mut c);
@@ -715,6 +927,19 @@ impl Endpoint {
     ) -> Result<SendRequest, SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
+        let rank = match w.route(rank) {
+            Some(li) => li,
+            None => {
+                // The engine copies the message and keeps it until acknowledged: the buffer
+                // is free at once.
+                self.net_send(rank, port, &data, true)?;
+                return Ok(SendRequest {
+                    world: w.clone(),
+                    rank,
+                    state: ReqState::Done(Some(data)),
+                });
+            }
+        };
         let mut e = w.eng();
         if let Some(l) = e.send_dead_end(rank) {
             return Err(l.into());
@@ -820,7 +1045,7 @@ impl Endpoint {
                 e.poll_port(self.port, dispatch)?
             };
             match poll {
-                Poll::Nothing => return Ok(None),
+                Poll::Nothing => return Ok(self.net_take()),
                 Poll::Active(src, info) => {
                     w.dispatch(src, info)?;
                 }
@@ -833,7 +1058,7 @@ impl Endpoint {
                     return Ok(Some(Message {
                         world: w.clone(),
                         src: Source {
-                            rank: src,
+                            rank: w.inner.l2g[src],
                             port: info.src_port,
                         },
                         body: Body::Ring {
@@ -851,7 +1076,7 @@ impl Endpoint {
                     return Ok(Some(Message {
                         world: w.clone(),
                         src: Source {
-                            rank: src,
+                            rank: w.inner.l2g[src],
                             port: info.src_port,
                         },
                         body: Body::Owned(buf),
@@ -865,7 +1090,7 @@ impl Endpoint {
                         return Ok(Some(Message {
                             world: w.clone(),
                             src: Source {
-                                rank: src,
+                                rank: w.inner.l2g[src],
                                 port: src_port,
                             },
                             body: Body::Owned(buf),
@@ -891,6 +1116,33 @@ impl Endpoint {
             };
             let (src, info) = match poll {
                 Poll::Nothing => {
+                    if let Some(net) = w.inner.net.as_ref() {
+                        net.borrow_mut().pump();
+                        w.net_dispatch();
+                        let len = net.borrow().peek_len(self.port);
+                        if let Some(len) = len {
+                            if len > buf.len() {
+                                waiter.finish(w);
+                                return Err(RecvError::BufferTooSmall {
+                                    message: len,
+                                    buffer: buf.len(),
+                                });
+                            }
+                            let m = net.borrow_mut().take(self.port).expect("peeked");
+                            buf[..len].copy_from_slice(&m.data);
+                            let src = Source {
+                                rank: m.src,
+                                port: m.src_port,
+                            };
+                            net.borrow_mut().recycle(m.data);
+                            let mut e = w.eng();
+                            e.counters.add(Counter::MsgsRecvd, 1);
+                            e.counters.add(Counter::BytesRecvd, len as u64);
+                            drop(e);
+                            waiter.finish(w);
+                            return Ok((len, src));
+                        }
+                    }
                     waiter.idle(w, self.port, None)?;
                     continue;
                 }
@@ -901,7 +1153,7 @@ impl Endpoint {
                 Poll::Found(src, info) => (src, info),
             };
             let source = Source {
-                rank: src,
+                rank: w.inner.l2g[src],
                 port: info.src_port,
             };
             let total = {
@@ -966,7 +1218,7 @@ impl Endpoint {
                         return Ok((
                             n,
                             Source {
-                                rank: src,
+                                rank: w.inner.l2g[src],
                                 port: src_port,
                             },
                         ));
@@ -993,7 +1245,7 @@ impl Endpoint {
                 let end = off + info.len;
                 if end > out.len() {
                     return Err(RecvError::Corrupt {
-                        rank: src,
+                        rank: w.inner.l2g[src],
                         why: format!("fragments exceed the message length {}", out.len()),
                     });
                 }
@@ -1005,7 +1257,7 @@ impl Endpoint {
                 if info.kind == Kind::Last || off == out.len() {
                     if info.kind != Kind::Last && !(info.kind == Kind::First && off == out.len()) {
                         return Err(RecvError::Corrupt {
-                            rank: src,
+                            rank: w.inner.l2g[src],
                             why: "message ended without a last fragment".into(),
                         });
                     }
@@ -1031,7 +1283,7 @@ impl Endpoint {
                     }
                     Some(n) => {
                         return Err(RecvError::Corrupt {
-                            rank: src,
+                            rank: w.inner.l2g[src],
                             why: format!(
                                 "{:?} record for port {} inside a fragmented message",
                                 n.kind, n.dst_port
@@ -1228,7 +1480,7 @@ impl SendRequest {
                 // The thread gave up because the destination left the job.
                 let mut e = self.world.eng();
                 let lost = e.send_dead_end(self.rank).unwrap_or(crate::PeerLost {
-                    rank: self.rank,
+                    rank: e.l2g[self.rank],
                     fate: crate::Fate::Finished,
                 });
                 return Err(SendError::PeerLost(lost));
@@ -1246,7 +1498,9 @@ impl SendRequest {
                 return Ok(false);
             }
             if p.borrow().failed {
-                return Err(SendError::SingleCopyFailed { rank: self.rank });
+                return Err(SendError::SingleCopyFailed {
+                    rank: self.world.inner.l2g[self.rank],
+                });
             }
             let data = std::mem::take(&mut p.borrow_mut().data);
             self.state = ReqState::Done(Some(data));
@@ -1299,12 +1553,12 @@ impl Waiter {
     fn idle(&mut self, w: &World, port: u32, from: Option<usize>) -> Result<(), RecvError> {
         {
             let e = w.eng();
-            let dead = e.recv_dead_end(port, from).or_else(|| {
+            let dead = w.net_dead_end(from).or_else(|| e.recv_dead_end(port, from)).or_else(|| {
                 // A message half gathered from a rank that is gone will never be completed.
                 e.partials
                     .iter()
                     .filter(|p| p.port == port)
-                    .find_map(|p| e.fates[p.src].map(|fate| crate::PeerLost { rank: p.src, fate }))
+                    .find_map(|p| e.fates[p.src].map(|fate| crate::PeerLost { rank: e.l2g[p.src], fate }))
                     .map(RecvError::PeerLost)
             });
             if let Some(err) = dead {
@@ -1352,7 +1606,20 @@ impl Waiter {
         let fd = e.doorbell().raw();
         let timeout = w.inner.cfg.liveness_poll;
         drop(e);
-        volley_sys::poll_readable(fd, timeout);
+        match w.inner.net.as_ref() {
+            None => {
+                volley_sys::poll_readable(fd, timeout);
+            }
+            Some(net) => {
+                // Packets, a doorbell, or the protocol's next timer, whichever comes first.
+                let (nfd, due) = {
+                    let n = net.borrow();
+                    (n.fd(), n.next_deadline_in())
+                };
+                let t = (timeout.as_nanos() as u64).min(due.unwrap_or(u64::MAX));
+                volley_sys::net::poll_any(&[fd, nfd], Some(t));
+            }
+        }
         let mut e = w.eng();
         e.doorbell().drain();
         // A sender that woke us cleared the flag; set it again before the next poll.

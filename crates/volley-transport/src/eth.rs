@@ -1,0 +1,122 @@
+//! Raw Ethernet: volley packets as the payload of frames of EtherType 0x88B5 (IEEE local
+//! experimental), sent and received through AF_PACKET rings mapped into the process. IP traffic
+//! on the same interface is untouched: the socket sees only volley's EtherType.
+
+use crate::{Addr, Device, Fill};
+use std::io;
+use std::os::fd::RawFd;
+use volley_sys::net::{Interface, PacketRing};
+use volley_wire::ETHERTYPE;
+
+const ETH_HEADER: usize = 14;
+
+pub struct EthDevice {
+    ring: PacketRing,
+    mac: [u8; 6],
+    max_packet: usize,
+    peers: Vec<Option<[u8; 6]>>,
+    /// Frames of our EtherType too short to hold a volley header, or not for us.
+    rx_runts: u64,
+    /// Frames dropped because the transmit ring was full (the protocol sends them again).
+    tx_ring_full: u64,
+}
+
+impl EthDevice {
+    /// Opens a raw socket on `ifc` (needs CAP_NET_RAW).
+    pub fn open(ifc: &Interface) -> io::Result<EthDevice> {
+        let mtu = ifc.mtu as usize;
+        let ring = PacketRing::open(ifc.index, ETHERTYPE, mtu, 1024)?;
+        let max_packet = mtu.min(ring.max_frame() - ETH_HEADER).min(65_000);
+        Ok(EthDevice {
+            ring,
+            mac: ifc.mac,
+            max_packet,
+            peers: Vec::new(),
+            rx_runts: 0,
+            tx_ring_full: 0,
+        })
+    }
+}
+
+impl Device for EthDevice {
+    fn kind(&self) -> String {
+        "eth".into()
+    }
+    fn max_packet(&self) -> usize {
+        self.max_packet
+    }
+    fn local_addr(&self) -> Addr {
+        Addr::Eth(self.mac)
+    }
+    fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
+        let Addr::Eth(m) = addr else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("rank {rank} has no Ethernet address ({addr})")));
+        };
+        let r = rank as usize;
+        if self.peers.len() <= r {
+            self.peers.resize(r + 1, None);
+        }
+        self.peers[r] = Some(m);
+        Ok(())
+    }
+    fn fd(&self) -> RawFd {
+        self.ring.fd()
+    }
+
+    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < 256 {
+            let Some(frame) = self.ring.rx_peek() else {
+                break;
+            };
+            if frame.len() > ETH_HEADER && frame[12..14] == ETHERTYPE.to_be_bytes() {
+                f(&frame[ETH_HEADER..]);
+            } else {
+                self.rx_runts += 1;
+            }
+            self.ring.rx_release();
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
+        let mut sent = 0;
+        let max = self.max_packet;
+        loop {
+            let Some(slot) = self.ring.tx_slot() else {
+                // Ring full: let the kernel drain it, then try once more.
+                self.ring.tx_kick()?;
+                if self.ring.tx_slot().is_none() {
+                    self.tx_ring_full += 1;
+                    break;
+                }
+                continue;
+            };
+            let Some((peer, len)) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
+                break;
+            };
+            let Some(Some(dst)) = self.peers.get(peer as usize) else {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no address for rank {peer}")));
+            };
+            slot[0..6].copy_from_slice(dst);
+            slot[6..12].copy_from_slice(&self.mac);
+            slot[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+            self.ring.tx_commit(ETH_HEADER + len);
+            sent += 1;
+            if sent % 64 == 0 {
+                self.ring.tx_kick()?;
+            }
+        }
+        self.ring.tx_kick()?;
+        Ok(sent)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("eth_rx_runts", self.rx_runts),
+            ("eth_tx_ring_full", self.tx_ring_full),
+            ("eth_tx_wrong_format", self.ring.tx_wrong_format),
+        ]
+    }
+}

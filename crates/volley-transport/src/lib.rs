@@ -1,0 +1,182 @@
+//! volley's network devices (layer 1: depends on volley-sys and volley-wire; no unsafe).
+//!
+//! GAMMA's BIND idea: a handful of device operations under a device-independent protocol. A
+//! [`Device`] moves whole volley packets; it knows nothing of sequence numbers or messages. Three
+//! implementations: [`udp::UdpDevice`] (batched with sendmmsg/recvmmsg), [`eth::EthDevice`] (raw
+//! Ethernet frames of EtherType 0x88B5 through AF_PACKET rings mapped into the process), and
+//! [`fault::FaultDevice`], which wraps any device and loses, duplicates, reorders, delays and
+//! corrupts what it receives, and injects foreign frames (smoltcp's FaultInjector).
+//!
+//! A ring-based kernel-bypass device (AF_XDP) fits the same shape: `transmit` fills slots of a
+//! ring in place, `receive` lends slots of another.
+
+#![forbid(unsafe_code)]
+
+pub mod eth;
+pub mod fault;
+pub mod udp;
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddrV4;
+use std::os::fd::RawFd;
+use std::str::FromStr;
+
+/// Writes one packet into a transmit buffer: returns its destination rank and length, or None.
+pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Option<(u32, usize)> + 'a;
+
+/// Where a rank's device can be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addr {
+    Udp(SocketAddrV4),
+    Eth([u8; 6]),
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addr::Udp(a) => write!(f, "udp:{a}"),
+            Addr::Eth(m) => write!(
+                f,
+                "eth:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
+        }
+    }
+}
+
+impl FromStr for Addr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Addr, String> {
+        if let Some(a) = s.strip_prefix("udp:") {
+            return a
+                .parse()
+                .map(Addr::Udp)
+                .map_err(|e| format!("bad UDP address {a:?}: {e}"));
+        }
+        if let Some(m) = s.strip_prefix("eth:") {
+            let parts: Vec<&str> = m.split(':').collect();
+            let mut mac = [0u8; 6];
+            if parts.len() != 6 {
+                return Err(format!("bad MAC address {m:?}: needs six hex bytes"));
+            }
+            for (d, p) in mac.iter_mut().zip(parts) {
+                *d = u8::from_str_radix(p, 16).map_err(|e| format!("bad MAC address {m:?}: {e}"))?;
+            }
+            return Ok(Addr::Eth(mac));
+        }
+        Err(format!("bad address {s:?}: expected udp:IP:PORT or eth:MAC"))
+    }
+}
+
+/// A device that moves volley packets between this process and its peers.
+///
+/// Contract (NNG's habit: who owns what after each call):
+/// - [`Device::transmit`] lends the caller free transmit buffers one at a time; the caller writes
+///   a packet into the front of the buffer and says which rank it is for and how long it is; the
+///   device owns the bytes from then on and sends them before returning (one system call per
+///   batch). The caller may call again at any time; a full device simply takes fewer packets (the
+///   protocol retransmits what a device had to drop, and the device counts it).
+/// - [`Device::receive`] lends each received packet to the callback for the length of the call
+///   only; the callback must copy what it keeps. It never blocks.
+/// - [`Device::fd`] becomes readable when packets wait, for poll/epoll-based waiting.
+pub trait Device {
+    /// "udp", "eth", or a wrapper's name around its device's.
+    fn kind(&self) -> String;
+    /// Largest volley packet this device carries.
+    fn max_packet(&self) -> usize;
+    /// This device's address, for the peers.
+    fn local_addr(&self) -> Addr;
+    /// Tells the device where rank `rank` is.
+    fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()>;
+    fn fd(&self) -> RawFd;
+    /// Hands each waiting packet to `f`; returns how many. `now` is the caller's clock in ns.
+    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+    /// Fills and sends packets: `fill` writes one packet into the buffer and returns the
+    /// destination rank and length, or None when it has nothing more. Returns how many were
+    /// sent.
+    fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize>;
+    /// When the device wants `receive` called again although its fd is quiet (a wrapper holding
+    /// delayed packets).
+    fn next_due(&self) -> Option<u64> {
+        None
+    }
+    /// Anomalies the device counted: (name, value).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn kind(&self) -> String {
+        (**self).kind()
+    }
+    fn max_packet(&self) -> usize {
+        (**self).max_packet()
+    }
+    fn local_addr(&self) -> Addr {
+        (**self).local_addr()
+    }
+    fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
+        (**self).set_peer(rank, addr)
+    }
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        (**self).receive(now, f)
+    }
+    fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
+        (**self).transmit(fill)
+    }
+    fn next_due(&self) -> Option<u64> {
+        (**self).next_due()
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        (**self).counters()
+    }
+}
+
+/// The interface to use: `name` if given, else the only up, non-loopback interface with an
+/// IPv4 address. The error says what was found and what to set.
+pub fn pick_interface(name: Option<&str>) -> Result<volley_sys::net::Interface, String> {
+    let all = volley_sys::net::interfaces().map_err(|e| format!("cannot list interfaces: {e}"))?;
+    if let Some(n) = name {
+        return all
+            .into_iter()
+            .find(|i| i.name == n)
+            .ok_or_else(|| format!("no interface named {n:?} here (VOLLEY_NET_IF)"));
+    }
+    let cands: Vec<_> = all
+        .iter()
+        .filter(|i| i.up && !i.loopback && i.ipv4.is_some())
+        .cloned()
+        .collect();
+    match cands.len() {
+        1 => Ok(cands[0].clone()),
+        0 => {
+            // Only loopback: a job on one machine driven through the network on purpose.
+            all.into_iter()
+                .find(|i| i.loopback && i.ipv4.is_some())
+                .ok_or_else(|| "no interface with an IPv4 address: set VOLLEY_NET_IF".to_string())
+        }
+        _ => Err(format!(
+            "several interfaces could carry the job ({}): choose one with VOLLEY_NET_IF",
+            cands.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_through_text() {
+        for s in ["udp:198.18.0.1:4000", "eth:02:00:c6:12:00:01"] {
+            assert_eq!(s.parse::<Addr>().unwrap().to_string(), s);
+        }
+        assert!("tcp:1.2.3.4:5".parse::<Addr>().unwrap_err().contains("expected"));
+        assert!("eth:02:00".parse::<Addr>().unwrap_err().contains("six"));
+    }
+}

@@ -1,0 +1,461 @@
+//! The network side of a world: the ranks on other hosts, reached through the protocol engine
+//! (volley-proto) over a device (volley-transport). Ranks on this host keep using shared memory.
+//!
+//! The engine does no I/O; [`Net::pump`] is the I/O around it: receive a batch from the device
+//! into the engine, run its timers, let it fill the device's transmit buffers, collect what it
+//! delivered. Every waiting operation of the world calls it.
+
+use crate::bootstrap::JobInfo;
+use crate::error::InitError;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use volley_proto::{Config as ProtoConfig, Credit, Engine as Proto, Event, Reliability};
+use volley_transport::eth::EthDevice;
+use volley_transport::fault::{FaultDevice, Faults};
+use volley_transport::udp::UdpDevice;
+use volley_transport::{Addr, Device};
+
+const MS: u64 = 1_000_000;
+
+/// Which device carries the job between hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// UDP: works between any hosts that can route IP to each other.
+    Auto,
+    Udp,
+    /// Raw Ethernet: every host on one Ethernet segment, CAP_NET_RAW.
+    Eth,
+}
+
+/// The network settings (all from the environment, so that `volley run` can pass them on).
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    pub transport: TransportChoice,
+    pub interface: Option<String>,
+    pub faults: Option<Faults>,
+    pub proto: ProtoConfig,
+}
+
+fn env(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_u64(name: &'static str) -> Result<Option<u64>, InitError> {
+    env(name)
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|e| InitError::Env {
+                var: name,
+                value: v.clone(),
+                why: format!("not a number ({e})"),
+            })
+        })
+        .transpose()
+}
+
+impl NetConfig {
+    pub fn from_env() -> Result<NetConfig, InitError> {
+        let transport = match env("VOLLEY_TRANSPORT").as_deref() {
+            None | Some("auto") => TransportChoice::Auto,
+            Some("udp") => TransportChoice::Udp,
+            Some("eth") => TransportChoice::Eth,
+            Some(o) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_TRANSPORT",
+                    value: o.into(),
+                    why: "must be auto, udp or eth".into(),
+                })
+            }
+        };
+        let faults = env("VOLLEY_FAULTS")
+            .map(|f| {
+                f.parse::<Faults>().map_err(|why| InitError::Env {
+                    var: "VOLLEY_FAULTS",
+                    value: f.clone(),
+                    why,
+                })
+            })
+            .transpose()?;
+        let mut proto = ProtoConfig::default();
+        if let Some(ms) = env_u64("VOLLEY_PEER_TIMEOUT_MS")? {
+            proto.peer_timeout = ms.max(2) * MS;
+            proto.heartbeat = proto.heartbeat.min(proto.peer_timeout / 4);
+        }
+        if let Some(t) = env_u64("VOLLEY_NET_RNDV_THRESHOLD")? {
+            proto.rndv_threshold = t as usize;
+        }
+        if let Some(w) = env_u64("VOLLEY_NET_WINDOW")? {
+            proto.window = w as u32;
+        }
+        Ok(NetConfig {
+            transport,
+            interface: env("VOLLEY_NET_IF"),
+            faults,
+            proto,
+        })
+    }
+}
+
+/// A message from another host, waiting for its port's receive.
+pub(crate) struct NetMsg {
+    pub src: usize,
+    pub src_port: u32,
+    pub data: Vec<u8>,
+    credit: Credit,
+}
+
+/// What `volley info` says about the network: what was found, chosen, and why not the others.
+pub fn describe_transports() -> Vec<String> {
+    let cfg = match NetConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => return vec![format!("network settings: {e}")],
+    };
+    let mut out = Vec::new();
+    let ifc = volley_transport::pick_interface(cfg.interface.as_deref());
+    match &ifc {
+        Ok(i) => out.push(format!(
+            "interface: {} (index {}, MTU {}, {}{})",
+            i.name,
+            i.index,
+            i.mtu,
+            i.ipv4.map(|a| a.to_string()).unwrap_or_else(|| "no IPv4".into()),
+            if i.loopback { ", loopback" } else { "" }
+        )),
+        Err(e) => out.push(format!("interface: none ({e})")),
+    }
+    let udp = match &ifc {
+        Ok(i) if i.ipv4.is_some() => "udp available".to_string(),
+        Ok(_) => "udp unavailable: the interface has no IPv4 address".into(),
+        Err(_) => "udp unavailable: no interface".into(),
+    };
+    let eth = match &ifc {
+        Ok(i) if i.loopback => "eth unavailable: loopback has no Ethernet".to_string(),
+        Ok(i) => match EthDevice::open(i) {
+            Ok(_) => "eth available (EtherType 0x88b5, AF_PACKET rings)".into(),
+            Err(e) if e.raw_os_error() == Some(libc_eperm()) => {
+                "eth unavailable: needs CAP_NET_RAW (run as root or grant the capability)".into()
+            }
+            Err(e) => format!("eth unavailable: {e}"),
+        },
+        Err(_) => "eth unavailable: no interface".into(),
+    };
+    out.push(udp);
+    out.push(eth);
+    out.push(match cfg.transport {
+        TransportChoice::Auto => "chosen: udp (automatic: it works between any hosts; eth needs every host on one Ethernet segment, set VOLLEY_TRANSPORT=eth to use it)".into(),
+        TransportChoice::Udp => "chosen: udp (VOLLEY_TRANSPORT)".into(),
+        TransportChoice::Eth => "chosen: eth (VOLLEY_TRANSPORT)".into(),
+    });
+    if let Some(f) = &cfg.faults {
+        out.push(format!("fault injection on receive: {f:?} (VOLLEY_FAULTS)"));
+    }
+    out
+}
+
+fn libc_eperm() -> i32 {
+    1
+}
+
+pub(crate) struct Net {
+    proto: Proto,
+    dev: Box<dyn Device>,
+    t0: std::time::Instant,
+    inbox: Vec<(u32, VecDeque<NetMsg>)>,
+    /// Ranks that left: lost (Unreachable) or said goodbye (Finished).
+    pub lost: Vec<(usize, crate::Fate)>,
+    /// Reliable or best effort, per local port.
+    best_effort_ports: Vec<u32>,
+    /// The remote ranks.
+    pub remote: Vec<usize>,
+}
+
+fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
+    let ifc = volley_transport::pick_interface(cfg.interface.as_deref())?;
+    let dev: Box<dyn Device> = match cfg.transport {
+        TransportChoice::Eth => {
+            if ifc.loopback {
+                return Err(format!(
+                    "VOLLEY_TRANSPORT=eth but the interface is {} (loopback has no Ethernet); set VOLLEY_NET_IF",
+                    ifc.name
+                ));
+            }
+            Box::new(EthDevice::open(&ifc).map_err(|e| {
+                if e.raw_os_error() == Some(libc_eperm()) {
+                    format!("eth on {}: needs CAP_NET_RAW (run as root, or use VOLLEY_TRANSPORT=udp)", ifc.name)
+                } else {
+                    format!("eth on {}: {e}", ifc.name)
+                }
+            })?)
+        }
+        TransportChoice::Udp | TransportChoice::Auto => {
+            let ip = ifc
+                .ipv4
+                .ok_or_else(|| format!("interface {} has no IPv4 address; set VOLLEY_NET_IF", ifc.name))?;
+            Box::new(
+                UdpDevice::open(ip, ifc.mtu as usize)
+                    .map_err(|e| format!("udp on {ip}: {e}"))?,
+            )
+        }
+    };
+    Ok(match &cfg.faults {
+        Some(f) => Box::new(FaultDevice::new(dev, f.clone())),
+        None => dev,
+    })
+}
+
+impl Net {
+    /// Opens the device, trades addresses with every rank through the node's agent, and makes
+    /// each remote rank a peer.
+    pub fn open(info: &JobInfo, boot: OwnedFd) -> Result<Net, InitError> {
+        let net_err = |why: String| InitError::Env {
+            var: "VOLLEY_TRANSPORT",
+            value: env("VOLLEY_TRANSPORT").unwrap_or_else(|| "auto".into()),
+            why,
+        };
+        let cfg = NetConfig::from_env()?;
+        let mut dev = open_device(&cfg).map_err(net_err)?;
+        let mut proto_cfg = cfg.proto.clone();
+        proto_cfg.max_packet = dev.max_packet();
+        proto_cfg.validate().map_err(net_err)?;
+
+        // The address exchange: our card out, everyone's back.
+        let mut s = UnixStream::from(boot);
+        let card = format!("card {} {}\n", info.rank, dev.local_addr());
+        s.write_all(card.as_bytes())
+            .map_err(|e| net_err(format!("cannot reach the node agent: {e}")))?;
+        let mut line = String::new();
+        BufReader::new(&s)
+            .read_line(&mut line)
+            .map_err(|e| net_err(format!("no address table from the node agent: {e}")))?;
+        let table: Vec<&str> = line.trim().strip_prefix("table ").unwrap_or("").split(' ').collect();
+        if table.len() != info.size {
+            return Err(net_err(format!(
+                "the node agent sent {} addresses for {} ranks (did the job start?)",
+                table.len(),
+                info.size
+            )));
+        }
+        let t0 = std::time::Instant::now();
+        let mut proto = Proto::new(proto_cfg, info.rank as u32, info.token);
+        let mut remote = Vec::new();
+        for (r, a) in table.iter().enumerate() {
+            if info.nodes[r] == info.node_id {
+                continue;
+            }
+            let addr: Addr = a.parse().map_err(net_err)?;
+            dev.set_peer(r as u32, addr)
+                .map_err(|e| net_err(format!("rank {r}: {e} (do all ranks use the same VOLLEY_TRANSPORT?)")))?;
+            proto.add_peer(r as u32, 0);
+            remote.push(r);
+        }
+        Ok(Net {
+            proto,
+            dev,
+            t0,
+            inbox: Vec::new(),
+            lost: Vec::new(),
+            best_effort_ports: Vec::new(),
+            remote,
+        })
+    }
+
+    pub fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    pub fn kind(&self) -> String {
+        self.dev.kind()
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.dev.fd()
+    }
+
+    /// Nanoseconds until the engine or the device next needs a call, from now.
+    pub fn next_deadline_in(&self) -> Option<u64> {
+        let now = self.now();
+        let t = match (self.proto.poll_timeout(), self.dev.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.map(|t| t.saturating_sub(now))
+    }
+
+    /// One round of I/O. Returns how many messages or losses it delivered.
+    pub fn pump(&mut self) -> usize {
+        let now = self.now();
+        let proto = &mut self.proto;
+        // A device error here is a broken socket; the engine will declare the peers lost.
+        let _ = self.dev.receive(now, &mut |p| {
+            let _ = proto.handle(now, p);
+        });
+        if self.proto.poll_timeout().is_some_and(|t| t <= now) {
+            self.proto.handle_timeout(now);
+        }
+        self.transmit(now);
+        let mut n = 0;
+        while let Some(ev) = self.proto.poll_event() {
+            n += 1;
+            match ev {
+                Event::Message {
+                    peer,
+                    src_port,
+                    dst_port,
+                    data,
+                    credit,
+                    ..
+                } => {
+                    // The credit goes back when the application takes the message: until then
+                    // the sender's eager traffic is bounded by this receiver's pool.
+                    let m = NetMsg {
+                        src: peer as usize,
+                        src_port,
+                        data,
+                        credit,
+                    };
+                    match self.inbox.iter_mut().find(|(p, _)| *p == dst_port) {
+                        Some((_, q)) => q.push_back(m),
+                        None => self.inbox.push((dst_port, VecDeque::from([m]))),
+                    }
+                }
+                Event::PeerLost { peer } => self.lost.push((peer as usize, crate::Fate::Unreachable)),
+                Event::PeerFinished { peer } => self.lost.push((peer as usize, crate::Fate::Finished)),
+            }
+        }
+        n
+    }
+
+    fn transmit(&mut self, now: u64) {
+        let proto = &mut self.proto;
+        let _ = self.dev.transmit(&mut |buf| {
+            proto
+                .poll_transmit(now, buf)
+                .map(|t| (t.peer, t.len))
+        });
+    }
+
+    /// Queues a message (copied). Err(true) when the peer is lost, Err(false) when the queue
+    /// to it is full (pump and retry).
+    pub fn try_send(&mut self, dst: usize, src_port: u32, dst_port: u32, data: &[u8]) -> Result<(), bool> {
+        if !self.proto.can_send(dst as u32, data.len()) {
+            if self.proto.is_lost(dst as u32) {
+                return Err(true);
+            }
+            return Err(false);
+        }
+        let mut buf = self.proto.buffer(data.len());
+        buf.copy_from_slice(data);
+        self.send_owned(dst, src_port, dst_port, buf).map_err(|(_, lost)| lost)
+    }
+
+    /// Queues a message the engine takes over.
+    pub fn send_owned(&mut self, dst: usize, src_port: u32, dst_port: u32, data: Vec<u8>) -> Result<(), (Vec<u8>, bool)> {
+        let how = if self.best_effort_ports.contains(&src_port) {
+            Reliability::BestEffort
+        } else {
+            Reliability::Reliable
+        };
+        let now = self.now();
+        match self.proto.send(now, dst as u32, src_port, dst_port, data, how) {
+            Ok(()) => {
+                // Out at once: a small message should not wait for the next poll.
+                self.transmit(now);
+                Ok(())
+            }
+            Err(volley_proto::SendError::Busy(d)) => Err((d, false)),
+            Err(volley_proto::SendError::PeerLost) => Err((Vec::new(), true)),
+            Err(volley_proto::SendError::Invalid(_)) => Err((Vec::new(), true)),
+        }
+    }
+
+    pub fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.proto.buffer(len)
+    }
+
+    pub fn recycle(&mut self, v: Vec<u8>) {
+        self.proto.recycle(v)
+    }
+
+    pub fn set_best_effort(&mut self, port: u32, on: bool) {
+        self.best_effort_ports.retain(|&p| p != port);
+        if on {
+            self.best_effort_ports.push(port);
+        }
+    }
+
+    /// The next message for `port`, if one has arrived.
+    pub fn take(&mut self, port: u32) -> Option<NetMsg> {
+        let m = self
+            .inbox
+            .iter_mut()
+            .find(|(p, _)| *p == port)
+            .and_then(|(_, q)| q.pop_front())?;
+        self.proto.release(m.credit);
+        Some(m)
+    }
+
+    /// Length of the next message for `port`.
+    pub fn peek_len(&self, port: u32) -> Option<usize> {
+        self.inbox
+            .iter()
+            .find(|(p, _)| *p == port)
+            .and_then(|(_, q)| q.front())
+            .map(|m| m.data.len())
+    }
+
+    /// A message for any of `ports` (active ports), if one has arrived.
+    pub fn take_any(&mut self, ports: &[u32]) -> Option<(u32, NetMsg)> {
+        for (p, q) in self.inbox.iter_mut() {
+            if ports.contains(p) {
+                if let Some(m) = q.pop_front() {
+                    self.proto.release(m.credit);
+                    return Some((*p, m));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits (pumping) until the peers have acknowledged everything sent, or `limit` passes.
+    pub fn flush(&mut self, limit: std::time::Duration) {
+        let t = std::time::Instant::now();
+        while !self.proto.all_acked() && t.elapsed() < limit {
+            self.pump();
+            let wait = self.next_deadline_in().unwrap_or(MS).min(MS);
+            volley_sys::net::poll_any(&[self.fd()], Some(wait));
+        }
+    }
+
+    /// Says goodbye to the peers and gives the goodbyes a moment to leave.
+    pub fn close(&mut self) {
+        self.proto.close();
+        for _ in 0..3 {
+            let now = self.now();
+            self.transmit(now);
+        }
+    }
+
+    /// Protocol and device counters, summed over the peers: (name, value).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = volley_proto::PEER_COUNTERS
+            .iter()
+            .map(|(n, _, _)| (format!("net_{n}"), 0))
+            .collect();
+        for r in &self.remote {
+            if let Some(c) = self.proto.peer_counters(*r as u32) {
+                for (o, v) in out.iter_mut().zip(c.values()) {
+                    o.1 += v;
+                }
+            }
+        }
+        for (i, (n, _)) in volley_proto::DROP_REASONS.iter().enumerate() {
+            out.push((format!("net_{n}"), self.proto.drops[i]));
+        }
+        for (n, v) in self.dev.counters() {
+            out.push((format!("net_{n}"), v));
+        }
+        out
+    }
+}
+
