@@ -3,6 +3,7 @@
 
 mod bench;
 mod info;
+mod multi;
 mod plot;
 mod run;
 
@@ -33,6 +34,9 @@ enum Cmd {
     /// Show the transports and modes found on this machine, which are usable and why not, and
     /// the settings in force with where each came from.
     Info,
+    /// One host's part of a job over several hosts (started by `volley run --hosts`).
+    #[command(hide = true)]
+    Agent(multi::AgentArgs),
 }
 
 fn main() {
@@ -43,6 +47,7 @@ fn main() {
         Cmd::Plot(args) => plot::plot(args),
         Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
         Cmd::Info => info::info(),
+        Cmd::Agent(args) => multi::agent(args),
     };
     std::process::exit(code);
 }

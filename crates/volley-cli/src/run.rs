@@ -35,6 +35,18 @@ pub struct RunArgs {
     /// their totals, to standard error.
     #[arg(long)]
     pub counters: bool,
+    /// Run the ranks on these hosts: "h1,h2" places ranks round-robin, "h1:4,h2:4" fills each
+    /// host's slots in order. Ranks on one host talk through shared memory, across hosts through
+    /// the network (VOLLEY_TRANSPORT).
+    #[arg(long, value_name = "LIST", conflicts_with = "hostfile")]
+    pub hosts: Option<String>,
+    /// Like --hosts, one host per line ("name", "name:4" or "name slots=4"; # comments).
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<std::path::PathBuf>,
+    /// How to start a process on a host, with {host} where the host name goes (default
+    /// 'ssh {host}'; network namespaces: 'ip netns exec {host}').
+    #[arg(long, value_name = "TEMPLATE")]
+    pub launch: Option<String>,
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub grace: f64,
@@ -48,7 +60,7 @@ pub struct RunArgs {
     pub program: Vec<String>,
 }
 
-fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+pub(crate) fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("--cpus {s:?}: {part:?} is not a CPU number or range like 0-3");
@@ -147,6 +159,23 @@ pub fn run(a: RunArgs) -> i32 {
 fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     if a.n == 0 {
         anyhow::bail!("-n must be at least 1");
+    }
+    let hosts = match (&a.hosts, &a.hostfile) {
+        (Some(h), _) => Some(crate::multi::parse_hosts(h).map_err(|e| anyhow::anyhow!("--hosts: {e}"))?),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("--hostfile {}: {e}", f.display()))?;
+            Some(crate::multi::parse_hosts(&text).map_err(|e| anyhow::anyhow!("--hostfile {}: {e}", f.display()))?)
+        }
+        (None, None) => {
+            if a.launch.is_some() {
+                anyhow::bail!("--launch says how to reach hosts, but no --hosts or --hostfile names them");
+            }
+            None
+        }
+    };
+    if let Some(h) = hosts {
+        return crate::multi::launch(&a, h);
     }
     let cpus = a
         .cpus

@@ -1,0 +1,532 @@
+//! `volley run --hosts ...`: a job over several hosts.
+//!
+//! The launcher starts one agent per host (`volley agent`, through the `--launch` template, e.g.
+//! `ssh {host}` or `ip netns exec {host}`) and talks to it over the agent's standard input and
+//! output only, so it works wherever the template gives a pipe (an ssh session does):
+//!
+//! - the agent creates its host's job segment and doorbells, starts that host's ranks, and relays
+//!   their standard output (stderr goes straight through);
+//! - each rank opens its network device and sends its address ("card") to its agent over a
+//!   socketpair; the agent passes it up as a control line; once the launcher has every rank's
+//!   card it sends the whole table down to every agent, which hands it to its ranks;
+//! - the agent reports each rank's exit; the launcher tells the agents to stop their ranks when
+//!   one fails (unless --keep-going), on a timeout or a signal.
+//!
+//! Control lines start with the byte 0x01 and "volley "; any other line is a rank's output.
+
+use anyhow::{bail, Context};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use volley::{Config, Fate, JobLaunch};
+
+const CTL: &str = "\x01volley ";
+
+/// One host of `--hosts`: its name and slot count (None: no count given).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    pub name: String,
+    pub slots: Option<usize>,
+}
+
+/// Parses "h1,h2:4,h3" (and the lines of a hostfile, which may use "h slots=4").
+pub fn parse_hosts(s: &str) -> Result<Vec<Host>, String> {
+    let mut out = Vec::new();
+    for item in s
+        .split([',', '\n'])
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+    {
+        let (name, slots) = if let Some((n, c)) = item.split_once(':') {
+            (n.trim(), Some(c.trim()))
+        } else if let Some((n, c)) = item.split_once(" slots=") {
+            (n.trim(), Some(c.trim()))
+        } else {
+            (item, None)
+        };
+        let slots = slots
+            .map(|c| {
+                c.parse::<usize>()
+                    .ok()
+                    .filter(|&x| x > 0)
+                    .ok_or_else(|| format!("host {name:?}: slot count {c:?} is not a positive number"))
+            })
+            .transpose()?;
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(format!("bad host name {name:?}"));
+        }
+        out.push(Host {
+            name: name.to_string(),
+            slots,
+        });
+    }
+    if out.is_empty() {
+        return Err("no hosts given".into());
+    }
+    Ok(out)
+}
+
+/// The host index of each of `n` ranks: round-robin when no host has a slot count, else the
+/// hosts' slots filled in order.
+pub fn place(hosts: &[Host], n: usize) -> Result<Vec<usize>, String> {
+    if hosts.iter().all(|h| h.slots.is_none()) {
+        return Ok((0..n).map(|r| r % hosts.len()).collect());
+    }
+    let mut v = Vec::with_capacity(n);
+    for (i, h) in hosts.iter().enumerate() {
+        v.extend(std::iter::repeat_n(i, h.slots.unwrap_or(1)));
+    }
+    if v.len() < n {
+        return Err(format!(
+            "{n} ranks but only {} slots on the hosts given; add hosts or slots (host:count)",
+            v.len()
+        ));
+    }
+    v.truncate(n);
+    Ok(v)
+}
+
+fn fate_code(f: Fate) -> String {
+    match f {
+        Fate::Finished => "finished".into(),
+        Fate::Exited(c) => format!("exit:{c}"),
+        Fate::Killed(s) => format!("signal:{s}"),
+        Fate::Unreachable => "unreachable".into(),
+    }
+}
+
+fn parse_fate(s: &str) -> Fate {
+    if let Some(c) = s.strip_prefix("exit:") {
+        return Fate::Exited(c.parse().unwrap_or(255));
+    }
+    if let Some(c) = s.strip_prefix("signal:") {
+        return Fate::Killed(c.parse().unwrap_or(9));
+    }
+    match s {
+        "finished" => Fate::Finished,
+        _ => Fate::Unreachable,
+    }
+}
+
+fn exit_code_of(f: Fate) -> i32 {
+    match f {
+        Fate::Exited(c) => c,
+        Fate::Killed(s) => 128 + s,
+        Fate::Finished => 0,
+        Fate::Unreachable => 255,
+    }
+}
+
+enum FromAgent {
+    Card(usize, String),
+    Exit(usize, Fate),
+    Gone,
+}
+
+/// The launcher's side of a job over several hosts.
+pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> {
+    let nodes = place(&hosts, a.n).map_err(anyhow::Error::msg)?;
+    let template: Vec<String> = match &a.launch {
+        Some(t) => t.split_whitespace().map(str::to_string).collect(),
+        None => vec!["ssh".into(), "{host}".into()],
+    };
+    if !template.iter().any(|w| w.contains("{host}")) {
+        bail!("--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'", a.launch.as_deref().unwrap_or(""));
+    }
+    let exe = std::env::current_exe().context("cannot find the volley executable to start the agents")?;
+    let token = volley_sys::random_u64();
+    let nodes_s: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    let nodes_s = nodes_s.join(",");
+    // The settings travel with the command line: a remote shell does not pass our environment.
+    let envs: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("VOLLEY_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+
+    let got_signal = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register_usize(sig, got_signal.clone(), sig as usize)?;
+    }
+    let (tx, rx) = mpsc::channel::<FromAgent>();
+    let mut agents: Vec<(usize, Child, Option<std::process::ChildStdin>)> = Vec::new();
+    let used: Vec<usize> = {
+        let mut u: Vec<usize> = nodes.clone();
+        u.sort_unstable();
+        u.dedup();
+        u
+    };
+    for &h in &used {
+        let words: Vec<String> = template.iter().map(|w| w.replace("{host}", &hosts[h].name)).collect();
+        let mut cmd = Command::new(&words[0]);
+        cmd.args(&words[1..]).arg(&exe).arg("agent");
+        cmd.args(["--node", &h.to_string(), "--token", &format!("{token:016x}"), "--nodes", &nodes_s]);
+        cmd.args(["--grace", &a.grace.to_string()]);
+        if a.tag_output {
+            cmd.arg("--tag-output");
+        }
+        if let Some(c) = &a.cpus {
+            cmd.args(["--cpus", c]);
+        }
+        for e in &envs {
+            cmd.args(["--env", e]);
+        }
+        cmd.arg("--").args(&a.program);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the agent for host {} with {:?}", hosts[h].name, words))?;
+        let out = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let r = BufReader::new(out);
+            for line in r.split(b'\n') {
+                let Ok(line) = line else { break };
+                if let Some(c) = line.strip_prefix(CTL.as_bytes()) {
+                    let c = String::from_utf8_lossy(c);
+                    let w: Vec<&str> = c.split_whitespace().collect();
+                    match w.as_slice() {
+                        ["card", r, addr] => {
+                            if let Ok(r) = r.parse() {
+                                let _ = tx.send(FromAgent::Card(r, addr.to_string()));
+                            }
+                        }
+                        ["exit", r, f] => {
+                            if let Ok(r) = r.parse() {
+                                let _ = tx.send(FromAgent::Exit(r, parse_fate(f)));
+                            }
+                        }
+                        _ => {}
+                    }
+                } else {
+                    let mut o = std::io::stdout().lock();
+                    let _ = o.write_all(&line).and_then(|_| o.write_all(b"\n")).and_then(|_| o.flush());
+                }
+            }
+            let _ = tx.send(FromAgent::Gone);
+        });
+        agents.push((h, child, stdin));
+    }
+    drop(tx);
+
+    let start = Instant::now();
+    let deadline = a.timeout.map(|s| start + Duration::from_secs_f64(s.max(0.0)));
+    let mut cards: Vec<Option<String>> = vec![None; a.n];
+    let mut table_sent = false;
+    let mut fates: Vec<Option<Fate>> = vec![None; a.n];
+    let mut first_failure: Option<(usize, Fate)> = None;
+    let mut stopped = false;
+    let mut timed_out = false;
+    let mut gone = 0;
+    let stop = |agents: &mut Vec<(usize, Child, Option<std::process::ChildStdin>)>| {
+        for (_, _, s) in agents.iter_mut() {
+            if let Some(s) = s.as_mut() {
+                let _ = s.write_all(b"kill\n").and_then(|_| s.flush());
+            }
+        }
+    };
+    while gone < used.len() {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(FromAgent::Card(r, addr)) if r < a.n => {
+                cards[r] = Some(addr);
+                if !table_sent && cards.iter().all(Option::is_some) {
+                    let t: Vec<String> = cards.iter().map(|c| c.clone().unwrap_or_default()).collect();
+                    let line = format!("table {}\n", t.join(" "));
+                    for (_, _, s) in agents.iter_mut() {
+                        if let Some(s) = s.as_mut() {
+                            let _ = s.write_all(line.as_bytes()).and_then(|_| s.flush());
+                        }
+                    }
+                    table_sent = true;
+                }
+            }
+            Ok(FromAgent::Exit(r, f)) if r < a.n => {
+                fates[r] = Some(f);
+                if f.is_failure() && first_failure.is_none() && !stopped {
+                    first_failure = Some((r, f));
+                    eprintln!("volley run: rank {r} (on {}) {f}", hosts[nodes[r]].name);
+                    if !a.keep_going {
+                        eprintln!("volley run: stopping the other ranks (use --keep-going to let them run on)");
+                        stop(&mut agents);
+                        stopped = true;
+                    }
+                }
+            }
+            Ok(FromAgent::Gone) => gone += 1,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if got_signal.swap(0, Ordering::SeqCst) != 0 && !stopped {
+            stop(&mut agents);
+            stopped = true;
+        }
+        if let Some(d) = deadline {
+            if !timed_out && Instant::now() >= d {
+                timed_out = true;
+                eprintln!("volley run: timed out after {} s; stopping the ranks", a.timeout.unwrap_or(0.0));
+                stop(&mut agents);
+                stopped = true;
+            }
+        }
+    }
+    for (h, mut c, s) in agents {
+        drop(s);
+        let st = c.wait()?;
+        if !st.success() && first_failure.is_none() && !stopped {
+            // The agent itself failed (could not start, or the template failed).
+            let code = st.code().unwrap_or(128 + st.signal().unwrap_or(9));
+            eprintln!("volley run: the agent on {} ended with {st}", hosts[h].name);
+            first_failure = Some((usize::MAX, Fate::Exited(code)));
+        }
+    }
+    let _ = std::io::stdout().flush();
+    if timed_out {
+        return Ok(124);
+    }
+    if let Some((_, f)) = first_failure {
+        return Ok(exit_code_of(f));
+    }
+    if let Some(f) = fates.iter().flatten().find(|f| f.is_failure()) {
+        return Ok(exit_code_of(*f));
+    }
+    if fates.iter().any(Option::is_none) {
+        eprintln!("volley run: some ranks never reported an exit");
+        return Ok(255);
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AgentArgs {
+    #[arg(long)]
+    node: usize,
+    #[arg(long)]
+    token: String,
+    #[arg(long)]
+    nodes: String,
+    #[arg(long)]
+    tag_output: bool,
+    #[arg(long)]
+    cpus: Option<String>,
+    #[arg(long, default_value_t = 2.0)]
+    grace: f64,
+    #[arg(long = "env")]
+    env: Vec<String>,
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    program: Vec<String>,
+}
+
+fn say(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(line.as_bytes()).and_then(|_| o.flush());
+}
+
+/// `volley agent`: one host's part of a job, started by the launcher (not by hand).
+pub fn agent(a: AgentArgs) -> i32 {
+    match agent_inner(a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("volley agent: {e:#}");
+            2
+        }
+    }
+}
+
+fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
+    for e in &a.env {
+        if let Some((k, v)) = e.split_once('=') {
+            std::env::set_var(k, v);
+        }
+    }
+    let token = u64::from_str_radix(&a.token, 16).context("bad --token")?;
+    let nodes: Vec<usize> = a
+        .nodes
+        .split(',')
+        .map(|x| x.parse())
+        .collect::<Result<_, _>>()
+        .context("bad --nodes")?;
+    let mine: Vec<usize> = (0..nodes.len()).filter(|&r| nodes[r] == a.node).collect();
+    if mine.is_empty() {
+        bail!("no rank is placed on node {}", a.node);
+    }
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(crate::run::parse_cpus)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let cfg = Config::from_env(mine.len())?;
+    let job = JobLaunch::create_with_token(mine.len(), &cfg, token)?;
+    let me = std::process::id();
+    let mut children: Vec<(usize, Child, Option<Fate>)> = Vec::new();
+    let mut boots: Vec<UnixStream> = Vec::new();
+    let out_lock = Arc::new(Mutex::new(()));
+    for (li, &g) in mine.iter().enumerate() {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut cmd = Command::new(&a.program[0]);
+        cmd.args(&a.program[1..])
+            .envs(job.env_for_node(li, g, &nodes, a.node, theirs.as_raw_fd()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        if a.tag_output {
+            cmd.stderr(Stdio::piped());
+        }
+        let mut inherit = job.inherited_fds();
+        inherit.push(theirs.as_raw_fd());
+        volley_sys::prepare_child(
+            &mut cmd,
+            volley_sys::ChildSetup {
+                inherit,
+                cpu: cpus.as_ref().map(|c| c[li % c.len()]),
+                parent: me,
+            },
+        );
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {:?} for rank {g}", a.program[0]))?;
+        drop(theirs);
+        let tag = a.tag_output;
+        if let Some(o) = child.stdout.take() {
+            let lock = out_lock.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(o).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let _g = lock.lock();
+                    let mut w = std::io::stdout().lock();
+                    if tag {
+                        let _ = write!(w, "[{g}] ");
+                    }
+                    let _ = w.write_all(&line).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush());
+                }
+            });
+        }
+        if let Some(e) = child.stderr.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(e).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let mut w = std::io::stderr().lock();
+                    let _ = write!(w, "[{g}] ");
+                    let _ = w.write_all(&line).and_then(|_| w.write_all(b"\n"));
+                }
+            });
+        }
+        boots.push(ours);
+        children.push((g, child, None));
+    }
+    // Cards up, as they come.
+    for (li, b) in boots.iter().enumerate() {
+        let b = b.try_clone()?;
+        let lock = out_lock.clone();
+        let g = mine[li];
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            if BufReader::new(b).read_line(&mut line).is_ok() {
+                let w: Vec<&str> = line.split_whitespace().collect();
+                if let ["card", _, addr] = w.as_slice() {
+                    let _g = lock.lock();
+                    say(&format!("{CTL}card {g} {addr}\n"));
+                }
+            }
+        });
+    }
+    // Orders down: the table, then perhaps "kill". End of input means the launcher is gone.
+    let (otx, orx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if otx.send(line).is_err() {
+                return;
+            }
+        }
+        let _ = otx.send("kill".into());
+    });
+    let grace = Duration::from_secs_f64(a.grace.max(0.0));
+    let mut killing: Option<Instant> = None;
+    let mut killed = false;
+    let mut first_failure: Option<Fate> = None;
+    loop {
+        while let Ok(order) = orx.try_recv() {
+            if order.starts_with("table ") {
+                for b in boots.iter_mut() {
+                    let _ = b.write_all(order.as_bytes()).and_then(|_| b.write_all(b"\n"));
+                }
+            } else if order == "kill" && killing.is_none() {
+                killing = Some(Instant::now());
+                for (_, c, f) in &children {
+                    if f.is_none() {
+                        let _ = volley_sys::kill_group(c.id(), libc::SIGTERM);
+                    }
+                }
+            }
+        }
+        if let Some(t) = killing {
+            if !killed && t.elapsed() >= grace {
+                killed = true;
+                for (_, c, f) in &children {
+                    if f.is_none() {
+                        let _ = volley_sys::kill_group(c.id(), libc::SIGKILL);
+                    }
+                }
+            }
+        }
+        for (li, (g, c, f)) in children.iter_mut().enumerate() {
+            if f.is_some() {
+                continue;
+            }
+            if let Ok(Some(st)) = c.try_wait() {
+                let fate = match (st.code(), st.signal()) {
+                    (Some(c), _) => Fate::Exited(c),
+                    (None, Some(s)) => Fate::Killed(s),
+                    _ => Fate::Exited(255),
+                };
+                *f = Some(fate);
+                job.rank_ended(li, fate);
+                if fate.is_failure() && first_failure.is_none() {
+                    first_failure = Some(fate);
+                }
+                let _g = out_lock.lock();
+                say(&format!("{CTL}exit {g} {}\n", fate_code(fate)));
+            }
+        }
+        if children.iter().all(|c| c.2.is_some()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Let the output threads finish their last lines.
+    std::thread::sleep(Duration::from_millis(20));
+    Ok(first_failure.map_or(0, exit_code_of))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_parse_with_and_without_slots() {
+        let h = parse_hosts("a,b:4, c").unwrap();
+        assert_eq!(h[1], Host { name: "b".into(), slots: Some(4) });
+        assert_eq!(h[2].slots, None);
+        let h = parse_hosts("# cluster\nnode1 slots=2\nnode2\n").unwrap();
+        assert_eq!((h[0].name.as_str(), h[0].slots, h.len()), ("node1", Some(2), 2));
+        assert!(parse_hosts("a:0").unwrap_err().contains("positive"));
+        assert!(parse_hosts(" , ").unwrap_err().contains("no hosts"));
+    }
+
+    #[test]
+    fn placement_is_round_robin_without_slots_and_fills_in_order_with_them() {
+        let h = parse_hosts("a,b").unwrap();
+        assert_eq!(place(&h, 5).unwrap(), vec![0, 1, 0, 1, 0]);
+        let h = parse_hosts("a:3,b:2").unwrap();
+        assert_eq!(place(&h, 4).unwrap(), vec![0, 0, 0, 1]);
+        assert!(place(&h, 6).unwrap_err().contains("only 5 slots"));
+    }
+}
