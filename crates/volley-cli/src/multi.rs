@@ -52,10 +52,9 @@ pub fn parse_hosts(s: &str) -> Result<Vec<Host>, String> {
         };
         let slots = slots
             .map(|c| {
-                c.parse::<usize>()
-                    .ok()
-                    .filter(|&x| x > 0)
-                    .ok_or_else(|| format!("host {name:?}: slot count {c:?} is not a positive number"))
+                c.parse::<usize>().ok().filter(|&x| x > 0).ok_or_else(|| {
+                    format!("host {name:?}: slot count {c:?} is not a positive number")
+                })
             })
             .transpose()?;
         if name.is_empty() || name.contains(char::is_whitespace) {
@@ -139,7 +138,8 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     if !template.iter().any(|w| w.contains("{host}")) {
         bail!("--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'", a.launch.as_deref().unwrap_or(""));
     }
-    let exe = std::env::current_exe().context("cannot find the volley executable to start the agents")?;
+    let exe =
+        std::env::current_exe().context("cannot find the volley executable to start the agents")?;
     let token = volley_sys::random_u64();
     let nodes_s: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
     let nodes_s = nodes_s.join(",");
@@ -162,10 +162,20 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
         u
     };
     for &h in &used {
-        let words: Vec<String> = template.iter().map(|w| w.replace("{host}", &hosts[h].name)).collect();
+        let words: Vec<String> = template
+            .iter()
+            .map(|w| w.replace("{host}", &hosts[h].name))
+            .collect();
         let mut cmd = Command::new(&words[0]);
         cmd.args(&words[1..]).arg(&exe).arg("agent");
-        cmd.args(["--node", &h.to_string(), "--token", &format!("{token:016x}"), "--nodes", &nodes_s]);
+        cmd.args([
+            "--node",
+            &h.to_string(),
+            "--token",
+            &format!("{token:016x}"),
+            "--nodes",
+            &nodes_s,
+        ]);
         cmd.args(["--grace", &a.grace.to_string()]);
         if a.tag_output {
             cmd.arg("--tag-output");
@@ -178,9 +188,12 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
         }
         cmd.arg("--").args(&a.program);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start the agent for host {} with {:?}", hosts[h].name, words))?;
+        let mut child = cmd.spawn().with_context(|| {
+            format!(
+                "cannot start the agent for host {} with {:?}",
+                hosts[h].name, words
+            )
+        })?;
         let out = child.stdout.take().expect("piped");
         let stdin = child.stdin.take();
         let tx = tx.clone();
@@ -206,7 +219,10 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                     }
                 } else {
                     let mut o = std::io::stdout().lock();
-                    let _ = o.write_all(&line).and_then(|_| o.write_all(b"\n")).and_then(|_| o.flush());
+                    let _ = o
+                        .write_all(&line)
+                        .and_then(|_| o.write_all(b"\n"))
+                        .and_then(|_| o.flush());
                 }
             }
             let _ = tx.send(FromAgent::Gone);
@@ -216,7 +232,9 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     drop(tx);
 
     let start = Instant::now();
-    let deadline = a.timeout.map(|s| start + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = a
+        .timeout
+        .map(|s| start + Duration::from_secs_f64(s.max(0.0)));
     let mut cards: Vec<Option<String>> = vec![None; a.n];
     let mut table_sent = false;
     let mut fates: Vec<Option<Fate>> = vec![None; a.n];
@@ -236,7 +254,10 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
             Ok(FromAgent::Card(r, addr)) if r < a.n => {
                 cards[r] = Some(addr);
                 if !table_sent && cards.iter().all(Option::is_some) {
-                    let t: Vec<String> = cards.iter().map(|c| c.clone().unwrap_or_default()).collect();
+                    let t: Vec<String> = cards
+                        .iter()
+                        .map(|c| c.clone().unwrap_or_default())
+                        .collect();
                     let line = format!("table {}\n", t.join(" "));
                     for (_, _, s) in agents.iter_mut() {
                         if let Some(s) = s.as_mut() {
@@ -270,7 +291,10 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
         if let Some(d) = deadline {
             if !timed_out && Instant::now() >= d {
                 timed_out = true;
-                eprintln!("volley run: timed out after {} s; stopping the ranks", a.timeout.unwrap_or(0.0));
+                eprintln!(
+                    "volley run: timed out after {} s; stopping the ranks",
+                    a.timeout.unwrap_or(0.0)
+                );
                 stop(&mut agents);
                 stopped = true;
             }
@@ -403,7 +427,10 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
                     if tag {
                         let _ = write!(w, "[{g}] ");
                     }
-                    let _ = w.write_all(&line).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush());
+                    let _ = w
+                        .write_all(&line)
+                        .and_then(|_| w.write_all(b"\n"))
+                        .and_then(|_| w.flush());
                 }
             });
         }
@@ -456,7 +483,9 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
         while let Ok(order) = orx.try_recv() {
             if order.starts_with("table ") {
                 for b in boots.iter_mut() {
-                    let _ = b.write_all(order.as_bytes()).and_then(|_| b.write_all(b"\n"));
+                    let _ = b
+                        .write_all(order.as_bytes())
+                        .and_then(|_| b.write_all(b"\n"));
                 }
             } else if order == "kill" && killing.is_none() {
                 killing = Some(Instant::now());
@@ -513,10 +542,19 @@ mod tests {
     #[test]
     fn hosts_parse_with_and_without_slots() {
         let h = parse_hosts("a,b:4, c").unwrap();
-        assert_eq!(h[1], Host { name: "b".into(), slots: Some(4) });
+        assert_eq!(
+            h[1],
+            Host {
+                name: "b".into(),
+                slots: Some(4)
+            }
+        );
         assert_eq!(h[2].slots, None);
         let h = parse_hosts("# cluster\nnode1 slots=2\nnode2\n").unwrap();
-        assert_eq!((h[0].name.as_str(), h[0].slots, h.len()), ("node1", Some(2), 2));
+        assert_eq!(
+            (h[0].name.as_str(), h[0].slots, h.len()),
+            ("node1", Some(2), 2)
+        );
         assert!(parse_hosts("a:0").unwrap_err().contains("positive"));
         assert!(parse_hosts(" , ").unwrap_err().contains("no hosts"));
     }

@@ -161,15 +161,22 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("-n must be at least 1");
     }
     let hosts = match (&a.hosts, &a.hostfile) {
-        (Some(h), _) => Some(crate::multi::parse_hosts(h).map_err(|e| anyhow::anyhow!("--hosts: {e}"))?),
+        (Some(h), _) => {
+            Some(crate::multi::parse_hosts(h).map_err(|e| anyhow::anyhow!("--hosts: {e}"))?)
+        }
         (None, Some(f)) => {
             let text = std::fs::read_to_string(f)
                 .map_err(|e| anyhow::anyhow!("--hostfile {}: {e}", f.display()))?;
-            Some(crate::multi::parse_hosts(&text).map_err(|e| anyhow::anyhow!("--hostfile {}: {e}", f.display()))?)
+            Some(
+                crate::multi::parse_hosts(&text)
+                    .map_err(|e| anyhow::anyhow!("--hostfile {}: {e}", f.display()))?,
+            )
         }
         (None, None) => {
             if a.launch.is_some() {
-                anyhow::bail!("--launch says how to reach hosts, but no --hosts or --hostfile names them");
+                anyhow::bail!(
+                    "--launch says how to reach hosts, but no --hosts or --hostfile names them"
+                );
             }
             None
         }

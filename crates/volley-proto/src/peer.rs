@@ -181,8 +181,12 @@ pub(crate) struct Peer {
     rttvar: u64,
     rto: u64,
     rto_at: Option<Instant>,
-    /// Latest send time of any acknowledged packet (RACK).
-    rack_sent_at: Instant,
+    /// Send time and sequence of the latest-sent acknowledged packet (RACK).
+    rack: (Instant, u64),
+    /// When to run loss detection again for packets not yet late enough.
+    rack_at: Option<Instant>,
+    /// Smallest round trip measured.
+    min_rtt: u64,
     probe_at: Option<Instant>,
     last_sent: Instant,
     last_heard: Instant,
@@ -232,7 +236,9 @@ impl Peer {
             rttvar: 0,
             rto: cfg.initial_rto,
             rto_at: None,
-            rack_sent_at: 0,
+            rack: (0, 0),
+            rack_at: None,
+            min_rtt: u64::MAX,
             probe_at: None,
             last_sent: now,
             last_heard: now,
@@ -769,7 +775,13 @@ impl Peer {
         if !p.retx && sample.is_none_or(|(at, _)| p.sent_at > at) {
             *sample = Some((p.sent_at, now.saturating_sub(p.sent_at)));
         }
-        self.rack_sent_at = self.rack_sent_at.max(p.sent_at);
+        // The acknowledgement of a retransmitted packet may be for its first copy: its new send
+        // time counts only when the acknowledgement came at least one minimum round trip
+        // after it (RACK, RFC 8985 section 6.2). Packets of one burst leave at the same
+        // instant: the sequence breaks the tie.
+        if !p.retx || now.saturating_sub(p.sent_at) >= self.min_rtt {
+            self.rack = self.rack.max((p.sent_at, seq));
+        }
         if let What::Frag { msg, .. } = p.what {
             if let Some(m) = msg
                 .checked_sub(self.out_base)
@@ -782,6 +794,7 @@ impl Peer {
     }
 
     fn rtt_sample(&mut self, cfg: &Config, r: u64) {
+        self.min_rtt = self.min_rtt.min(r);
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -801,14 +814,22 @@ impl Peer {
     fn detect_losses(&mut self, now: Instant) {
         let srtt = self.srtt.unwrap_or(self.rto);
         let reo = srtt / 4;
+        self.rack_at = None;
         for (k, p) in self.sent.iter_mut().enumerate() {
-            if p.sent_at >= self.rack_sent_at {
+            if (p.sent_at, self.snd_una + k as u64) >= self.rack {
                 continue;
             }
-            if !p.acked && !p.queued && now >= p.sent_at + srtt + reo {
+            if p.acked || p.queued {
+                continue;
+            }
+            let due = p.sent_at + srtt + reo;
+            if now >= due {
                 p.queued = true;
                 p.by_timer = false;
                 self.retx.push_back(self.snd_una + k as u64);
+            } else {
+                // Not yet: look again when it would be late (RACK's reordering timer).
+                self.rack_at = Some(self.rack_at.map_or(due, |t| t.min(due)));
             }
         }
     }
@@ -830,7 +851,7 @@ impl Peer {
             return None;
         }
         let mut t = (self.last_heard + cfg.peer_timeout).min(self.last_sent + cfg.heartbeat);
-        for x in [self.rto_at, self.ack_at, self.probe_at]
+        for x in [self.rto_at, self.ack_at, self.probe_at, self.rack_at]
             .into_iter()
             .flatten()
         {
@@ -847,13 +868,22 @@ impl Peer {
             self.lose(events);
             return;
         }
+        if self.rack_at.is_some_and(|t| now >= t) {
+            self.detect_losses(now);
+        }
         if self.rto_at.is_some_and(|t| now >= t) {
-            for (k, p) in self.sent.iter_mut().enumerate() {
-                if !p.acked && !p.queued && now >= p.sent_at + self.rto {
-                    p.queued = true;
-                    p.by_timer = true;
-                    self.retx.push_back(self.snd_una + k as u64);
-                }
+            // Only the oldest packet goes again (as TCP does): its acknowledgement, when it
+            // comes, carries the ranges that let RACK find the others. Sending everything
+            // outstanding again would flood a receiver that is merely slow.
+            if let Some((k, p)) = self
+                .sent
+                .iter_mut()
+                .enumerate()
+                .find(|(_, p)| !p.acked && !p.queued && now >= p.sent_at + self.rto)
+            {
+                p.queued = true;
+                p.by_timer = true;
+                self.retx.push_back(self.snd_una + k as u64);
             }
             self.counters.rto_backoffs += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);

@@ -123,7 +123,8 @@ impl MmsgBatch {
             b.iovs[i].iov_len = slot;
             b.hdrs[i].msg_hdr.msg_iov = &mut b.iovs[i];
             b.hdrs[i].msg_hdr.msg_iovlen = 1;
-            b.hdrs[i].msg_hdr.msg_name = &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+            b.hdrs[i].msg_hdr.msg_name =
+                &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
         }
         b
     }
@@ -168,7 +169,12 @@ impl MmsgBatch {
         }
         // SAFETY: hdrs[..n] point into this batch's live buffers, addresses and iovecs.
         let r = unsafe {
-            libc::sendmmsg(fd, self.hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT)
+            libc::sendmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -236,7 +242,10 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     // SAFETY: an all-zero ifreq is valid.
     let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
     if name.len() >= r.ifr_name.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
         *d = s as libc::c_char;
@@ -329,7 +338,8 @@ pub fn poll_any(fds: &[RawFd], timeout_ns: Option<u64>) -> bool {
         libc::ppoll(
             p.as_mut_ptr(),
             n as libc::nfds_t,
-            ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec),
+            ts.as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec),
             std::ptr::null(),
         )
     };
@@ -398,7 +408,9 @@ impl PacketRing {
         setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V2)?;
         // Frames hold the header, the Ethernet header (and room for the kernel's alignment of
         // the network header), the payload; a multiple of 16.
-        let frame = (TPACKET2_HDR + 64 + mtu).next_multiple_of(16).next_power_of_two();
+        let frame = (TPACKET2_HDR + 64 + mtu)
+            .next_multiple_of(16)
+            .next_power_of_two();
         let block = frame.max(1 << 16);
         let per_block = block / frame;
         let blocks = frames.div_ceil(per_block).max(1);
@@ -531,7 +543,8 @@ impl PacketRing {
         unsafe { (f.add(4) as *mut u32).write(len as u32) };
         // SYNC: Release: the frame's bytes and length are written before the kernel sees the
         // request.
-        self.status(f).store(TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.status(f)
+            .store(TP_STATUS_SEND_REQUEST, Ordering::Release);
         self.tx_next = (self.tx_next + 1) % self.tx_frames;
         self.tx_unsent += 1;
     }

@@ -50,7 +50,10 @@ impl Device for EthDevice {
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
         let Addr::Eth(m) = addr else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("rank {rank} has no Ethernet address ({addr})")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("rank {rank} has no Ethernet address ({addr})"),
+            ));
         };
         let r = rank as usize;
         if self.peers.len() <= r {
@@ -97,7 +100,10 @@ impl Device for EthDevice {
                 break;
             };
             let Some(Some(dst)) = self.peers.get(peer as usize) else {
-                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no address for rank {peer}")));
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no address for rank {peer}"),
+                ));
             };
             slot[0..6].copy_from_slice(dst);
             slot[6..12].copy_from_slice(&self.mac);

@@ -112,13 +112,17 @@ impl<D: Device> FaultDevice<D> {
     fn junk_of(&mut self, pkt: &[u8]) -> Vec<u8> {
         match self.next() % 4 {
             // Garbage.
-            0 => (0..(self.next() % 1400) as usize).map(|_| self.next() as u8).collect(),
+            0 => (0..(self.next() % 1400) as usize)
+                .map(|_| self.next() as u8)
+                .collect(),
             // Another job's packet, intact.
             1 => {
                 let mut p = pkt.to_vec();
                 if p.len() >= volley_wire::HEADER_LEN {
                     p[8] ^= 0x5a;
-                    volley_wire::Packet::new_unchecked(&mut p[..]).fill_checksum();
+                    if let Ok(mut v) = volley_wire::Packet::new_checked(&mut p[..]) {
+                        v.fill_checksum();
+                    }
                 }
                 p
             }
@@ -230,7 +234,13 @@ mod tests {
     fn faults_parse_and_errors_name_the_fix() {
         let f: Faults = "loss=0.01, dup=0.5,delay_us=200,seed=9".parse().unwrap();
         assert_eq!((f.loss, f.dup, f.delay_ns, f.seed), (0.01, 0.5, 200_000, 9));
-        assert!("loss=2".parse::<Faults>().unwrap_err().contains("between 0 and 1"));
-        assert!("lose=0.1".parse::<Faults>().unwrap_err().contains("the faults are"));
+        assert!("loss=2"
+            .parse::<Faults>()
+            .unwrap_err()
+            .contains("between 0 and 1"));
+        assert!("lose=0.1"
+            .parse::<Faults>()
+            .unwrap_err()
+            .contains("the faults are"));
     }
 }

@@ -61,11 +61,14 @@ impl FromStr for Addr {
                 return Err(format!("bad MAC address {m:?}: needs six hex bytes"));
             }
             for (d, p) in mac.iter_mut().zip(parts) {
-                *d = u8::from_str_radix(p, 16).map_err(|e| format!("bad MAC address {m:?}: {e}"))?;
+                *d =
+                    u8::from_str_radix(p, 16).map_err(|e| format!("bad MAC address {m:?}: {e}"))?;
             }
             return Ok(Addr::Eth(mac));
         }
-        Err(format!("bad address {s:?}: expected udp:IP:PORT or eth:MAC"))
+        Err(format!(
+            "bad address {s:?}: expected udp:IP:PORT or eth:MAC"
+        ))
     }
 }
 
@@ -162,7 +165,11 @@ pub fn pick_interface(name: Option<&str>) -> Result<volley_sys::net::Interface, 
         }
         _ => Err(format!(
             "several interfaces could carry the job ({}): choose one with VOLLEY_NET_IF",
-            cands.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
+            cands
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
@@ -176,7 +183,10 @@ mod tests {
         for s in ["udp:198.18.0.1:4000", "eth:02:00:c6:12:00:01"] {
             assert_eq!(s.parse::<Addr>().unwrap().to_string(), s);
         }
-        assert!("tcp:1.2.3.4:5".parse::<Addr>().unwrap_err().contains("expected"));
+        assert!("tcp:1.2.3.4:5"
+            .parse::<Addr>()
+            .unwrap_err()
+            .contains("expected"));
         assert!("eth:02:00".parse::<Addr>().unwrap_err().contains("six"));
     }
 }

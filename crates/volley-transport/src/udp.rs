@@ -55,7 +55,10 @@ impl Device for UdpDevice {
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
         let Addr::Udp(a) = addr else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("rank {rank} has no UDP address ({addr})")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("rank {rank} has no UDP address ({addr})"),
+            ));
         };
         let r = rank as usize;
         if self.peers.len() <= r {
@@ -96,7 +99,10 @@ impl Device for UdpDevice {
                 let Some(Some(to)) = self.peers.get(peer as usize) else {
                     // The engine only sends to peers it was given; a rank without an address
                     // is a bootstrap bug, not a network event.
-                    return Err(io::Error::new(io::ErrorKind::NotFound, format!("no address for rank {peer}")));
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("no address for rank {peer}"),
+                    ));
                 };
                 self.tx.set(n, *to, len);
                 n += 1;
@@ -130,6 +136,9 @@ impl Device for UdpDevice {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("udp_tx_dropped", self.tx_dropped), ("udp_rx_foreign", self.rx_foreign)]
+        vec![
+            ("udp_tx_dropped", self.tx_dropped),
+            ("udp_rx_foreign", self.rx_foreign),
+        ]
     }
 }

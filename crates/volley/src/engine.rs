@@ -441,7 +441,12 @@ impl Engine {
     /// every other rank is done. Call `refresh_fates` before the poll pass that found nothing.
     pub fn recv_dead_end(&self, port: u32, from: Option<usize>) -> Option<RecvError> {
         if let Some(src) = from {
-            return self.fates[src].map(|fate| RecvError::PeerLost(PeerLost { rank: self.l2g[src], fate }));
+            return self.fates[src].map(|fate| {
+                RecvError::PeerLost(PeerLost {
+                    rank: self.l2g[src],
+                    fate,
+                })
+            });
         }
         let mut all_done = true;
         for r in 0..self.n {
@@ -450,7 +455,10 @@ impl Engine {
             }
             match self.fates[r] {
                 Some(fate) if fate.is_failure() => {
-                    return Some(RecvError::PeerLost(PeerLost { rank: self.l2g[r], fate }))
+                    return Some(RecvError::PeerLost(PeerLost {
+                        rank: self.l2g[r],
+                        fate,
+                    }))
                 }
                 Some(_) => {}
                 None => all_done = false,
@@ -462,7 +470,10 @@ impl Engine {
     /// Error for a send to `dst` if `dst` can no longer receive.
     pub fn send_dead_end(&mut self, dst: usize) -> Option<PeerLost> {
         self.refresh_fates();
-        self.fates[dst].map(|fate| PeerLost { rank: self.l2g[dst], fate })
+        self.fates[dst].map(|fate| PeerLost {
+            rank: self.l2g[dst],
+            fate,
+        })
     }
 
     /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings

@@ -119,7 +119,9 @@ pub fn describe_transports() -> Vec<String> {
             i.name,
             i.index,
             i.mtu,
-            i.ipv4.map(|a| a.to_string()).unwrap_or_else(|| "no IPv4".into()),
+            i.ipv4
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "no IPv4".into()),
             if i.loopback { ", loopback" } else { "" }
         )),
         Err(e) => out.push(format!("interface: none ({e})")),
@@ -182,19 +184,24 @@ fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
             }
             Box::new(EthDevice::open(&ifc).map_err(|e| {
                 if e.raw_os_error() == Some(libc_eperm()) {
-                    format!("eth on {}: needs CAP_NET_RAW (run as root, or use VOLLEY_TRANSPORT=udp)", ifc.name)
+                    format!(
+                        "eth on {}: needs CAP_NET_RAW (run as root, or use VOLLEY_TRANSPORT=udp)",
+                        ifc.name
+                    )
                 } else {
                     format!("eth on {}: {e}", ifc.name)
                 }
             })?)
         }
         TransportChoice::Udp | TransportChoice::Auto => {
-            let ip = ifc
-                .ipv4
-                .ok_or_else(|| format!("interface {} has no IPv4 address; set VOLLEY_NET_IF", ifc.name))?;
+            let ip = ifc.ipv4.ok_or_else(|| {
+                format!(
+                    "interface {} has no IPv4 address; set VOLLEY_NET_IF",
+                    ifc.name
+                )
+            })?;
             Box::new(
-                UdpDevice::open(ip, ifc.mtu as usize)
-                    .map_err(|e| format!("udp on {ip}: {e}"))?,
+                UdpDevice::open(ip, ifc.mtu as usize).map_err(|e| format!("udp on {ip}: {e}"))?,
             )
         }
     };
@@ -228,7 +235,12 @@ impl Net {
         BufReader::new(&s)
             .read_line(&mut line)
             .map_err(|e| net_err(format!("no address table from the node agent: {e}")))?;
-        let table: Vec<&str> = line.trim().strip_prefix("table ").unwrap_or("").split(' ').collect();
+        let table: Vec<&str> = line
+            .trim()
+            .strip_prefix("table ")
+            .unwrap_or("")
+            .split(' ')
+            .collect();
         if table.len() != info.size {
             return Err(net_err(format!(
                 "the node agent sent {} addresses for {} ranks (did the job start?)",
@@ -244,8 +256,11 @@ impl Net {
                 continue;
             }
             let addr: Addr = a.parse().map_err(net_err)?;
-            dev.set_peer(r as u32, addr)
-                .map_err(|e| net_err(format!("rank {r}: {e} (do all ranks use the same VOLLEY_TRANSPORT?)")))?;
+            dev.set_peer(r as u32, addr).map_err(|e| {
+                net_err(format!(
+                    "rank {r}: {e} (do all ranks use the same VOLLEY_TRANSPORT?)"
+                ))
+            })?;
             proto.add_peer(r as u32, 0);
             remote.push(r);
         }
@@ -319,8 +334,12 @@ impl Net {
                         None => self.inbox.push((dst_port, VecDeque::from([m]))),
                     }
                 }
-                Event::PeerLost { peer } => self.lost.push((peer as usize, crate::Fate::Unreachable)),
-                Event::PeerFinished { peer } => self.lost.push((peer as usize, crate::Fate::Finished)),
+                Event::PeerLost { peer } => {
+                    self.lost.push((peer as usize, crate::Fate::Unreachable))
+                }
+                Event::PeerFinished { peer } => {
+                    self.lost.push((peer as usize, crate::Fate::Finished))
+                }
             }
         }
         n
@@ -328,16 +347,20 @@ impl Net {
 
     fn transmit(&mut self, now: u64) {
         let proto = &mut self.proto;
-        let _ = self.dev.transmit(&mut |buf| {
-            proto
-                .poll_transmit(now, buf)
-                .map(|t| (t.peer, t.len))
-        });
+        let _ = self
+            .dev
+            .transmit(&mut |buf| proto.poll_transmit(now, buf).map(|t| (t.peer, t.len)));
     }
 
     /// Queues a message (copied). Err(true) when the peer is lost, Err(false) when the queue
     /// to it is full (pump and retry).
-    pub fn try_send(&mut self, dst: usize, src_port: u32, dst_port: u32, data: &[u8]) -> Result<(), bool> {
+    pub fn try_send(
+        &mut self,
+        dst: usize,
+        src_port: u32,
+        dst_port: u32,
+        data: &[u8],
+    ) -> Result<(), bool> {
         if !self.proto.can_send(dst as u32, data.len()) {
             if self.proto.is_lost(dst as u32) {
                 return Err(true);
@@ -346,18 +369,28 @@ impl Net {
         }
         let mut buf = self.proto.buffer(data.len());
         buf.copy_from_slice(data);
-        self.send_owned(dst, src_port, dst_port, buf).map_err(|(_, lost)| lost)
+        self.send_owned(dst, src_port, dst_port, buf)
+            .map_err(|(_, lost)| lost)
     }
 
     /// Queues a message the engine takes over.
-    pub fn send_owned(&mut self, dst: usize, src_port: u32, dst_port: u32, data: Vec<u8>) -> Result<(), (Vec<u8>, bool)> {
+    pub fn send_owned(
+        &mut self,
+        dst: usize,
+        src_port: u32,
+        dst_port: u32,
+        data: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, bool)> {
         let how = if self.best_effort_ports.contains(&src_port) {
             Reliability::BestEffort
         } else {
             Reliability::Reliable
         };
         let now = self.now();
-        match self.proto.send(now, dst as u32, src_port, dst_port, data, how) {
+        match self
+            .proto
+            .send(now, dst as u32, src_port, dst_port, data, how)
+        {
             Ok(()) => {
                 // Out at once: a small message should not wait for the next poll.
                 self.transmit(now);
@@ -458,4 +491,3 @@ impl Net {
         out
     }
 }
-

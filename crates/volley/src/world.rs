@@ -344,7 +344,13 @@ impl World {
         if self.inner.dispatch_depth.get() > 0 {
             return 0;
         }
-        let ports: Vec<u32> = self.inner.handlers.borrow().iter().map(|(p, _)| *p).collect();
+        let ports: Vec<u32> = self
+            .inner
+            .handlers
+            .borrow()
+            .iter()
+            .map(|(p, _)| *p)
+            .collect();
         if ports.is_empty() {
             return 0;
         }
@@ -538,7 +544,10 @@ fn copy_single(
             if err.raw_os_error() == Some(3) {
                 // ESRCH: the sender is gone.
                 if let Some(fate) = e.fates[src] {
-                    return Err(RecvError::PeerLost(crate::PeerLost { rank: e.l2g[src], fate }));
+                    return Err(RecvError::PeerLost(crate::PeerLost {
+                        rank: e.l2g[src],
+                        fate,
+                    }));
                 }
             }
             Err(RecvError::SingleCopy {
@@ -788,7 +797,9 @@ impl Endpoint {
                 match e.seg.rndv_state(e.me, rank, pos) {
                     volley_shm::RndvState::Done => return Ok(()),
                     volley_shm::RndvState::Failed => {
-                        return Err(SendError::SingleCopyFailed { rank: w.inner.l2g[rank] })
+                        return Err(SendError::SingleCopyFailed {
+                            rank: w.inner.l2g[rank],
+                        })
                     }
                     volley_shm::RndvState::Pending => {}
                 }
@@ -1553,14 +1564,22 @@ impl Waiter {
     fn idle(&mut self, w: &World, port: u32, from: Option<usize>) -> Result<(), RecvError> {
         {
             let e = w.eng();
-            let dead = w.net_dead_end(from).or_else(|| e.recv_dead_end(port, from)).or_else(|| {
-                // A message half gathered from a rank that is gone will never be completed.
-                e.partials
-                    .iter()
-                    .filter(|p| p.port == port)
-                    .find_map(|p| e.fates[p.src].map(|fate| crate::PeerLost { rank: e.l2g[p.src], fate }))
-                    .map(RecvError::PeerLost)
-            });
+            let dead = w
+                .net_dead_end(from)
+                .or_else(|| e.recv_dead_end(port, from))
+                .or_else(|| {
+                    // A message half gathered from a rank that is gone will never be completed.
+                    e.partials
+                        .iter()
+                        .filter(|p| p.port == port)
+                        .find_map(|p| {
+                            e.fates[p.src].map(|fate| crate::PeerLost {
+                                rank: e.l2g[p.src],
+                                fate,
+                            })
+                        })
+                        .map(RecvError::PeerLost)
+                });
             if let Some(err) = dead {
                 drop(e);
                 self.finish(w);
