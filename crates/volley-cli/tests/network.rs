@@ -1,0 +1,435 @@
+//! Jobs across hosts: real network namespaces joined by veth pairs (a bridge for more than two),
+//! addresses in 198.18.0.0/15 only, ranks started by `volley run --hosts ... --launch 'ip netns
+//! exec {host}'`, real UDP sockets and raw Ethernet frames, faults injected by the kernel
+//! (nftables on the veths) and by volley's fault-injecting device. Every namespace is removed
+//! when its test ends, also when it fails. Needs root (CI runs as root).
+
+mod common;
+
+use common::{text, values, CHECK, VOLLEY};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{args:?}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!("{args:?}: {}", String::from_utf8_lossy(&o.stderr)));
+    }
+    Ok(())
+}
+
+/// Test hosts: namespaces named vt<pid>_<k>_<i>, removed on drop.
+struct Hosts {
+    names: Vec<String>,
+    bridge: Option<String>,
+    addrs: Vec<String>,
+}
+
+impl Hosts {
+    fn new(n: usize, mtu: u32) -> Hosts {
+        let k = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{k}", std::process::id() % 10000);
+        let mut h = Hosts {
+            names: Vec::new(),
+            bridge: None,
+            addrs: Vec::new(),
+        };
+        let subnet = 1 + (std::process::id() % 50) * 4 + k % 4;
+        let r = (|| -> Result<(), String> {
+            if n > 2 {
+                let br = format!("vb{tag}");
+                sh(&["ip", "link", "add", &br, "type", "bridge"])?;
+                sh(&["ip", "link", "set", &br, "mtu", &mtu.to_string(), "up"])?;
+                h.bridge = Some(br);
+            }
+            for i in 0..n {
+                let ns = format!("vt{tag}h{i}");
+                sh(&["ip", "netns", "add", &ns])?;
+                h.names.push(ns.clone());
+                sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+                let addr = format!("198.18.{subnet}.{}", i + 1);
+                h.addrs.push(addr.clone());
+                let inner = format!("vi{tag}h{i}");
+                if let Some(br) = &h.bridge {
+                    let outer = format!("vo{tag}h{i}");
+                    sh(&[
+                        "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+                        "netns", &ns,
+                    ])?;
+                    sh(&[
+                        "ip",
+                        "link",
+                        "set",
+                        &outer,
+                        "mtu",
+                        &mtu.to_string(),
+                        "master",
+                        br,
+                        "up",
+                    ])?;
+                } else if i == 1 {
+                    let other = format!("vi{tag}h0");
+                    sh(&[
+                        "ip",
+                        "link",
+                        "add",
+                        &other,
+                        "netns",
+                        &h.names[0],
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        &inner,
+                        "netns",
+                        &ns,
+                    ])?;
+                    sh(&[
+                        "ip",
+                        "-n",
+                        &h.names[0],
+                        "addr",
+                        "add",
+                        &format!("{}/24", h.addrs[0]),
+                        "dev",
+                        &other,
+                    ])?;
+                    sh(&[
+                        "ip",
+                        "-n",
+                        &h.names[0],
+                        "link",
+                        "set",
+                        &other,
+                        "mtu",
+                        &mtu.to_string(),
+                        "up",
+                    ])?;
+                } else {
+                    continue;
+                }
+                sh(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    &inner,
+                ])?;
+                sh(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "link",
+                    "set",
+                    &inner,
+                    "mtu",
+                    &mtu.to_string(),
+                    "up",
+                ])?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            drop(h);
+            panic!("cannot make test hosts (root and iproute2 needed): {e}");
+        }
+        h
+    }
+
+    fn list(&self) -> String {
+        self.names.join(",")
+    }
+
+    /// Drops `pct`% of the frames arriving at every host, in the kernel (nftables, netdev
+    /// ingress: volley's EtherType and UDP alike).
+    fn kernel_loss(&self, pct: u32) {
+        for (i, ns) in self.names.iter().enumerate() {
+            let dev = format!("vi{}h{i}", &ns[2..ns.rfind('h').unwrap()]);
+            let rules = format!(
+                "table netdev volley_loss {{\n chain rx {{\n  type filter hook ingress device \"{dev}\" priority 0;\n  numgen random mod 100 < {pct} drop\n }}\n}}\n"
+            );
+            let o = Command::new("ip")
+                .args(["netns", "exec", ns, "nft", "-f", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    use std::io::Write;
+                    c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+                    c.wait_with_output()
+                })
+                .expect("run nft (package nftables)");
+            assert!(
+                o.status.success(),
+                "nft: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+
+    fn run(&self, n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let np = n.to_string();
+        let hosts = self.list();
+        let mut full = vec![
+            "run",
+            "--timeout",
+            "300",
+            "-n",
+            &np,
+            "--hosts",
+            &hosts,
+            "--launch",
+            "ip netns exec {host}",
+            "--tag-output",
+        ];
+        full.extend_from_slice(args);
+        let mut c = Command::new(VOLLEY);
+        c.args(&full).stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("start volley")
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        if let Some(b) = &self.bridge {
+            let _ = sh(&["ip", "link", "del", b]);
+        }
+    }
+}
+
+fn ok(o: Output) -> String {
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success(),
+        "volley run failed with {:?}\nstdout:\n{out}\nstderr:\n{err}",
+        o.status
+    );
+    out
+}
+
+const SIZES: &[&str] = &[
+    "0", "1", "1400", "1500", "9000", "65536", "1048576", "67108864",
+];
+
+fn pingpong_sizes(transport: &str, mtu: u32) {
+    let h = Hosts::new(2, mtu);
+    let mut args = vec![CHECK, "pingpong", "0", "1"];
+    args.extend_from_slice(SIZES);
+    let out = ok(h.run(2, &[("VOLLEY_TRANSPORT", transport)], &args));
+    for s in SIZES {
+        assert!(
+            out.contains(&format!("pingpong size={s} ok")),
+            "size {s} over {transport} MTU {mtu}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn udp_carries_0_bytes_to_64_mib_intact_at_mtu_1500() {
+    pingpong_sizes("udp", 1500);
+}
+
+#[test]
+fn udp_carries_0_bytes_to_64_mib_intact_at_mtu_9000() {
+    pingpong_sizes("udp", 9000);
+}
+
+#[test]
+fn eth_carries_0_bytes_to_64_mib_intact_at_mtu_1500() {
+    pingpong_sizes("eth", 1500);
+}
+
+#[test]
+fn eth_carries_0_bytes_to_64_mib_intact_at_mtu_9000() {
+    pingpong_sizes("eth", 9000);
+}
+
+/// Four ranks on three hosts joined by a bridge (two ranks share a host: shared memory between
+/// them, the network to the others), every rank sending to every rank, in order, every byte
+/// checked.
+#[test]
+fn all_to_all_over_a_bridge_mixes_shared_memory_and_network() {
+    let h = Hosts::new(3, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(4, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "alltoall", "60"]));
+        assert_eq!(
+            out.matches("result: alltoall").filter(|_| true).count(),
+            4,
+            "{t}: {out}"
+        );
+        assert_eq!(values(&out, "received"), vec!["240"; 4], "{t}: {out}");
+    }
+}
+
+fn faulty(transport: &str, env: &[(&str, &str)], kernel_loss: Option<u32>) {
+    let h = Hosts::new(2, 1500);
+    if let Some(p) = kernel_loss {
+        h.kernel_loss(p);
+    }
+    let mut e = vec![("VOLLEY_TRANSPORT", transport), ("VOLLEY_COUNTERS", "1")];
+    e.extend_from_slice(env);
+    let o = h.run(
+        2,
+        &e,
+        &[
+            CHECK, "pingpong", "0", "1", "1500", "65536", "1048576", "4194304",
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success(),
+        "{transport} {env:?} loss {kernel_loss:?}: {:?}\n{out}\n{err}",
+        o.status
+    );
+    assert!(out.contains("pingpong size=4194304 ok"), "{out}");
+    // The protocol worked for its living: something was retransmitted or dropped and counted.
+    let counted = |name: &str| -> u64 {
+        err.lines()
+            .filter(|l| l.contains(name))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum()
+    };
+    let retx = counted("net_retransmits_fast") + counted("net_retransmits_timeout");
+    let bad = counted("net_drop_checksum")
+        + counted("net_drop_truncated")
+        + counted("net_drop_foreign")
+        + counted("net_drop_token");
+    assert!(
+        retx + bad + counted("net_duplicates") > 0,
+        "no fault showed in the counters:\n{err}"
+    );
+}
+
+#[test]
+fn kernel_loss_of_1_percent_over_udp_and_eth() {
+    faulty("udp", &[], Some(1));
+    faulty("eth", &[], Some(1));
+}
+
+#[test]
+fn kernel_loss_of_10_percent_over_udp_and_eth() {
+    faulty("udp", &[], Some(10));
+    faulty("eth", &[], Some(10));
+}
+
+#[test]
+fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_and_eth() {
+    for f in [
+        "loss=0.05,seed=1",
+        "reorder=0.2,delay_us=100,seed=2",
+        "dup=0.2,seed=3",
+        "corrupt=0.05,seed=4",
+        "delay_us=300,seed=5",
+        "junk=0.1,seed=6",
+    ] {
+        faulty("udp", &[("VOLLEY_FAULTS", f)], None);
+        faulty("eth", &[("VOLLEY_FAULTS", f)], None);
+    }
+}
+
+#[test]
+fn injected_foreign_truncated_and_corrupt_frames_are_counted_by_reason() {
+    let h = Hosts::new(2, 1500);
+    let o = h.run(
+        2,
+        &[
+            ("VOLLEY_TRANSPORT", "eth"),
+            ("VOLLEY_COUNTERS", "1"),
+            ("VOLLEY_FAULTS", "junk=0.3,corrupt=0.1,seed=9"),
+        ],
+        &[CHECK, "pingpong", "0", "100", "100000"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for c in [
+        "net_drop_checksum",
+        "net_drop_truncated",
+        "net_drop_foreign",
+        "net_drop_token",
+    ] {
+        let n: u64 = err
+            .lines()
+            .filter(|l| l.contains(c))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum();
+        assert!(n > 0, "{c} not counted:\n{err}");
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let o = h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", t), ("VOLLEY_PEER_TIMEOUT_MS", "1000")],
+            &["--keep-going", CHECK, "killed-peer"],
+        );
+        let (out, err) = text(&o);
+        let after: Vec<u64> = values(&out, "after_ms")
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(
+            after.len(),
+            1,
+            "{t}: survivor did not report:\n{out}\n{err}"
+        );
+        // The timeout is 1 s; heartbeats and timers add at most a fraction of it.
+        assert!(
+            after[0] <= 3000,
+            "{t}: peer-lost came {} ms after the last exchange",
+            after[0]
+        );
+        assert!(out.contains("fate=Unreachable"), "{out}");
+    }
+}
+
+#[test]
+fn a_bad_launch_template_or_placement_is_a_clear_error() {
+    let o = Command::new(VOLLEY)
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--hosts",
+            "a:1,b:1",
+            "--launch",
+            "ip netns exec {host}",
+            CHECK,
+            "whoami",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("only 2 slots"),
+        "{o:?}"
+    );
+    let o = Command::new(VOLLEY)
+        .args([
+            "run", "-n", "2", "--hosts", "a,b", "--launch", "ssh", CHECK, "whoami",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("{host}"),
+        "{o:?}"
+    );
+}
