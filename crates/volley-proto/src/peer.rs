@@ -815,7 +815,11 @@ impl Peer {
         let srtt = self.srtt.unwrap_or(self.rto);
         let reo = srtt / 4;
         self.rack_at = None;
-        for (k, p) in self.sent.iter_mut().enumerate() {
+        // Only packets numbered below the RACK packet can have left before it (a packet
+        // numbered above it first left after it), so the scan ends there: without loss it
+        // ends at once, however many packets are in flight.
+        let end = self.rack.1.saturating_sub(self.snd_una) as usize;
+        for (k, p) in self.sent.iter_mut().enumerate().take(end) {
             if (p.sent_at, self.snd_una + k as u64) >= self.rack {
                 continue;
             }

@@ -25,7 +25,9 @@ impl EthDevice {
     /// Opens a raw socket on `ifc` (needs CAP_NET_RAW).
     pub fn open(ifc: &Interface) -> io::Result<EthDevice> {
         let mtu = ifc.mtu as usize;
-        let ring = PacketRing::open(ifc.index, ETHERTYPE, mtu, 1024)?;
+        // Room for a whole window of packets in flight, within 32 MiB a ring.
+        let frames = ((32usize << 20) / (mtu + 128)).clamp(512, 4096);
+        let ring = PacketRing::open(ifc.index, ETHERTYPE, mtu, frames)?;
         let max_packet = mtu.min(ring.max_frame() - ETH_HEADER).min(65_000);
         Ok(EthDevice {
             ring,

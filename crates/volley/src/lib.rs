@@ -35,5 +35,5 @@ pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{Counter, COUNTERS};
 pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
 pub use modes::single_copy_unavailable;
-pub use net::describe_transports;
+pub use net::{describe_transports, host_ipv4};
 pub use world::{ActivePort, Endpoint, Message, SendRequest, Source, World};

@@ -155,6 +155,14 @@ pub fn describe_transports() -> Vec<String> {
     out
 }
 
+/// The IPv4 address of the interface a multi-host job uses here (VOLLEY_NET_IF, or the only
+/// non-loopback one), for tools such as `volley bench` that open their own sockets beside volley.
+pub fn host_ipv4() -> Option<std::net::Ipv4Addr> {
+    volley_transport::pick_interface(env("VOLLEY_NET_IF").as_deref())
+        .ok()
+        .and_then(|i| i.ipv4)
+}
+
 fn libc_eperm() -> i32 {
     1
 }

@@ -214,6 +214,15 @@ fn stream_link(kind: Kind, fd: OwnedFd) -> io::Result<Link> {
     Ok(Link::Stream { kind, r, w })
 }
 
+/// Where the kernel baselines listen: loopback on one host, the job's interface across hosts.
+fn bench_ip(world: &World) -> std::net::Ipv4Addr {
+    if world.transport().is_some() {
+        volley::host_ipv4().unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+    } else {
+        std::net::Ipv4Addr::LOCALHOST
+    }
+}
+
 /// Connects one link of `kind` between rank 0 (`leader`) and rank 1.
 pub fn connect(world: &World, ctl: &Ctl, kind: Kind, index: usize) -> io::Result<Link> {
     let leader = world.rank() == 0;
@@ -225,18 +234,26 @@ pub fn connect(world: &World, ctl: &Ctl, kind: Kind, index: usize) -> io::Result
         }
         Kind::Tcp => {
             if leader {
-                let l = TcpListener::bind("127.0.0.1:0")?;
-                ctl.send_u64s(&[l.local_addr()?.port() as u64])?;
+                let l = TcpListener::bind((bench_ip(world), 0))?;
+                ctl.send_u64s(&[
+                    l.local_addr()?.port() as u64,
+                    u32::from(bench_ip(world)) as u64,
+                ])?;
                 let (s, _) = l.accept()?;
                 s.set_nodelay(true)?;
                 stream_link(kind, s.into())
             } else {
-                let port = ctl.recv_u64s()?[0] as u16;
-                let s = TcpStream::connect(("127.0.0.1", port))?;
+                let v = ctl.recv_u64s()?;
+                let (port, ip) = (v[0] as u16, std::net::Ipv4Addr::from(v[1] as u32));
+                let s = TcpStream::connect((ip, port))?;
                 s.set_nodelay(true)?;
                 stream_link(kind, s.into())
             }
         }
+        Kind::Uds | Kind::Pipe if world.transport().is_some() => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "--vs uds and pipe need both ranks on one host; across hosts compare with tcp or udp",
+        )),
         Kind::Uds => {
             use std::os::linux::net::SocketAddrExt;
             use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -254,17 +271,18 @@ pub fn connect(world: &World, ctl: &Ctl, kind: Kind, index: usize) -> io::Result
             }
         }
         Kind::Udp => {
-            let s = UdpSocket::bind("127.0.0.1:0")?;
-            let mine = s.local_addr()?.port() as u64;
+            let ip = bench_ip(world);
+            let s = UdpSocket::bind((ip, 0))?;
+            let mine = [s.local_addr()?.port() as u64, u32::from(ip) as u64];
             let theirs = if leader {
-                ctl.send_u64s(&[mine])?;
-                ctl.recv_u64s()?[0]
+                ctl.send_u64s(&mine)?;
+                ctl.recv_u64s()?
             } else {
-                let t = ctl.recv_u64s()?[0];
-                ctl.send_u64s(&[mine])?;
+                let t = ctl.recv_u64s()?;
+                ctl.send_u64s(&mine)?;
                 t
             };
-            s.connect(("127.0.0.1", theirs as u16))?;
+            s.connect((std::net::Ipv4Addr::from(theirs[1] as u32), theirs[0] as u16))?;
             // No flow control: a message must fit the receiver's socket buffer whole.
             use std::os::fd::AsRawFd;
             volley_sys::set_socket_buffers(s.as_raw_fd(), 64 << 20)?;
