@@ -40,7 +40,10 @@ pub fn info() -> i32 {
             .unwrap_or_else(|| "memfd".into()),
         cfg.ring_bytes >> 10
     );
-    println!("  udp, eth        not built yet: ranks on one machine only");
+    println!("  (between ranks on one host; ranks on other hosts use the network:)");
+    for line in volley::describe_transports() {
+        println!("  net             {line}");
+    }
 
     println!("\ntransfer modes (shared memory), chosen per message by size:");
     println!("  inline copy     available: messages up to about {record} bytes travel whole in one ring record");

@@ -433,3 +433,57 @@ fn a_bad_launch_template_or_placement_is_a_clear_error() {
         "{o:?}"
     );
 }
+
+/// `volley bench` across two hosts, volley and the kernel's TCP in one invocation, for both
+/// transports: every series present, every size measured, throughput x time = bytes.
+#[test]
+fn bench_runs_across_hosts_beside_kernel_tcp() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let json =
+            std::env::temp_dir().join(format!("volley-net-bench-{}-{t}.json", std::process::id()));
+        let j = json.to_str().unwrap();
+        let out = ok(h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", t)],
+            &[
+                VOLLEY,
+                "bench",
+                "pingpong",
+                "--vs",
+                "tcp",
+                "--sizes",
+                "8,65536,1048576",
+                "--budget-ms",
+                "50",
+                "--reps",
+                "1",
+                "--json",
+                j,
+            ],
+        ));
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap())
+            .unwrap_or_else(|e| panic!("{e}\n{out}"));
+        let _ = std::fs::remove_file(&json);
+        let series = r["series"].as_array().unwrap();
+        let names: Vec<&str> = series
+            .iter()
+            .map(|s| s["transport"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec![format!("volley-{t}").as_str(), "tcp"], "{out}");
+        for s in series {
+            let pts = s["points"].as_array().unwrap();
+            let sizes: Vec<u64> = pts.iter().map(|p| p["bytes"].as_u64().unwrap()).collect();
+            assert_eq!(sizes, vec![8, 65536, 1048576]);
+            for p in pts {
+                let med = p["time_us"]["median"].as_f64().unwrap();
+                let tp = p["mbytes_per_s"].as_f64().unwrap();
+                let bytes = p["bytes_per_sample"].as_f64().unwrap();
+                assert!(
+                    med > 0.0 && (tp * med - bytes).abs() <= 1e-6 * bytes.max(1.0),
+                    "{p}"
+                );
+            }
+        }
+    }
+}

@@ -18,10 +18,23 @@ pub enum Kind {
     Pipe,
 }
 
+/// What volley's own link is called in the results: "volley-shm" on one host, "volley-udp" or
+/// "volley-eth" (with "+faults") across hosts.
+static VOLLEY_LABEL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names volley's link after the transport the world uses (call once, before any result).
+pub fn set_volley_label(world: &World) {
+    let l = match world.transport() {
+        Some(t) => format!("volley-{t}"),
+        None => "volley-shm".into(),
+    };
+    let _ = VOLLEY_LABEL.set(Box::leak(l.into_boxed_str()));
+}
+
 impl Kind {
     pub fn name(self) -> &'static str {
         match self {
-            Kind::Volley => "volley-shm",
+            Kind::Volley => VOLLEY_LABEL.get().copied().unwrap_or("volley-shm"),
             Kind::Tcp => "tcp",
             Kind::Udp => "udp",
             Kind::Uds => "uds",
@@ -31,7 +44,7 @@ impl Kind {
 
     pub fn parse(s: &str) -> Result<Kind, String> {
         Ok(match s {
-            "volley" | "shm" | "volley-shm" => Kind::Volley,
+            "volley" | "shm" | "volley-shm" | "volley-udp" | "volley-eth" => Kind::Volley,
             "tcp" => Kind::Tcp,
             "udp" => Kind::Udp,
             "uds" | "unix" => Kind::Uds,

@@ -263,6 +263,7 @@ fn relaunch(args: &BenchArgs) -> i32 {
 
 fn run(args: BenchArgs, sizes: Vec<u64>, vs: Vec<Kind>) -> io::Result<()> {
     let world = World::init().map_err(err)?;
+    links::set_volley_label(&world);
     if world.size() != 2 {
         return Err(err(format!(
             "needs exactly 2 ranks, the job has {}",
