@@ -408,7 +408,9 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
             &mut cmd,
             volley_sys::ChildSetup {
                 inherit,
-                cpu: cpus.as_ref().map(|c| c[li % c.len()]),
+                // Pinned by job rank: with one rank per host, rank 0 and rank 1 still get
+                // different CPUs when the "hosts" share a machine.
+                cpu: cpus.as_ref().map(|c| c[g % c.len()]),
                 parent: me,
             },
         );

@@ -185,6 +185,8 @@ pub(crate) struct Peer {
     rack: (Instant, u64),
     /// When to run loss detection again for packets not yet late enough.
     rack_at: Option<Instant>,
+    /// The RACK packet was a retransmission.
+    rack_retx: bool,
     /// Smallest round trip measured.
     min_rtt: u64,
     probe_at: Option<Instant>,
@@ -239,6 +241,7 @@ impl Peer {
             rack: (0, 0),
             rack_at: None,
             min_rtt: u64::MAX,
+            rack_retx: false,
             probe_at: None,
             last_sent: now,
             last_heard: now,
@@ -779,8 +782,11 @@ impl Peer {
         // time counts only when the acknowledgement came at least one minimum round trip
         // after it (RACK, RFC 8985 section 6.2). Packets of one burst leave at the same
         // instant: the sequence breaks the tie.
-        if !p.retx || now.saturating_sub(p.sent_at) >= self.min_rtt {
-            self.rack = self.rack.max((p.sent_at, seq));
+        if (!p.retx || now.saturating_sub(p.sent_at) >= self.min_rtt)
+            && (p.sent_at, seq) > self.rack
+        {
+            self.rack = (p.sent_at, seq);
+            self.rack_retx = p.retx;
         }
         if let What::Frag { msg, .. } = p.what {
             if let Some(m) = msg
@@ -818,7 +824,12 @@ impl Peer {
         // Only packets numbered below the RACK packet can have left before it (a packet
         // numbered above it first left after it), so the scan ends there: without loss it
         // ends at once, however many packets are in flight.
-        let end = self.rack.1.saturating_sub(self.snd_una) as usize;
+        // (A retransmitted RACK packet left after packets numbered above it: scan them all.)
+        let end = if self.rack_retx {
+            self.sent.len()
+        } else {
+            self.rack.1.saturating_sub(self.snd_una) as usize
+        };
         for (k, p) in self.sent.iter_mut().enumerate().take(end) {
             if (p.sent_at, self.snd_una + k as u64) >= self.rack {
                 continue;

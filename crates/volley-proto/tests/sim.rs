@@ -685,3 +685,30 @@ fn a_peer_that_closes_is_finished_not_lost() {
     assert_eq!(sim.finished, vec![(1, 0)]);
     assert!(sim.lost.is_empty());
 }
+
+/// The shape of `volley bench stream` under 1% loss: a long train of rendezvous messages with
+/// the default (large) window, then one small message back.
+#[test]
+fn a_stream_of_rendezvous_messages_survives_one_percent_loss() {
+    for seed in 0..20 {
+        let cfg = Config {
+            max_packet: 1472,
+            ..quiet_config()
+        };
+        let faults = Faults {
+            loss: 0.01,
+            delay: 20 * US,
+            jitter: 2 * US,
+            ..Faults::default()
+        };
+        let mut sim = Sim::new(100 + seed, 2, &cfg, faults);
+        for _ in 0..160 {
+            sim.plan(0, 1, 64 << 10, Reliability::Reliable);
+        }
+        for _ in 0..2 {
+            sim.plan(0, 1, 8 << 20, Reliability::Reliable);
+        }
+        sim.plan(1, 0, 8, Reliability::Reliable);
+        sim.run(60_000 * MS);
+    }
+}
