@@ -487,3 +487,14 @@ fn bench_runs_across_hosts_beside_kernel_tcp() {
         }
     }
 }
+
+/// The endpoint's descriptor wakes a poll(2) for a message from another host, and active-port
+/// handlers run for messages from other hosts (three ranks: one local sender, one remote).
+#[test]
+fn endpoint_descriptor_and_active_ports_work_across_hosts() {
+    let h = Hosts::new(2, 1500);
+    let out = ok(h.run(2, &[], &[CHECK, "fd"]));
+    assert!(out.contains("result: fd wakeups="), "{out}");
+    let out = ok(h.run(3, &[("VOLLEY_TRANSPORT", "eth")], &[CHECK, "active", "200"]));
+    assert!(out.contains("result: active handled=400 ok"), "{out}");
+}

@@ -573,3 +573,21 @@ impl Drop for PacketRing {
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
     }
 }
+
+/// An epoll descriptor that becomes readable when any of `fds` is: one descriptor to poll for
+/// several sources (a doorbell and a socket).
+pub fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: plain epoll_create1.
+    let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: ep was just returned and is ours.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for &fd in fds {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: ev is a valid epoll_event; fd is a live descriptor of the caller's.
+        cvt(unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+    }
+    Ok(ep)
+}

@@ -47,6 +47,8 @@ struct Inner {
     g2l: Vec<Option<usize>>,
     /// The ranks on other hosts, when there are any.
     net: Option<RefCell<crate::net::Net>>,
+    /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
+    poll_fd: Option<std::os::fd::OwnedFd>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -96,6 +98,13 @@ impl World {
             }
             _ => None,
         };
+        let poll_fd = match &net {
+            Some(n) => Some(
+                volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow().fd()])
+                    .map_err(InitError::Memfd)?,
+            ),
+            None => None,
+        };
         let world = World {
             inner: Rc::new(Inner {
                 eng: RefCell::new(eng),
@@ -107,6 +116,7 @@ impl World {
                 l2g,
                 g2l,
                 net,
+                poll_fd,
             }),
         };
         if world.inner.cfg.progress_thread {
@@ -1312,7 +1322,12 @@ impl AsRawFd for Endpoint {
     /// The process's doorbell: readable when a message has arrived since the last
     /// [`Endpoint::try_recv`] that returned None. Shared by all endpoints of the process, so a
     /// wake-up may be for another endpoint; call try_recv to find out.
+    /// In a job over several hosts it is an epoll descriptor over the doorbell and the network
+    /// socket, readable when either is (packets may also be acknowledgements).
     fn as_raw_fd(&self) -> RawFd {
+        if let Some(ep) = self.world.inner.poll_fd.as_ref() {
+            return ep.as_raw_fd();
+        }
         self.world.eng().doorbell().raw()
     }
 }
