@@ -14,6 +14,7 @@
 //!
 //! Control lines start with the byte 0x01 and "volley "; any other line is a rank's output.
 
+use crate::run::{exit_code_of, fate_of};
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
@@ -110,15 +111,6 @@ fn parse_fate(s: &str) -> Fate {
     match s {
         "finished" => Fate::Finished,
         _ => Fate::Unreachable,
-    }
-}
-
-fn exit_code_of(f: Fate) -> i32 {
-    match f {
-        Fate::Exited(c) => c,
-        Fate::Killed(s) => 128 + s,
-        Fate::Finished => 0,
-        Fate::Unreachable => 255,
     }
 }
 
@@ -513,11 +505,7 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
                 continue;
             }
             if let Ok(Some(st)) = c.try_wait() {
-                let fate = match (st.code(), st.signal()) {
-                    (Some(c), _) => Fate::Exited(c),
-                    (None, Some(s)) => Fate::Killed(s),
-                    _ => Fate::Exited(255),
-                };
+                let fate = fate_of(st);
                 *f = Some(fate);
                 job.rank_ended(li, fate);
                 if fate.is_failure() && first_failure.is_none() {

@@ -87,7 +87,7 @@ pub(crate) fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     Ok(v)
 }
 
-fn fate_of(status: std::process::ExitStatus) -> Fate {
+pub(crate) fn fate_of(status: std::process::ExitStatus) -> Fate {
     match (status.code(), status.signal()) {
         (Some(c), _) => Fate::Exited(c),
         (None, Some(s)) => Fate::Killed(s),
@@ -95,7 +95,7 @@ fn fate_of(status: std::process::ExitStatus) -> Fate {
     }
 }
 
-fn exit_code_of(f: Fate) -> i32 {
+pub(crate) fn exit_code_of(f: Fate) -> i32 {
     match f {
         Fate::Exited(c) => c,
         Fate::Killed(s) => 128 + s,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{text, values, CHECK, VOLLEY};
+use common::{ok, text, values, volley, CHECK, VOLLEY};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -178,12 +178,8 @@ impl Hosts {
     }
 
     fn run(&self, n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
-        let np = n.to_string();
-        let hosts = self.list();
+        let (np, hosts) = (n.to_string(), self.list());
         let mut full = vec![
-            "run",
-            "--timeout",
-            "300",
             "-n",
             &np,
             "--hosts",
@@ -193,12 +189,7 @@ impl Hosts {
             "--tag-output",
         ];
         full.extend_from_slice(args);
-        let mut c = Command::new(VOLLEY);
-        c.args(&full).stdin(Stdio::null());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().expect("start volley")
+        volley(&full, env)
     }
 }
 
@@ -211,16 +202,6 @@ impl Drop for Hosts {
             let _ = sh(&["ip", "link", "del", b]);
         }
     }
-}
-
-fn ok(o: Output) -> String {
-    let (out, err) = text(&o);
-    assert!(
-        o.status.success(),
-        "volley run failed with {:?}\nstdout:\n{out}\nstderr:\n{err}",
-        o.status
-    );
-    out
 }
 
 const SIZES: &[&str] = &[

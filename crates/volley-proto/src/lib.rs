@@ -250,15 +250,12 @@ impl Engine {
         }
     }
 
-    fn peer_mut(&mut self, rank: u32) -> Option<&mut Peer> {
-        self.peers.get_mut(rank as usize).and_then(|p| p.as_mut())
+    fn peer(&self, rank: u32) -> Option<&Peer> {
+        self.peers.get(rank as usize).and_then(|p| p.as_ref())
     }
 
     pub fn peer_counters(&self, rank: u32) -> Option<&PeerCounters> {
-        self.peers
-            .get(rank as usize)
-            .and_then(|p| p.as_ref())
-            .map(|p| &p.counters)
+        self.peer(rank).map(|p| &p.counters)
     }
 
     /// Ranks of the peers.
@@ -267,29 +264,17 @@ impl Engine {
     }
 
     pub fn is_lost(&self, rank: u32) -> bool {
-        self.peers
-            .get(rank as usize)
-            .and_then(|p| p.as_ref())
-            .is_some_and(|p| p.lost)
+        self.peer(rank).is_some_and(|p| p.lost)
     }
 
     /// A buffer of `len` bytes (contents unspecified), from the pool when one is big enough.
     pub fn buffer(&mut self, len: usize) -> Vec<u8> {
-        let mut v = match self.pool.iter().position(|b| b.capacity() >= len) {
-            Some(i) => self.pool.swap_remove(i),
-            None => Vec::with_capacity(len),
-        };
-        v.clear();
-        v.resize(len, 0);
-        v
+        peer::take_buf(&mut self.pool, len)
     }
 
     /// Gives a buffer back for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        // Keep a few, and not the giants.
-        if self.pool.len() < 64 && buf.capacity() <= 1 << 20 {
-            self.pool.push(buf);
-        }
+        peer::give_buf(&mut self.pool, buf)
     }
 
     /// Queues a message to `peer`. The engine owns `data` until the peer has acknowledged it.
@@ -307,8 +292,9 @@ impl Engine {
                 "message larger than the largest allowed",
             ));
         }
-        let cfg = self.cfg.clone();
-        let Some(p) = self.peer_mut(peer) else {
+        // Field borrows, so the configuration need not be copied per message.
+        let cfg = &self.cfg;
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
             return Err(SendError::Invalid("no such peer"));
         };
         if p.lost {
@@ -321,7 +307,7 @@ impl Engine {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
-        p.queue(&cfg, now, src_port, dst_port, data, how);
+        p.queue(cfg, now, src_port, dst_port, data, how);
         Ok(())
     }
 
@@ -343,12 +329,9 @@ impl Engine {
 
     /// Whether `send` would take `len` more bytes to `peer` now.
     pub fn can_send(&self, peer: u32, len: usize) -> bool {
-        self.peers
-            .get(peer as usize)
-            .and_then(|p| p.as_ref())
-            .is_some_and(|p| {
-                p.queued_bytes == 0 || p.queued_bytes + len as u64 <= self.cfg.send_budget
-            })
+        self.peer(peer).is_some_and(|p| {
+            p.queued_bytes == 0 || p.queued_bytes + len as u64 <= self.cfg.send_budget
+        })
     }
 
     /// Takes one received packet. An error says why it was dropped (it is also counted).
@@ -365,7 +348,7 @@ impl Engine {
             self.drops[counters::DROP_NOT_MINE] += 1;
             return Err(Malformed::Field);
         }
-        let cfg = self.cfg.clone();
+        let cfg = &self.cfg;
         let Some(p) = self
             .peers
             .get_mut(repr.src as usize)
@@ -378,7 +361,7 @@ impl Engine {
             p.counters.after_lost += 1;
             return Ok(());
         }
-        let r = p.handle(&cfg, now, &repr.body, &mut self.events, &mut self.pool);
+        let r = p.handle(cfg, now, &repr.body, &mut self.events, &mut self.pool);
         if let Err(e) = r {
             p.counters.bad_field += 1;
             return Err(e);
@@ -430,13 +413,13 @@ impl Engine {
 
     /// Gives back the credit of a consumed message: the sender may send more.
     pub fn release(&mut self, credit: Credit) {
-        let cfg = self.cfg.clone();
+        let cfg = &self.cfg;
         if let Some(p) = self
             .peers
             .get_mut(credit.peer as usize)
             .and_then(|p| p.as_mut())
         {
-            p.release(&cfg, credit, &mut self.pool);
+            p.release(cfg, credit, &mut self.pool);
         }
     }
 
@@ -445,15 +428,6 @@ impl Engine {
     pub fn close(&mut self) {
         for p in self.peers.iter_mut().flatten() {
             p.bye_left = 3;
-        }
-    }
-
-    /// Declares a peer lost now (the launcher said its process ended).
-    pub fn peer_gone(&mut self, rank: u32) {
-        if let Some(p) = self.peers.get_mut(rank as usize).and_then(|p| p.as_mut()) {
-            if !p.lost {
-                p.lose(&mut self.events);
-            }
         }
     }
 }

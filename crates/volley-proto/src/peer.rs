@@ -21,7 +21,7 @@ pub(crate) fn msg_window(cfg: &Config) -> u64 {
     2 * cfg.window as u64
 }
 
-fn take_buf(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+pub(crate) fn take_buf(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
     if len > 1 << 20 {
         // A large buffer straight from the allocator: zeroed pages come lazily from the kernel.
         return vec![0u8; len];
@@ -35,7 +35,36 @@ fn take_buf(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
     v
 }
 
-fn give_buf(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
+/// Writes the fragment `[off, off + len)` of `m` as a DATA packet: the payload is copied once,
+/// straight from the message into the device's buffer.
+#[allow(clippy::too_many_arguments)]
+fn emit_fragment(
+    buf: &mut [u8],
+    token: u64,
+    me: u32,
+    dst: u32,
+    seq: &Seq,
+    m: &OutMsg,
+    off: u64,
+    len: usize,
+) -> usize {
+    let o = off as usize;
+    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len].copy_from_slice(&m.data[o..o + len]);
+    wire::emit_data_header(
+        buf,
+        token,
+        me,
+        dst,
+        seq,
+        m.src_port,
+        m.dst_port,
+        m.len(),
+        off,
+        len,
+    )
+}
+
+pub(crate) fn give_buf(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
     if pool.len() < 64 && v.capacity() <= 1 << 20 {
         pool.push(v);
     }
@@ -1018,27 +1047,13 @@ impl Peer {
         match what {
             What::Frag { msg, off, len } => {
                 let m = &self.out[(msg - self.out_base) as usize];
-                let (o, l) = (off as usize, len as usize);
-                buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + l]
-                    .copy_from_slice(&m.data[o..o + l]);
                 let s = Seq {
                     seq: seq as u32,
                     piggyback: pb,
                     best_effort: false,
                     msg: msg as u32,
                 };
-                wire::emit_data_header(
-                    buf,
-                    token,
-                    me,
-                    self.rank,
-                    &s,
-                    m.src_port,
-                    m.dst_port,
-                    m.len(),
-                    off,
-                    l,
-                )
+                emit_fragment(buf, token, me, self.rank, &s, m, off, len as usize)
             }
             What::Rts { msg } => {
                 let m = &self.out[(msg - self.out_base) as usize];
@@ -1186,8 +1201,6 @@ impl Peer {
         let m = self.be_out.front_mut()?;
         let off = m.next_off;
         let l = frag.min(m.len() - off) as usize;
-        let o = off as usize;
-        buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + l].copy_from_slice(&m.data[o..o + l]);
         let s = Seq {
             seq: 0,
             piggyback: Some(Piggyback {
@@ -1197,18 +1210,7 @@ impl Peer {
             best_effort: true,
             msg: m.id as u32,
         };
-        let n = wire::emit_data_header(
-            buf,
-            token,
-            me,
-            self.rank,
-            &s,
-            m.src_port,
-            m.dst_port,
-            m.len(),
-            off,
-            l,
-        );
+        let n = emit_fragment(buf, token, me, self.rank, &s, m, off, l);
         m.next_off += l as u64;
         m.started = true;
         if m.fully_sent() {

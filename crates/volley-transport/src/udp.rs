@@ -20,8 +20,6 @@ pub struct UdpDevice {
     /// Packets the kernel would not take (socket buffer full) and that were dropped: the
     /// protocol sends them again.
     tx_dropped: u64,
-    /// Packets from addresses that are no peer's.
-    rx_foreign: u64,
 }
 
 impl UdpDevice {
@@ -38,7 +36,6 @@ impl UdpDevice {
             tx: MmsgBatch::new(BATCH, max_packet),
             rx: MmsgBatch::new(BATCH, max_packet.max(2048)),
             tx_dropped: 0,
-            rx_foreign: 0,
         })
     }
 }
@@ -136,9 +133,6 @@ impl Device for UdpDevice {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("udp_tx_dropped", self.tx_dropped),
-            ("udp_rx_foreign", self.rx_foreign),
-        ]
+        vec![("udp_tx_dropped", self.tx_dropped)]
     }
 }

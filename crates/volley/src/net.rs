@@ -135,10 +135,7 @@ pub fn describe_transports() -> Vec<String> {
         Ok(i) if i.loopback => "eth unavailable: loopback has no Ethernet".to_string(),
         Ok(i) => match EthDevice::open(i) {
             Ok(_) => "eth available (EtherType 0x88b5, AF_PACKET rings)".into(),
-            Err(e) if e.raw_os_error() == Some(libc_eperm()) => {
-                "eth unavailable: needs CAP_NET_RAW (run as root or grant the capability)".into()
-            }
-            Err(e) => format!("eth unavailable: {e}"),
+            Err(e) => format!("eth unavailable: {}", eth_error(i, &e)),
         },
         Err(_) => "eth unavailable: no interface".into(),
     };
@@ -163,8 +160,16 @@ pub fn host_ipv4() -> Option<std::net::Ipv4Addr> {
         .and_then(|i| i.ipv4)
 }
 
-fn libc_eperm() -> i32 {
-    1
+/// What went wrong opening the raw socket, and what to do about it.
+fn eth_error(ifc: &volley_sys::net::Interface, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        format!(
+            "eth on {}: needs CAP_NET_RAW (run as root, or use VOLLEY_TRANSPORT=udp)",
+            ifc.name
+        )
+    } else {
+        format!("eth on {}: {e}", ifc.name)
+    }
 }
 
 pub(crate) struct Net {
@@ -190,16 +195,7 @@ fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
                     ifc.name
                 ));
             }
-            Box::new(EthDevice::open(&ifc).map_err(|e| {
-                if e.raw_os_error() == Some(libc_eperm()) {
-                    format!(
-                        "eth on {}: needs CAP_NET_RAW (run as root, or use VOLLEY_TRANSPORT=udp)",
-                        ifc.name
-                    )
-                } else {
-                    format!("eth on {}: {e}", ifc.name)
-                }
-            })?)
+            Box::new(EthDevice::open(&ifc).map_err(|e| eth_error(&ifc, &e))?)
         }
         TransportChoice::Udp | TransportChoice::Auto => {
             let ip = ifc.ipv4.ok_or_else(|| {
@@ -445,10 +441,10 @@ impl Net {
             .map(|m| m.data.len())
     }
 
-    /// A message for any of `ports` (active ports), if one has arrived.
-    pub fn take_any(&mut self, ports: &[u32]) -> Option<(u32, NetMsg)> {
+    /// A message for any port `wanted` says yes to (the active ports), if one has arrived.
+    pub fn take_any(&mut self, wanted: impl Fn(u32) -> bool) -> Option<(u32, NetMsg)> {
         for (p, q) in self.inbox.iter_mut() {
-            if ports.contains(p) {
+            if wanted(*p) {
                 if let Some(m) = q.pop_front() {
                     self.proto.release(m.credit);
                     return Some((*p, m));

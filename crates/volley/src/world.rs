@@ -346,6 +346,14 @@ impl World {
             .borrow_mut()
     }
 
+    /// One round of network I/O and the active-port handlers it made due; the network, if any.
+    fn net_poll(&self) -> Option<&RefCell<crate::net::Net>> {
+        let net = self.inner.net.as_ref()?;
+        net.borrow_mut().pump();
+        self.net_dispatch();
+        Some(net)
+    }
+
     /// Runs the handlers of active-port messages that came over the network.
     fn net_dispatch(&self) -> usize {
         let Some(net) = self.inner.net.as_ref() else {
@@ -354,27 +362,25 @@ impl World {
         if self.inner.dispatch_depth.get() > 0 {
             return 0;
         }
-        let ports: Vec<u32> = self
-            .inner
-            .handlers
-            .borrow()
-            .iter()
-            .map(|(p, _)| *p)
-            .collect();
-        if ports.is_empty() {
-            return 0;
-        }
         let mut n = 0;
         for _ in 0..64 {
-            let got = net.borrow_mut().take_any(&ports);
-            let Some((port, m)) = got else { break };
-            let handler = self
-                .inner
-                .handlers
-                .borrow()
-                .iter()
-                .find(|(p, _)| *p == port)
-                .map(|(_, h)| h.clone());
+            // No list of ports is built: the handlers are looked up in place.
+            let got = {
+                let handlers = self.inner.handlers.borrow();
+                if handlers.is_empty() {
+                    break;
+                }
+                net.borrow_mut()
+                    .take_any(|p| handlers.iter().any(|(q, _)| *q == p))
+                    .map(|(port, m)| {
+                        let h = handlers
+                            .iter()
+                            .find(|(q, _)| *q == port)
+                            .map(|(_, h)| h.clone());
+                        (h, m)
+                    })
+            };
+            let Some((handler, m)) = got else { break };
             if let Some(h) = handler {
                 let depth = &self.inner.dispatch_depth;
                 depth.set(depth.get() + 1);
@@ -731,12 +737,8 @@ impl Endpoint {
         let mut b = Backoff::new();
         loop {
             let r = {
-                let mut n = w.net();
-                n.pump();
-                match n.lost.iter().find(|(x, _)| *x == rank) {
-                    Some(&(rank, fate)) => return Err(crate::PeerLost { rank, fate }.into()),
-                    None => n.try_send(rank, self.port, port, data),
-                }
+                // No pump first: a message that fits goes out at once, one system call.
+                w.net().try_send(rank, self.port, port, data)
             };
             match r {
                 Ok(()) => {
@@ -746,14 +748,19 @@ impl Endpoint {
                     return Ok(());
                 }
                 Err(true) => {
-                    return Err(crate::PeerLost {
-                        rank,
-                        fate: crate::Fate::Unreachable,
-                    }
-                    .into())
+                    // Lost or finished: the pump collects which from the engine's events.
+                    let mut n = w.net();
+                    n.pump();
+                    let fate = n
+                        .lost
+                        .iter()
+                        .find(|(x, _)| *x == rank)
+                        .map_or(crate::Fate::Unreachable, |&(_, f)| f);
+                    return Err(crate::PeerLost { rank, fate }.into());
                 }
                 Err(false) if !wait => return Err(SendError::WouldBlock { rank }),
                 Err(false) => {
+                    // progress() pumps the network: acknowledgements make room.
                     let _ = w.progress();
                     b.snooze();
                 }
@@ -764,10 +771,7 @@ impl Endpoint {
     /// A message from another host for this endpoint, if one has arrived.
     fn net_take(&self) -> Option<Message> {
         let w = &self.world;
-        let net = w.inner.net.as_ref()?;
-        net.borrow_mut().pump();
-        w.net_dispatch();
-        let m = net.borrow_mut().take(self.port)?;
+        let m = w.net_poll()?.borrow_mut().take(self.port)?;
         let mut e = w.eng();
         e.counters.add(Counter::MsgsRecvd, 1);
         e.counters.add(Counter::BytesRecvd, m.data.len() as u64);
@@ -1137,9 +1141,7 @@ impl Endpoint {
             };
             let (src, info) = match poll {
                 Poll::Nothing => {
-                    if let Some(net) = w.inner.net.as_ref() {
-                        net.borrow_mut().pump();
-                        w.net_dispatch();
+                    if let Some(net) = w.net_poll() {
                         let len = net.borrow().peek_len(self.port);
                         if let Some(len) = len {
                             if len > buf.len() {
