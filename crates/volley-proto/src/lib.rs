@@ -174,8 +174,8 @@ pub struct Credit {
 pub enum Event {
     Message {
         peer: u32,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: Vec<u8>,
         /// How it was sent.
         how: Reliability,
@@ -282,8 +282,8 @@ impl Engine {
         &mut self,
         now: Instant,
         peer: u32,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: Vec<u8>,
         how: Reliability,
     ) -> Result<(), SendError> {
@@ -307,7 +307,7 @@ impl Engine {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
-        p.queue(cfg, now, src_port, dst_port, data, how);
+        p.queue(cfg, now, tag, context, data, how);
         Ok(())
     }
 

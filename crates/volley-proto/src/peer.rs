@@ -56,8 +56,8 @@ fn emit_fragment(
         me,
         dst,
         seq,
-        m.src_port,
-        m.dst_port,
+        m.tag,
+        m.context,
         m.len(),
         off,
         len,
@@ -110,8 +110,8 @@ enum OutState {
 
 struct OutMsg {
     id: u64,
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     data: Vec<u8>,
     state: OutState,
     /// Next byte to send for the first time.
@@ -147,8 +147,8 @@ enum InState {
 
 struct InMsg {
     state: InState,
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     len: u64,
     buf: Vec<u8>,
     got: u64,
@@ -160,8 +160,8 @@ impl InMsg {
     fn unseen() -> InMsg {
         InMsg {
             state: InState::Unseen,
-            src_port: 0,
-            dst_port: 0,
+            tag: 0,
+            context: 0,
             len: 0,
             buf: Vec::new(),
             got: 0,
@@ -345,8 +345,8 @@ impl Peer {
         &mut self,
         cfg: &Config,
         _now: Instant,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: Vec<u8>,
         how: Reliability,
     ) {
@@ -355,8 +355,8 @@ impl Peer {
         let frags_total = len.div_ceil(frag).max(1);
         let mut m = OutMsg {
             id: 0,
-            src_port,
-            dst_port,
+            tag,
+            context,
             data,
             state: OutState::Eager,
             next_off: 0,
@@ -447,20 +447,18 @@ impl Peer {
         match *body {
             Body::Data {
                 seq,
-                src_port,
-                dst_port,
+                tag,
+                context,
                 msg_len,
                 offset,
                 payload,
-            } => self.on_data(
-                cfg, seq.msg, src_port, dst_port, msg_len, offset, payload, pool,
-            )?,
+            } => self.on_data(cfg, seq.msg, tag, context, msg_len, offset, payload, pool)?,
             Body::Rts {
                 seq,
-                src_port,
-                dst_port,
+                tag,
+                context,
                 msg_len,
-            } => self.on_rts(cfg, seq.msg, src_port, dst_port, msg_len, pool)?,
+            } => self.on_rts(cfg, seq.msg, tag, context, msg_len, pool)?,
             Body::Cts { seq } => self.on_cts(seq.msg)?,
             Body::Ack { .. } => unreachable!(),
         }
@@ -504,8 +502,8 @@ impl Peer {
         &mut self,
         cfg: &Config,
         msg: u32,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         msg_len: u64,
         offset: u64,
         payload: &[u8],
@@ -520,8 +518,8 @@ impl Peer {
                 }
                 m.state = InState::Eager;
                 m.len = msg_len;
-                m.src_port = src_port;
-                m.dst_port = dst_port;
+                m.tag = tag;
+                m.context = context;
                 m.buf = take_buf(pool, msg_len as usize);
                 let off = offset as usize;
                 m.buf[off..off + payload.len()].copy_from_slice(payload);
@@ -532,7 +530,7 @@ impl Peer {
                 return Ok(());
             }
             InState::Eager | InState::Accepted => {
-                if m.len != msg_len || m.src_port != src_port || m.dst_port != dst_port {
+                if m.len != msg_len || m.tag != tag || m.context != context {
                     return Err(Malformed::Field);
                 }
             }
@@ -550,8 +548,8 @@ impl Peer {
         &mut self,
         cfg: &Config,
         msg: u32,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         msg_len: u64,
         pool: &mut Vec<Vec<u8>>,
     ) -> Result<(), Malformed> {
@@ -566,8 +564,8 @@ impl Peer {
         m.state = InState::Announced;
         self.announced += 1;
         m.len = msg_len;
-        m.src_port = src_port;
-        m.dst_port = dst_port;
+        m.tag = tag;
+        m.context = context;
         self.accept_rendezvous(cfg, pool);
         Ok(())
     }
@@ -626,8 +624,8 @@ impl Peer {
     ) -> Result<(), Malformed> {
         let Body::Data {
             seq,
-            src_port,
-            dst_port,
+            tag,
+            context,
             msg_len,
             offset,
             payload,
@@ -666,8 +664,8 @@ impl Peer {
             let mut m = InMsg::unseen();
             m.state = InState::Eager;
             m.len = msg_len;
-            m.src_port = src_port;
-            m.dst_port = dst_port;
+            m.tag = tag;
+            m.context = context;
             m.buf = take_buf(pool, msg_len as usize);
             self.be_in = Some(BeIn { id, msg: m });
         }
@@ -697,8 +695,8 @@ impl Peer {
             self.counters.messages_delivered += 1;
             events.push_back(Event::Message {
                 peer: self.rank,
-                src_port: b.msg.src_port,
-                dst_port: b.msg.dst_port,
+                tag: b.msg.tag,
+                context: b.msg.context,
                 data: b.msg.buf,
                 how: Reliability::BestEffort,
                 credit: Credit {
@@ -719,8 +717,8 @@ impl Peer {
             let rndv = m.state == InState::Accepted;
             events.push_back(Event::Message {
                 peer: self.rank,
-                src_port: m.src_port,
-                dst_port: m.dst_port,
+                tag: m.tag,
+                context: m.context,
                 credit: Credit {
                     peer: self.rank,
                     eager: if rndv { 0 } else { m.len + CHARGE },
@@ -1068,8 +1066,8 @@ impl Peer {
                             best_effort: false,
                             msg: msg as u32,
                         },
-                        src_port: m.src_port,
-                        dst_port: m.dst_port,
+                        tag: m.tag,
+                        context: m.context,
                         msg_len: m.len(),
                     },
                 }

@@ -52,8 +52,8 @@ fn pattern(src: usize, dst: usize, k: usize, i: usize) -> u8 {
 type InFlight = (u64, u64, usize, Vec<u8>);
 
 struct Expect {
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     len: usize,
     k: usize,
 }
@@ -133,8 +133,8 @@ impl Sim {
     fn plan(&mut self, src: usize, dst: usize, len: usize, how: Reliability) {
         let k = self.expect[src][dst].len() + self.best_effort_expect[src][dst].len();
         let e = Expect {
-            src_port: self.rng.below(4) as u32,
-            dst_port: self.rng.below(4) as u32,
+            tag: self.rng.below(4) as u32,
+            context: self.rng.below(4) as u32,
             len,
             k,
         };
@@ -217,9 +217,7 @@ impl Sim {
                 for (i, b) in data.iter_mut().enumerate() {
                     *b = pattern(src, dst, e.k, i);
                 }
-                match self.engines[src]
-                    .send(self.now, dst as u32, e.src_port, e.dst_port, data, how)
-                {
+                match self.engines[src].send(self.now, dst as u32, e.tag, e.context, data, how) {
                     Ok(()) => {}
                     Err(SendError::Busy(_)) => {
                         self.to_send[src].push_front((dst, e, how));
@@ -237,8 +235,8 @@ impl Sim {
                 match ev {
                     Event::Message {
                         peer,
-                        src_port,
-                        dst_port,
+                        tag,
+                        context,
                         data,
                         how,
                         credit,
@@ -249,7 +247,7 @@ impl Sim {
                             let list = &mut self.best_effort_expect[src][r];
                             let at = list
                                 .iter()
-                                .position(|e| e.len == data.len() && e.src_port == src_port && e.dst_port == dst_port && data.iter().enumerate().all(|(i, b)| *b == pattern(src, r, e.k, i)))
+                                .position(|e| e.len == data.len() && e.tag == tag && e.context == context && data.iter().enumerate().all(|(i, b)| *b == pattern(src, r, e.k, i)))
                                 .unwrap_or_else(|| panic!("best-effort message {src}->{r} of {} bytes was never sent (or arrived damaged)", data.len()));
                             self.best_effort_delivered += 1;
                             list.remove(at)
@@ -260,8 +258,8 @@ impl Sim {
                                 .unwrap_or_else(|| panic!("{src}->{r}: a message delivered that was never sent (or twice)"))
                         };
                         assert_eq!(
-                            (src_port, dst_port, data.len()),
-                            (e.src_port, e.dst_port, e.len),
+                            (tag, context, data.len()),
+                            (e.tag, e.context, e.len),
                             "{src}->{r}: message {} out of order or wrong",
                             e.k
                         );

@@ -10,7 +10,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// Layout version; bump on any change to the structures in this file or in ring.rs.
 /// 2: RankBlock::caps and rendezvous records (single copy).
 /// 3: RankBlock::counters, published by each rank when it closes its world.
-pub const VERSION: u32 = 3;
+/// 4: the record header carries an envelope (context, tag) instead of (source port, destination
+///    port); the ring's position word is called the stamp.
+pub const VERSION: u32 = 4;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 31;

@@ -5,14 +5,14 @@
 //! does), so its payload is contiguous and can be lent to the application in place.
 //!
 //! Synchronisation (docs/shm-layout.md, "Ring protocol"):
-//! - The first word of a record's header is its *tag*: the record's absolute position plus one.
-//!   The producer writes payload and header fields, then stores the tag with Release. The consumer
-//!   polls the tag of the slot at its read position with Acquire; the record is there when the tag
+//! - The first word of a record's header is its *stamp*: the record's absolute position plus one.
+//!   The producer writes payload and header fields, then stores the stamp with Release. The consumer
+//!   polls the stamp of the slot at its read position with Acquire; the record is there when the stamp
 //!   equals that position plus one. A waiting consumer therefore watches the very cache line the
 //!   data arrives in: one line transfer per small message, no separate head index to read.
-//! - A stale tag can never match: a header left from an earlier lap carries an older position,
+//! - A stale stamp can never match: a header left from an earlier lap carries an older position,
 //!   and when the consumer frees a record it zeroes the first word of every slot the record covered
-//!   beyond the first, so payload bytes cannot later be mistaken for a tag.
+//!   beyond the first, so payload bytes cannot later be mistaken for a stamp.
 //! - The consumer publishes its tail (everything before it is free) with Release; the producer
 //!   re-reads it, with Acquire, only when its cached copy says the ring is full.
 //!
@@ -32,7 +32,7 @@ pub const RECORD_HEADER: usize = 32;
 /// Head and tail on separate 128-byte lines (two lines: the adjacent-line prefetcher pairs them).
 #[repr(C, align(128))]
 pub(crate) struct RingCtrl {
-    /// Producer's position (slots written). Informational for tools; the consumer polls tags.
+    /// Producer's position (slots written). Informational for tools; the consumer polls stamps.
     head: AtomicU64,
     _pad0: [u8; 120],
     /// Consumer's position: every slot before it may be overwritten.
@@ -45,12 +45,13 @@ const _: () = assert!(std::mem::offset_of!(RingCtrl, tail) == 128);
 
 #[repr(C)]
 struct RecordHeader {
-    tag: AtomicU64,
+    stamp: AtomicU64,
     len: u32,
     kind: u16,
     _flags: u16,
-    src_port: u32,
-    dst_port: u32,
+    /// The envelope (see [`Meta`]); the source is the ring's producer.
+    context: u32,
+    tag: u32,
     total_len: u64,
 }
 
@@ -105,12 +106,14 @@ impl Kind {
     }
 }
 
-/// Header fields a producer chooses.
+/// Header fields a producer chooses. `context`, `tag` and `total_len` are the message's envelope
+/// (its source is the ring's producer): the receiver matches on them before any payload moves.
+/// A Directed-Point message's context is the receiving port and its tag the sending port.
 #[derive(Clone, Copy, Debug)]
 pub struct Meta {
     pub kind: Kind,
-    pub src_port: u32,
-    pub dst_port: u32,
+    pub context: u32,
+    pub tag: u32,
     pub total_len: u64,
 }
 
@@ -120,8 +123,8 @@ pub struct RecordInfo {
     pub pos: u64,
     pub kind: Kind,
     pub len: usize,
-    pub src_port: u32,
-    pub dst_port: u32,
+    pub context: u32,
+    pub tag: u32,
     pub total_len: u64,
 }
 
@@ -259,8 +262,8 @@ impl Producer {
         }
         let pad_meta = Meta {
             kind: Kind::Pad,
-            src_port: 0,
-            dst_port: 0,
+            tag: 0,
+            context: 0,
             total_len: 0,
         };
         // SAFETY: slot `off` and the `pad` slots after it are inside the ring and free.
@@ -281,12 +284,12 @@ impl Producer {
             return false;
         };
         // SAFETY: reserve found the record's slots free and inside the ring (no wrap); nobody
-        // reads them before the tag is published below.
+        // reads them before the stamp is published below.
         let payload = unsafe {
             std::slice::from_raw_parts_mut(self.slots.add(off as usize * SLOT + RECORD_HEADER), len)
         };
         fill(payload);
-        // SAFETY: as above; publish writes the header and then the tag.
+        // SAFETY: as above; publish writes the header and then the stamp.
         unsafe { self.publish(off, meta, len, &[]) };
         self.head += k;
         true
@@ -308,7 +311,7 @@ impl Producer {
     /// Slots `off .. off + slots_for(len)` must be inside the ring and free.
     #[inline]
     unsafe fn publish(&mut self, off: u64, meta: Meta, len: usize, payload: &[u8]) {
-        // SAFETY: per the contract, the slots are ours to write until the tag is published.
+        // SAFETY: per the contract, the slots are ours to write until the stamp is published.
         unsafe {
             let rec = self.slots.add(off as usize * SLOT);
             ptr::copy_nonoverlapping(payload.as_ptr(), rec.add(RECORD_HEADER), payload.len());
@@ -316,12 +319,12 @@ impl Producer {
             ptr::addr_of_mut!((*h).len).write(len as u32);
             ptr::addr_of_mut!((*h).kind).write(meta.kind as u16);
             ptr::addr_of_mut!((*h)._flags).write(0);
-            ptr::addr_of_mut!((*h).src_port).write(meta.src_port);
-            ptr::addr_of_mut!((*h).dst_port).write(meta.dst_port);
+            ptr::addr_of_mut!((*h).tag).write(meta.tag);
+            ptr::addr_of_mut!((*h).context).write(meta.context);
             ptr::addr_of_mut!((*h).total_len).write(meta.total_len);
-            // SYNC: Release; pairs with the Acquire tag load in Consumer::peek, which makes the
+            // SYNC: Release; pairs with the Acquire stamp load in Consumer::peek, which makes the
             // payload and header fields above visible to the consumer.
-            (*h).tag.store(self.head + 1, Ordering::Release);
+            (*h).stamp.store(self.head + 1, Ordering::Release);
             // Informational only (inspection tools); nothing synchronises on it.
             (*self.ctrl)
                 .head
@@ -478,19 +481,19 @@ impl Consumer {
     #[inline]
     fn at(&self, pos: u64) -> Result<Option<RecordInfo>, Corrupt> {
         let h = self.header(pos);
-        // SYNC: Acquire; pairs with the Release tag store in Producer::publish.
+        // SYNC: Acquire; pairs with the Release stamp store in Producer::publish.
         // SAFETY: h points at a slot inside the mapping.
-        let tag = unsafe { (*h).tag.load(Ordering::Acquire) };
-        if tag != pos + 1 {
+        let stamp = unsafe { (*h).stamp.load(Ordering::Acquire) };
+        if stamp != pos + 1 {
             return Ok(None);
         }
-        // SAFETY: the tag matched, so the producer finished writing these fields.
-        let (len, kind, src_port, dst_port, total_len) = unsafe {
+        // SAFETY: the stamp matched, so the producer finished writing these fields.
+        let (len, kind, tag, context, total_len) = unsafe {
             (
                 ptr::addr_of!((*h).len).read() as usize,
                 ptr::addr_of!((*h).kind).read(),
-                ptr::addr_of!((*h).src_port).read(),
-                ptr::addr_of!((*h).dst_port).read(),
+                ptr::addr_of!((*h).tag).read(),
+                ptr::addr_of!((*h).context).read(),
                 ptr::addr_of!((*h).total_len).read(),
             )
         };
@@ -506,8 +509,8 @@ impl Consumer {
             pos,
             kind,
             len,
-            src_port,
-            dst_port,
+            tag,
+            context,
             total_len,
         }))
     }
@@ -687,10 +690,10 @@ impl Consumer {
             let len = unsafe { ptr::addr_of!((*h).len).read() } as usize;
             let k = slots_for(len);
             // Zero the first word of every slot after the first, so leftover payload can never
-            // look like a tag to a later scan. The first slot keeps its (now stale) tag.
+            // look like a stamp to a later scan. The first slot keeps its (now stale) stamp.
             for s in 1..k {
                 // SAFETY: inside the record, which does not wrap.
-                unsafe { (*self.header(tail + s)).tag.store(0, Ordering::Relaxed) };
+                unsafe { (*self.header(tail + s)).stamp.store(0, Ordering::Relaxed) };
             }
             let idx = self.idx(tail);
             self.state[idx] = FREE;
@@ -729,8 +732,8 @@ mod tests {
     fn meta(kind: Kind, total: u64) -> Meta {
         Meta {
             kind,
-            src_port: 1,
-            dst_port: 2,
+            tag: 1,
+            context: 2,
             total_len: total,
         }
     }
@@ -825,15 +828,15 @@ mod tests {
         for i in 0..20u8 {
             let m = Meta {
                 kind: Kind::Whole,
-                src_port: 0,
-                dst_port: 1 + (i % 2) as u32,
+                tag: 0,
+                context: 1 + (i % 2) as u32,
                 total_len: 1,
             };
             assert!(p.try_push(m, &[i]));
         }
         // Port 2 reads all of its records first, while port 1's stay in place.
         let mut got = Vec::new();
-        while let Some(info) = c.scan(2, |r| r.dst_port == 2).unwrap() {
+        while let Some(info) = c.scan(2, |r| r.context == 2).unwrap() {
             let h = c.take(&info);
             got.push(c.payload(&h)[0]);
             c.release(h);
@@ -841,12 +844,12 @@ mod tests {
         assert_eq!(got, (0..20).filter(|i| i % 2 == 1).collect::<Vec<u8>>());
         assert!(c.all_released());
         assert_eq!(
-            c.peek().unwrap().unwrap().dst_port,
+            c.peek().unwrap().unwrap().context,
             1,
             "port 1's records are still there"
         );
         let mut got = Vec::new();
-        while let Some(info) = c.scan(1, |r| r.dst_port == 1).unwrap() {
+        while let Some(info) = c.scan(1, |r| r.context == 1).unwrap() {
             let h = c.take(&info);
             got.push(c.payload(&h)[0]);
             c.release(h);
@@ -857,8 +860,8 @@ mod tests {
         for round in 0..500u32 {
             let m = Meta {
                 kind: Kind::Whole,
-                src_port: 0,
-                dst_port: 1 + round % 3,
+                tag: 0,
+                context: 1 + round % 3,
                 total_len: 300,
             };
             while !p.try_push(m, &[round as u8; 300]) {
@@ -902,8 +905,8 @@ mod tests {
                 };
                 let m = Meta {
                     kind,
-                    src_port: 0,
-                    dst_port: 1,
+                    tag: 0,
+                    context: 1,
                     total_len: len as u64,
                 };
                 assert!(
@@ -917,10 +920,7 @@ mod tests {
                 } else {
                     2
                 };
-                let info = c
-                    .scan(key, |r| r.dst_port == 1)
-                    .unwrap()
-                    .expect("published");
+                let info = c.scan(key, |r| r.context == 1).unwrap().expect("published");
                 assert_eq!(info.kind, kind);
                 let h = c.take(&info);
                 got += c.payload(&h).len();
@@ -946,8 +946,8 @@ mod tests {
                 buf[..4].copy_from_slice(&i.to_le_bytes());
                 let m = Meta {
                     kind: Kind::Whole,
-                    src_port: 0,
-                    dst_port: 1 + i % 2,
+                    tag: 0,
+                    context: 1 + i % 2,
                     total_len: len as u64,
                 };
                 while !p.try_push(m, &buf[..len]) {
@@ -963,7 +963,7 @@ mod tests {
             if next[(port - 1) as usize] >= N {
                 continue;
             }
-            if let Some(info) = c.scan(port as u64, |r| r.dst_port == port).unwrap() {
+            if let Some(info) = c.scan(port as u64, |r| r.context == port).unwrap() {
                 let h = c.take(&info);
                 let got = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
                 assert_eq!(got, next[(port - 1) as usize], "port {port} out of order");
@@ -984,8 +984,8 @@ mod tests {
             let len = [0usize, 1, 40, 500, 960][round as usize % 5];
             let m = Meta {
                 kind: Kind::Whole,
-                src_port: 0,
-                dst_port: 1,
+                tag: 0,
+                context: 1,
                 total_len: len as u64,
             };
             while !p.try_push_with(m, len, |b| {
@@ -1006,8 +1006,8 @@ mod tests {
         // A full ring: fill is not called.
         let m = Meta {
             kind: Kind::Whole,
-            src_port: 0,
-            dst_port: 1,
+            tag: 0,
+            context: 1,
             total_len: 900,
         };
         while p.try_push_with(m, 900, |_| {}) {}
@@ -1015,8 +1015,8 @@ mod tests {
     }
 
     #[test]
-    fn payload_bytes_never_look_like_a_tag() {
-        // Fill records with bytes that equal every plausible future tag, wrap many times, and
+    fn payload_bytes_never_look_like_a_stamp() {
+        // Fill records with bytes that equal every plausible future stamp, wrap many times, and
         // check that the consumer never sees a record that was not published.
         let s = seg(4096, 1024);
         let mut p = s.producer(0, 0);

@@ -16,7 +16,9 @@ use std::fmt;
 /// "VL": the first two bytes of every volley packet.
 pub const MAGIC: u16 = 0x564C;
 /// Version of this format. A packet of any other version is dropped (and counted).
-pub const VERSION: u8 = 1;
+/// 2: DATA and RTS carry an envelope (context, tag) where version 1 had (source port,
+/// destination port), context first.
+pub const VERSION: u8 = 2;
 /// volley's EtherType on raw Ethernet (IEEE 802 local experimental 2).
 pub const ETHERTYPE: u16 = 0x88B5;
 
@@ -56,8 +58,10 @@ mod field {
     pub const RESERVED: Field = 46..48;
     pub const MSG: Field = 48..52;
     // DATA and RTS.
-    pub const SRC_PORT: Field = 52..56;
-    pub const DST_PORT: Field = 56..60;
+    /// The envelope: the context (a Directed-Point port, or a face's communicator) and the tag
+    /// (the sending port, or the face's message tag) that receives match on.
+    pub const CONTEXT: Field = 52..56;
+    pub const TAG: Field = 56..60;
     pub const MSG_LEN: Field = 60..68;
     // DATA.
     pub const OFFSET: Field = 68..76;
@@ -300,11 +304,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn msg(&self) -> u32 {
         be32(self.buffer.as_ref(), field::MSG)
     }
-    pub fn src_port(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::SRC_PORT)
+    pub fn tag(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::TAG)
     }
-    pub fn dst_port(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::DST_PORT)
+    pub fn context(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::CONTEXT)
     }
     pub fn msg_len(&self) -> u64 {
         be64(self.buffer.as_ref(), field::MSG_LEN)
@@ -413,16 +417,16 @@ impl<'a> Ranges<'a> {
 pub enum Body<'a> {
     Data {
         seq: Seq,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         msg_len: u64,
         offset: u64,
         payload: &'a [u8],
     },
     Rts {
         seq: Seq,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         msg_len: u64,
     },
     Cts {
@@ -514,8 +518,8 @@ impl<'a> Repr<'a> {
                 }
                 Body::Data {
                     seq: seq()?,
-                    src_port: p.src_port(),
-                    dst_port: p.dst_port(),
+                    tag: p.tag(),
+                    context: p.context(),
                     msg_len: len,
                     offset: off,
                     payload,
@@ -523,8 +527,8 @@ impl<'a> Repr<'a> {
             }
             Kind::Rts => Body::Rts {
                 seq: seq()?,
-                src_port: p.src_port(),
-                dst_port: p.dst_port(),
+                tag: p.tag(),
+                context: p.context(),
                 msg_len: p.msg_len(),
             },
             Kind::Cts => Body::Cts { seq: seq()? },
@@ -608,28 +612,28 @@ impl<'a> Repr<'a> {
         match self.body {
             Body::Data {
                 seq,
-                src_port,
-                dst_port,
+                tag,
+                context,
                 msg_len,
                 offset,
                 payload,
             } => {
                 put_seq(b, &seq);
-                put32(b, field::SRC_PORT, src_port);
-                put32(b, field::DST_PORT, dst_port);
+                put32(b, field::TAG, tag);
+                put32(b, field::CONTEXT, context);
                 put64(b, field::MSG_LEN, msg_len);
                 put64(b, field::OFFSET, offset);
                 b[DATA_HEADER_LEN..].copy_from_slice(payload);
             }
             Body::Rts {
                 seq,
-                src_port,
-                dst_port,
+                tag,
+                context,
                 msg_len,
             } => {
                 put_seq(b, &seq);
-                put32(b, field::SRC_PORT, src_port);
-                put32(b, field::DST_PORT, dst_port);
+                put32(b, field::TAG, tag);
+                put32(b, field::CONTEXT, context);
                 put64(b, field::MSG_LEN, msg_len);
             }
             Body::Cts { seq } => put_seq(b, &seq),
@@ -676,8 +680,8 @@ pub fn emit_data_header(
     src: u32,
     dst: u32,
     seq: &Seq,
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     msg_len: u64,
     offset: u64,
     payload_len: usize,
@@ -689,8 +693,8 @@ pub fn emit_data_header(
         dst,
         body: Body::Data {
             seq: *seq,
-            src_port,
-            dst_port,
+            tag,
+            context,
             msg_len,
             offset,
             payload: &[],

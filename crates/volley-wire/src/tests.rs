@@ -24,8 +24,8 @@ fn data_repr(payload: &[u8]) -> Repr<'_> {
                 best_effort: false,
                 msg: 5,
             },
-            src_port: 10,
-            dst_port: 11,
+            tag: 10,
+            context: 11,
             msg_len: 100,
             offset: 96,
             payload,
@@ -49,8 +49,8 @@ fn samples() -> Vec<(Vec<u8>, &'static str)> {
                         best_effort: false,
                         msg: 9,
                     },
-                    src_port: 1,
-                    dst_port: 2,
+                    tag: 1,
+                    context: 2,
                     msg_len: 1 << 30,
                 },
             },
@@ -104,53 +104,53 @@ fn samples() -> Vec<(Vec<u8>, &'static str)> {
 fn golden_vectors() {
     let want = [
         // magic version kind | length reserved | token | src | dst | crc | seq | ack | credit | flags reserved |
-        // msg | src_port | dst_port | msg_len | offset | payload
-        "564c0101 0050 0000\
+        // msg | context | tag | msg_len | offset | payload
+        "564c0201 0050 0000\
          0123456789abcdef\
          00000001\
          00000002\
-         aa4c26ab\
+         4b314eb4\
          00000007\
          00000003\
          0000000000100000\
          00020000\
          00000005\
-         0000000a\
          0000000b\
+         0000000a\
          0000000000000064\
          0000000000000060\
          61626364",
-        // ... | seq | ack | credit | flags reserved | msg | src_port | dst_port | msg_len
-        "564c0102 0044 0000\
+        // ... | seq | ack | credit | flags reserved | msg | context | tag | msg_len
+        "564c0202 0044 0000\
          0123456789abcdef\
          00000003\
          00000000\
-         8648c157\
+         65d68242\
          fffffffe\
          00000000\
          0000000000000000\
          00000000\
          00000009\
-         00000001\
          00000002\
+         00000001\
          0000000040000000",
         // ... | seq | ack | credit | flags reserved | msg
-        "564c0103 0034 0000\
+        "564c0203 0034 0000\
          0123456789abcdef\
          00000000\
          00000003\
-         adfd3f84\
+         8a1453ae\
          00000001\
          00000000\
          000000000000002a\
          00020000\
          00000009",
         // ... | cum | credit | flags nranges | (start end) x2
-        "564c0104 003c 0000\
+        "564c0204 003c 0000\
          0123456789abcdef\
          00000002\
          00000001\
-         4a2dbd61\
+         905fa88c\
          00000008\
          0000000000001000\
          00010002\
@@ -239,7 +239,7 @@ fn every_single_bit_flip_is_rejected() {
 fn wrong_token_version_magic_and_kind_are_told_apart() {
     let (mut b, _) = samples().remove(0);
     assert_eq!(Repr::parse(&b, TOKEN ^ 1), Err(Malformed::Token));
-    b[2] = 2;
+    b[2] = VERSION - 1;
     Packet::new_unchecked(&mut b[..]).fill_checksum();
     assert_eq!(Repr::parse(&b, TOKEN), Err(Malformed::Version));
     b[2] = VERSION;

@@ -27,8 +27,8 @@ pub(crate) struct Cursor {
 /// A non-blocking send that found its ring full, queued in order behind earlier ones.
 pub(crate) struct Pending {
     pub dst: usize,
-    pub src_port: u32,
-    pub dst_port: u32,
+    pub tag: u32,
+    pub context: u32,
     pub data: Vec<u8>,
     pub cursor: Cursor,
     /// Goes by single copy: only a descriptor enters the ring.
@@ -44,7 +44,7 @@ pub(crate) struct Pending {
 pub(crate) struct Partial {
     pub port: u32,
     pub src: usize,
-    pub src_port: u32,
+    pub tag: u32,
     pub total: usize,
     pub buf: Vec<u8>,
 }
@@ -171,8 +171,8 @@ impl Engine {
     pub fn push_descriptor(
         &mut self,
         dst: usize,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: &[u8],
     ) -> Option<u64> {
         let mut desc = [0u8; volley_shm::RNDV_DESC];
@@ -180,8 +180,8 @@ impl Engine {
         desc[8..16].copy_from_slice(&(data.len() as u64).to_ne_bytes());
         let meta = Meta {
             kind: Kind::Rndv,
-            src_port,
-            dst_port,
+            tag,
+            context,
             total_len: data.len() as u64,
         };
         let pos = self.tx[dst]
@@ -234,13 +234,13 @@ impl Engine {
     pub fn push(
         &mut self,
         dst: usize,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: &[u8],
         c: &mut Cursor,
     ) -> bool {
         match self.tx[dst].as_mut() {
-            Some(tx) => push_records(tx, &mut self.counters, src_port, dst_port, data, c),
+            Some(tx) => push_records(tx, &mut self.counters, tag, context, data, c),
             // Lent to the progress thread: later messages wait for it to come back.
             None => false,
         }
@@ -274,8 +274,8 @@ impl Engine {
     pub fn lend(
         &mut self,
         dst: usize,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: Vec<u8>,
         cursor: Cursor,
     ) -> Result<std::sync::Arc<crate::progress::LentState>, Vec<u8>> {
@@ -294,8 +294,8 @@ impl Engine {
         let l = crate::progress::Lend {
             dst,
             producer,
-            src_port,
-            dst_port,
+            tag,
+            context,
             data,
             cursor,
             state: state.clone(),
@@ -329,8 +329,7 @@ impl Engine {
             while let Some(p) = self.pending[dst].front().cloned() {
                 let mut pm = p.borrow_mut();
                 if pm.rndv {
-                    let Some(pos) = self.push_descriptor(dst, pm.src_port, pm.dst_port, &pm.data)
-                    else {
+                    let Some(pos) = self.push_descriptor(dst, pm.tag, pm.context, &pm.data) else {
                         break;
                     };
                     pm.rndv_pos = Some(pos);
@@ -342,14 +341,14 @@ impl Engine {
                     continue;
                 }
                 let Pending {
-                    src_port,
-                    dst_port,
+                    tag,
+                    context,
                     ref data,
                     ref mut cursor,
                     ..
                 } = *pm;
                 let before = cursor.off;
-                let complete = self.push(dst, src_port, dst_port, data, cursor);
+                let complete = self.push(dst, tag, context, data, cursor);
                 progressed |= cursor.off != before || complete;
                 if !complete {
                     break;
@@ -379,11 +378,11 @@ impl Engine {
             let src = (self.rr + i) % self.n;
             let ports = &self.ports;
             let found = self.rx[src].scan(key, |r| {
-                r.dst_port == port
+                r.context == port
                     || (dispatch_active
                         && ports
                             .iter()
-                            .any(|(p, k)| *p == r.dst_port && *k == PortKind::Active))
+                            .any(|(p, k)| *p == r.context && *k == PortKind::Active))
             });
             let info = match found {
                 Ok(Some(info)) => info,
@@ -395,7 +394,7 @@ impl Engine {
                     })
                 }
             };
-            if info.dst_port == port {
+            if info.context == port {
                 self.rr = (src + 1) % self.n;
                 return Ok(Poll::Found(src, info));
             }
@@ -408,7 +407,7 @@ impl Engine {
     pub fn next_from(&mut self, src: usize, port: u32) -> Result<Option<RecordInfo>, RecvError> {
         let key = (port as u64) | (1 << 63);
         self.rx[src]
-            .scan(key, |r| r.dst_port == port)
+            .scan(key, |r| r.context == port)
             .map_err(|e| RecvError::Corrupt {
                 rank: self.l2g[src],
                 why: e.0,
@@ -526,8 +525,8 @@ impl Engine {
 pub(crate) fn push_records(
     tx: &mut Producer,
     counters: &mut Counters,
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     data: &[u8],
     c: &mut Cursor,
 ) -> bool {
@@ -536,8 +535,8 @@ pub(crate) fn push_records(
     if !c.started && total <= max {
         let meta = Meta {
             kind: Kind::Whole,
-            src_port,
-            dst_port,
+            tag,
+            context,
             total_len: total as u64,
         };
         if !tx.try_push(meta, data) {
@@ -562,8 +561,8 @@ pub(crate) fn push_records(
         };
         let meta = Meta {
             kind,
-            src_port,
-            dst_port,
+            tag,
+            context,
             total_len: total as u64,
         };
         if !tx.try_push(meta, &data[c.off..end]) {

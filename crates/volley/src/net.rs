@@ -100,7 +100,7 @@ impl NetConfig {
 /// A message from another host, waiting for its port's receive.
 pub(crate) struct NetMsg {
     pub src: usize,
-    pub src_port: u32,
+    pub tag: u32,
     pub data: Vec<u8>,
     credit: Credit,
 }
@@ -319,8 +319,8 @@ impl Net {
             match ev {
                 Event::Message {
                     peer,
-                    src_port,
-                    dst_port,
+                    tag,
+                    context,
                     data,
                     credit,
                     ..
@@ -329,13 +329,13 @@ impl Net {
                     // the sender's eager traffic is bounded by this receiver's pool.
                     let m = NetMsg {
                         src: peer as usize,
-                        src_port,
+                        tag,
                         data,
                         credit,
                     };
-                    match self.inbox.iter_mut().find(|(p, _)| *p == dst_port) {
+                    match self.inbox.iter_mut().find(|(p, _)| *p == context) {
                         Some((_, q)) => q.push_back(m),
-                        None => self.inbox.push((dst_port, VecDeque::from([m]))),
+                        None => self.inbox.push((context, VecDeque::from([m]))),
                     }
                 }
                 Event::PeerLost { peer } => {
@@ -361,8 +361,8 @@ impl Net {
     pub fn try_send(
         &mut self,
         dst: usize,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: &[u8],
     ) -> Result<(), bool> {
         if !self.proto.can_send(dst as u32, data.len()) {
@@ -373,7 +373,7 @@ impl Net {
         }
         let mut buf = self.proto.buffer(data.len());
         buf.copy_from_slice(data);
-        self.send_owned(dst, src_port, dst_port, buf)
+        self.send_owned(dst, tag, context, buf)
             .map_err(|(_, lost)| lost)
     }
 
@@ -381,20 +381,17 @@ impl Net {
     pub fn send_owned(
         &mut self,
         dst: usize,
-        src_port: u32,
-        dst_port: u32,
+        tag: u32,
+        context: u32,
         data: Vec<u8>,
     ) -> Result<(), (Vec<u8>, bool)> {
-        let how = if self.best_effort_ports.contains(&src_port) {
+        let how = if self.best_effort_ports.contains(&tag) {
             Reliability::BestEffort
         } else {
             Reliability::Reliable
         };
         let now = self.now();
-        match self
-            .proto
-            .send(now, dst as u32, src_port, dst_port, data, how)
-        {
+        match self.proto.send(now, dst as u32, tag, context, data, how) {
             Ok(()) => {
                 // Out at once: a small message should not wait for the next poll.
                 self.transmit(now);

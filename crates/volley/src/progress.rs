@@ -30,8 +30,8 @@ pub(crate) struct LentState {
 pub(crate) struct Lend {
     pub dst: usize,
     pub producer: Producer,
-    pub src_port: u32,
-    pub dst_port: u32,
+    pub tag: u32,
+    pub context: u32,
     pub data: Vec<u8>,
     pub cursor: Cursor,
     pub state: Arc<LentState>,
@@ -98,8 +98,8 @@ fn run(
         let Lend {
             dst,
             mut producer,
-            src_port,
-            dst_port,
+            tag,
+            context,
             data,
             mut cursor,
             state,
@@ -111,8 +111,8 @@ fn run(
             let complete = push_records(
                 &mut producer,
                 &mut counters,
-                src_port,
-                dst_port,
+                tag,
+                context,
                 &data,
                 &mut cursor,
             );

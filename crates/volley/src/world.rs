@@ -285,12 +285,12 @@ impl World {
             .handlers
             .borrow()
             .iter()
-            .find(|(p, _)| *p == info.dst_port)
+            .find(|(p, _)| *p == info.context)
             .map(|(_, h)| h.clone());
         let Some(handler) = handler else { return Ok(0) };
         let source = Source {
             rank: self.inner.l2g[src],
-            port: info.src_port,
+            port: info.tag,
         };
         let depth = &self.inner.dispatch_depth;
         if info.kind == Kind::Whole {
@@ -309,17 +309,17 @@ impl World {
             let mut e = self.eng();
             let mut buf = e.spare.take().unwrap_or_default();
             copy_single(&mut e, src, &info, Dest::Vec(&mut buf))?;
-            Some((buf, info.src_port))
+            Some((buf, info.tag))
         } else {
-            gather(&mut self.eng(), info.dst_port, src, &info)?
+            gather(&mut self.eng(), info.context, src, &info)?
         };
-        if let Some((buf, src_port)) = done {
+        if let Some((buf, tag)) = done {
             depth.set(depth.get() + 1);
             (handler.borrow_mut())(
                 &buf,
                 Source {
                     rank: self.inner.l2g[src],
-                    port: src_port,
+                    port: tag,
                 },
             );
             depth.set(depth.get() - 1);
@@ -388,7 +388,7 @@ impl World {
                     &m.data,
                     Source {
                         rank: m.src,
-                        port: m.src_port,
+                        port: m.tag,
                     },
                 );
                 depth.set(depth.get() - 1);
@@ -598,7 +598,7 @@ fn gather(
             e.partials.push(Partial {
                 port,
                 src,
-                src_port: info.src_port,
+                tag: info.tag,
                 total,
                 buf,
             });
@@ -618,7 +618,7 @@ fn gather(
                 })
             } else if info.kind == Kind::Last {
                 let p = e.partials.swap_remove(i);
-                Ok(Some((p.buf, p.src_port)))
+                Ok(Some((p.buf, p.tag)))
             } else {
                 Ok(None)
             }
@@ -779,7 +779,7 @@ impl Endpoint {
             world: w.clone(),
             src: Source {
                 rank: m.src,
-                port: m.src_port,
+                port: m.tag,
             },
             body: Body::Owned(m.data),
         })
@@ -863,8 +863,8 @@ impl Endpoint {
         w.flush_pending_to(rank)?;
         let meta = volley_shm::Meta {
             kind: Kind::Whole,
-            src_port: self.port,
-            dst_port: port,
+            tag: self.port,
+            context: port,
             total_len: len as u64,
         };
         let mut fill = Some(fill);
@@ -1005,8 +1005,8 @@ impl Endpoint {
         }
         let p = Rc::new(RefCell::new(Pending {
             dst: rank,
-            src_port: self.port,
-            dst_port: port,
+            tag: self.port,
+            context: port,
             data,
             cursor,
             rndv,
@@ -1084,7 +1084,7 @@ impl Endpoint {
                         world: w.clone(),
                         src: Source {
                             rank: w.inner.l2g[src],
-                            port: info.src_port,
+                            port: info.tag,
                         },
                         body: Body::Ring {
                             ring: src,
@@ -1102,21 +1102,21 @@ impl Endpoint {
                         world: w.clone(),
                         src: Source {
                             rank: w.inner.l2g[src],
-                            port: info.src_port,
+                            port: info.tag,
                         },
                         body: Body::Owned(buf),
                     }));
                 }
                 Poll::Found(src, info) => {
                     let mut e = w.eng();
-                    if let Some((buf, src_port)) = gather(&mut e, self.port, src, &info)? {
+                    if let Some((buf, tag)) = gather(&mut e, self.port, src, &info)? {
                         e.counters.add(Counter::MsgsRecvd, 1);
                         e.counters.add(Counter::BytesRecvd, buf.len() as u64);
                         return Ok(Some(Message {
                             world: w.clone(),
                             src: Source {
                                 rank: w.inner.l2g[src],
-                                port: src_port,
+                                port: tag,
                             },
                             body: Body::Owned(buf),
                         }));
@@ -1155,7 +1155,7 @@ impl Endpoint {
                             buf[..len].copy_from_slice(&m.data);
                             let src = Source {
                                 rank: m.src,
-                                port: m.src_port,
+                                port: m.tag,
                             };
                             net.borrow_mut().recycle(m.data);
                             let mut e = w.eng();
@@ -1177,7 +1177,7 @@ impl Endpoint {
             };
             let source = Source {
                 rank: w.inner.l2g[src],
-                port: info.src_port,
+                port: info.tag,
             };
             let total = {
                 let e = w.eng();
@@ -1230,7 +1230,7 @@ impl Endpoint {
                 }
                 _ => {
                     // A message that try_recv() began gathering: finish it there, then copy.
-                    if let Some((v, src_port)) = gather(&mut e, self.port, src, &info)? {
+                    if let Some((v, tag)) = gather(&mut e, self.port, src, &info)? {
                         buf[..v.len()].copy_from_slice(&v);
                         let n = v.len();
                         e.counters.add(Counter::MsgsRecvd, 1);
@@ -1242,7 +1242,7 @@ impl Endpoint {
                             n,
                             Source {
                                 rank: w.inner.l2g[src],
-                                port: src_port,
+                                port: tag,
                             },
                         ));
                     }
@@ -1298,7 +1298,7 @@ impl Endpoint {
                 };
                 match next {
                     Some(n)
-                        if n.dst_port == self.port
+                        if n.context == self.port
                             && matches!(n.kind, Kind::Middle | Kind::Last) =>
                     {
                         info = n;
@@ -1309,7 +1309,7 @@ impl Endpoint {
                             rank: w.inner.l2g[src],
                             why: format!(
                                 "{:?} record for port {} inside a fragmented message",
-                                n.kind, n.dst_port
+                                n.kind, n.context
                             ),
                         })
                     }
@@ -1461,15 +1461,15 @@ fn queue(
     e: &mut Engine,
     w: &World,
     rank: usize,
-    src_port: u32,
-    dst_port: u32,
+    tag: u32,
+    context: u32,
     data: Vec<u8>,
     cursor: Cursor,
 ) -> SendRequest {
     let p = Rc::new(RefCell::new(Pending {
         dst: rank,
-        src_port,
-        dst_port,
+        tag,
+        context,
         data,
         cursor,
         rndv: false,
