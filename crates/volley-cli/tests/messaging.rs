@@ -35,6 +35,16 @@ fn pingpong_with_small_records_and_ring_fragments_everything() {
 }
 
 #[test]
+fn a_world_moves_to_another_thread_and_works_there() {
+    let out = ok(volley(&["-n", "2", CHECK, "threads", "300"], &[]));
+    assert_eq!(
+        out.matches("result: threads hops=3 rounds=300 ok").count(),
+        2,
+        "{out}"
+    );
+}
+
+#[test]
 fn one_gibibyte_message_arrives_intact() {
     let out = ok(volley(&["-n", "2", CHECK, "big", "1073741824"], &[]));
     assert!(out.contains("result: big size=1073741824 ok"), "{out}");

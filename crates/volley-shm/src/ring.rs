@@ -372,6 +372,12 @@ pub struct Held {
     len: usize,
 }
 
+// SAFETY: a Held names slots of the shared mapping that the producer leaves alone until the
+// record is released (ring protocol); any thread may read them. Nothing in it is tied to a thread.
+unsafe impl Send for Held {}
+// SAFETY: shared access only reads the payload, which nobody writes while the record is held.
+unsafe impl Sync for Held {}
+
 impl Held {
     pub fn len(&self) -> usize {
         self.len

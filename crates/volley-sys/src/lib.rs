@@ -7,7 +7,10 @@
 //! Nothing here is on a per-message path except [`EventFd::notify`] and [`EventFd::drain`], which
 //! the waiting protocol calls only when a receiver has said it is asleep.
 
+mod exclusive;
 pub mod net;
+
+pub use exclusive::{Exclusive, ExclusiveGuard};
 
 use std::ffi::CString;
 use std::io;

@@ -106,6 +106,10 @@ pub struct MmsgBatch {
     hdrs: Vec<libc::mmsghdr>,
 }
 
+// SAFETY: the raw pointers in the headers point into the batch's own vectors (heap memory that
+// moves with it, not with the thread); nothing refers to thread-local state.
+unsafe impl Send for MmsgBatch {}
+
 impl MmsgBatch {
     pub fn new(n: usize, slot: usize) -> MmsgBatch {
         let mut b = MmsgBatch {
@@ -389,6 +393,10 @@ pub struct PacketRing {
     /// Frames the kernel refused as malformed (counted, then reused).
     pub tx_wrong_format: u64,
 }
+
+// SAFETY: the mapping belongs to the ring's socket, which any thread may use; the ring is used
+// through &mut self, one thread at a time.
+unsafe impl Send for PacketRing {}
 
 impl PacketRing {
     /// Opens the socket on interface `ifindex` for `ethertype`, with rings of `frames` frames

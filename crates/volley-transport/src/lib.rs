@@ -83,7 +83,7 @@ impl FromStr for Addr {
 /// - [`Device::receive`] lends each received packet to the callback for the length of the call
 ///   only; the callback must copy what it keeps. It never blocks.
 /// - [`Device::fd`] becomes readable when packets wait, for poll/epoll-based waiting.
-pub trait Device {
+pub trait Device: Send {
     /// "udp", "eth", or a wrapper's name around its device's.
     fn kind(&self) -> String;
     /// Largest volley packet this device carries.

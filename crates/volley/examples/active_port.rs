@@ -3,8 +3,8 @@
 //!
 //!     volley run -n 4 target/release/examples/active_port [COUNT]
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use volley::{Source, World};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -14,23 +14,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|v| v.parse().expect("COUNT is a number"))
         .unwrap_or(10_000);
     if world.rank() == 0 {
-        let sum = Rc::new(Cell::new(0u64));
-        let seen = Rc::new(Cell::new(0u64));
+        // A handler may run on whichever thread drives the world, so what it shares is Send.
+        let sum = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(AtomicU64::new(0));
         let (s, k) = (sum.clone(), seen.clone());
         let _port = world.bind(42, move |msg: &[u8], _from: Source| {
-            s.set(s.get() + u64::from_le_bytes(msg[..8].try_into().expect("8-byte message")));
-            k.set(k.get() + 1);
+            s.fetch_add(
+                u64::from_le_bytes(msg[..8].try_into().expect("8-byte message")),
+                Relaxed,
+            );
+            k.fetch_add(1, Relaxed);
         })?;
         let total = count * (world.size() as u64 - 1);
-        while seen.get() < total {
+        while seen.load(Relaxed) < total {
             world.progress_wait()?;
         }
         let want = (world.size() as u64 - 1) * count * (count - 1) / 2;
         println!(
             "active port handled {total} messages, sum {} (expected {want})",
-            sum.get()
+            sum.load(Relaxed)
         );
-        if sum.get() != want {
+        if sum.load(Relaxed) != want {
             std::process::exit(1);
         }
     } else {

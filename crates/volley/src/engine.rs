@@ -69,11 +69,11 @@ pub(crate) struct Engine {
     pub ports: Vec<(u32, PortKind)>,
     /// Bumped whenever `ports` changes (invalidates the rings' scan memos).
     pub ports_gen: u64,
-    pub pending: Vec<VecDeque<std::rc::Rc<std::cell::RefCell<Pending>>>>,
+    pub pending: Vec<VecDeque<std::sync::Arc<volley_sys::Exclusive<Pending>>>>,
     pub npending: usize,
     /// Single-copy sends whose descriptor is in a ring and whose data the receiver has not
     /// copied yet. They keep their buffers alive.
-    pub inflight: Vec<std::rc::Rc<std::cell::RefCell<Pending>>>,
+    pub inflight: Vec<std::sync::Arc<volley_sys::Exclusive<Pending>>>,
     pub partials: Vec<Partial>,
     pub counters: Counters,
     pub max_payload: usize,

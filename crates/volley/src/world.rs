@@ -1,10 +1,12 @@
 //! The public face: [`World`], [`Endpoint`], [`Message`], [`SendRequest`], [`ActivePort`].
 //!
-//! Everything here is single-threaded by design (`!Send`): one world per process, driven by the
-//! thread that uses it, the way an MPI process with MPI_THREAD_FUNNELED or a UCX worker is. Waiting
-//! operations are loops over the engine's non-blocking steps; the engine is borrowed only for the
-//! length of a step and never while user code (an active-port handler) runs, so a handler may
-//! send.
+//! Threading contract: a [`World`] (and its endpoints, messages and requests) is `Send` and
+//! `Sync`, and is used by one thread at a time (MPI_THREAD_SERIALIZED, or a Python call with the
+//! GIL released): progress has a single owner. The state sits behind [`Exclusive`] cells (one
+//! uncontended atomic swap per step, no lock, no system call), so two threads inside volley at
+//! once is reported as a panic that says so, never a data race. Waiting operations are loops over the
+//! engine's non-blocking steps; the engine is borrowed only for the length of a step and never
+//! while user code (an active-port handler) runs, so a handler may send.
 
 use crate::backoff::Backoff;
 use crate::bootstrap::{self, JobInfo};
@@ -12,20 +14,34 @@ use crate::config::{Config, WaitMode};
 use crate::counters::Counter;
 use crate::engine::{Cursor, Engine, Partial, Pending, Poll, PortKind};
 use crate::error::{InitError, OpenError, RecvError, SendError};
-use std::cell::{Cell, RefCell, RefMut};
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use volley_shm::{Kind, RecordInfo, SharedHeld};
+use volley_sys::{Exclusive, ExclusiveGuard};
+
+/// How deep this world is inside active-port handlers. Only the thread that owns progress
+/// touches it (see the threading contract above), so relaxed loads and stores suffice.
+#[derive(Default)]
+struct Depth(AtomicU32);
+
+impl Depth {
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn set(&self, v: u32) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+}
 
 static INITIALISED: AtomicBool = AtomicBool::new(false);
 
 /// No port: polls on behalf of active ports only.
 const NO_PORT: u32 = u32::MAX;
 
-type Handler = Rc<RefCell<Box<dyn FnMut(&[u8], Source)>>>;
+type Handler = Arc<Exclusive<Box<dyn FnMut(&[u8], Source) + Send>>>;
 
 /// Where a message came from: the sending rank and the port of the sending endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,9 +51,9 @@ pub struct Source {
 }
 
 struct Inner {
-    eng: RefCell<Engine>,
-    handlers: RefCell<Vec<(u32, Handler)>>,
-    dispatch_depth: Cell<u32>,
+    eng: Exclusive<Engine>,
+    handlers: Exclusive<Vec<(u32, Handler)>>,
+    dispatch_depth: Depth,
     info: JobInfo,
     cfg: Config,
     /// Why single copy is off in this process, if it is.
@@ -46,7 +62,7 @@ struct Inner {
     l2g: Vec<usize>,
     g2l: Vec<Option<usize>>,
     /// The ranks on other hosts, when there are any.
-    net: Option<RefCell<crate::net::Net>>,
+    net: Option<Exclusive<crate::net::Net>>,
     /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
     poll_fd: Option<std::os::fd::OwnedFd>,
 }
@@ -54,7 +70,7 @@ struct Inner {
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
 #[derive(Clone)]
 pub struct World {
-    inner: Rc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl World {
@@ -94,22 +110,22 @@ impl World {
         eng.multi_node = attached.info.is_multi_node();
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => {
-                Some(RefCell::new(crate::net::Net::open(&attached.info, boot)?))
+                Some(Exclusive::new(crate::net::Net::open(&attached.info, boot)?))
             }
             _ => None,
         };
         let poll_fd = match &net {
             Some(n) => Some(
-                volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow().fd()])
+                volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow_mut().fd()])
                     .map_err(InitError::Memfd)?,
             ),
             None => None,
         };
         let world = World {
-            inner: Rc::new(Inner {
-                eng: RefCell::new(eng),
-                handlers: RefCell::new(Vec::new()),
-                dispatch_depth: Cell::new(0),
+            inner: Arc::new(Inner {
+                eng: Exclusive::new(eng),
+                handlers: Exclusive::new(Vec::new()),
+                dispatch_depth: Depth::default(),
                 info: attached.info,
                 cfg,
                 single_copy_off,
@@ -169,7 +185,7 @@ impl World {
     /// The network device carrying messages to ranks on other hosts ("udp", "eth", with
     /// "+faults" when VOLLEY_FAULTS is set), or None in a job on one host.
     pub fn transport(&self) -> Option<String> {
-        self.inner.net.as_ref().map(|n| n.borrow().kind())
+        self.inner.net.as_ref().map(|n| n.borrow_mut().kind())
     }
 
     /// The network counters (protocol and device), or nothing in a job on one host.
@@ -177,7 +193,7 @@ impl World {
         self.inner
             .net
             .as_ref()
-            .map(|n| n.borrow().counters())
+            .map(|n| n.borrow_mut().counters())
             .unwrap_or_default()
     }
 
@@ -201,7 +217,7 @@ impl World {
         self.eng().counters.snapshot()
     }
 
-    fn eng(&self) -> RefMut<'_, Engine> {
+    fn eng(&self) -> ExclusiveGuard<'_, Engine> {
         self.inner.eng.borrow_mut()
     }
 
@@ -222,8 +238,8 @@ impl World {
         Ok(Endpoint {
             world: self.clone(),
             port,
-            target: Cell::new(None),
-            wait: Cell::new(self.inner.cfg.wait),
+            target: AtomicU64::new(NO_TARGET),
+            wait: AtomicU64::new(wait_to_bits(self.inner.cfg.wait)),
         })
     }
 
@@ -232,10 +248,10 @@ impl World {
     /// [`World::progress`]). The handler may send; it should not wait for messages itself.
     pub fn bind<F>(&self, port: u32, handler: F) -> Result<ActivePort, OpenError>
     where
-        F: FnMut(&[u8], Source) + 'static,
+        F: FnMut(&[u8], Source) + Send + 'static,
     {
         self.claim_port(port, PortKind::Active)?;
-        let h: Handler = Rc::new(RefCell::new(Box::new(handler)));
+        let h: Handler = Arc::new(Exclusive::new(Box::new(handler)));
         self.inner.handlers.borrow_mut().push((port, h));
         Ok(ActivePort {
             world: self.clone(),
@@ -283,7 +299,7 @@ impl World {
         let handler = self
             .inner
             .handlers
-            .borrow()
+            .borrow_mut()
             .iter()
             .find(|(p, _)| *p == info.context)
             .map(|(_, h)| h.clone());
@@ -338,7 +354,7 @@ impl World {
         self.inner.g2l[rank]
     }
 
-    fn net(&self) -> RefMut<'_, crate::net::Net> {
+    fn net(&self) -> ExclusiveGuard<'_, crate::net::Net> {
         self.inner
             .net
             .as_ref()
@@ -347,7 +363,7 @@ impl World {
     }
 
     /// One round of network I/O and the active-port handlers it made due; the network, if any.
-    fn net_poll(&self) -> Option<&RefCell<crate::net::Net>> {
+    fn net_poll(&self) -> Option<&Exclusive<crate::net::Net>> {
         let net = self.inner.net.as_ref()?;
         net.borrow_mut().pump();
         self.net_dispatch();
@@ -366,7 +382,7 @@ impl World {
         for _ in 0..64 {
             // No list of ports is built: the handlers are looked up in place.
             let got = {
-                let handlers = self.inner.handlers.borrow();
+                let handlers = self.inner.handlers.borrow_mut();
                 if handlers.is_empty() {
                     break;
                 }
@@ -401,7 +417,7 @@ impl World {
 
     /// Why nothing more can come from the network, if so.
     fn net_dead_end(&self, from: Option<usize>) -> Option<RecvError> {
-        let net = self.inner.net.as_ref()?.borrow();
+        let net = self.inner.net.as_ref()?.borrow_mut();
         let lost = |r: usize| {
             net.lost
                 .iter()
@@ -463,7 +479,7 @@ impl Drop for Inner {
             e.drive_pending();
             // Buffers of single copies in flight must outlive the receivers' reads.
             e.inflight.retain(|p| {
-                let d = p.borrow().dst;
+                let d = p.borrow_mut().dst;
                 e.fates[d].is_none()
             });
             let stuck: Vec<usize> = (0..e.n)
@@ -504,7 +520,7 @@ impl Drop for Inner {
                 s.push_str(&format!("  {name:<22} {v:>14} {unit}\n"));
             }
             if let Some(net) = self.net.as_ref() {
-                for (name, v) in net.borrow().counters() {
+                for (name, v) in net.borrow_mut().counters() {
                     s.push_str(&format!("  {name:<22} {v:>14}\n"));
                 }
             }
@@ -638,8 +654,11 @@ fn gather(
 pub struct Endpoint {
     world: World,
     port: u32,
-    target: Cell<Option<(usize, u32)>>,
-    wait: Cell<WaitMode>,
+    /// (rank + 1) << 32 | port, or NO_TARGET. Atomics (relaxed: one owner at a time) rather
+    /// than Cells, so that an endpoint is Sync like its world.
+    target: AtomicU64,
+    /// The wait mode, see wait_to_bits.
+    wait: AtomicU64,
 }
 
 impl Endpoint {
@@ -654,7 +673,8 @@ impl Endpoint {
     /// Sets the default destination of [`Endpoint::send`] and friends.
     pub fn target(&self, rank: usize, port: u32) -> Result<(), SendError> {
         self.world.check_rank(rank)?;
-        self.target.set(Some((rank, port)));
+        self.target
+            .store(((rank as u64 + 1) << 32) | port as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -669,13 +689,14 @@ impl Endpoint {
 
     /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
     pub fn set_wait_mode(&self, mode: WaitMode) {
-        self.wait.set(mode);
+        self.wait.store(wait_to_bits(mode), Ordering::Relaxed);
     }
 
     fn dest(&self) -> Result<(usize, u32), SendError> {
-        self.target
-            .get()
-            .ok_or(SendError::NoTarget { port: self.port })
+        match self.target.load(Ordering::Relaxed) {
+            NO_TARGET => Err(SendError::NoTarget { port: self.port }),
+            t => Ok(((t >> 32) as usize - 1, t as u32)),
+        }
     }
 
     /// Sends `data` to the target; returns when `data` may be reused (it is in the ring). Waits
@@ -1003,7 +1024,7 @@ impl Endpoint {
             };
             return Ok(queue(&mut e, w, rank, self.port, port, data, cursor));
         }
-        let p = Rc::new(RefCell::new(Pending {
+        let p = Arc::new(Exclusive::new(Pending {
             dst: rank,
             tag: self.port,
             context: port,
@@ -1034,7 +1055,7 @@ impl Endpoint {
     /// the pool when the message is dropped; while you hold it, later messages from the same
     /// sender still arrive.
     pub fn recv(&self) -> Result<Message, RecvError> {
-        let mut w = Waiter::new(self.wait.get());
+        let mut w = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         loop {
             if let Some(m) = self.recv_step()? {
                 w.finish(&self.world);
@@ -1131,7 +1152,7 @@ impl Endpoint {
     pub fn recv_into(&self, buf: &mut [u8]) -> Result<(usize, Source), RecvError> {
         let w = &self.world;
         let dispatch = w.inner.dispatch_depth.get() == 0;
-        let mut waiter = Waiter::new(self.wait.get());
+        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         loop {
             let poll = {
                 let mut e = w.eng();
@@ -1142,7 +1163,7 @@ impl Endpoint {
             let (src, info) = match poll {
                 Poll::Nothing => {
                     if let Some(net) = w.net_poll() {
-                        let len = net.borrow().peek_len(self.port);
+                        let len = net.borrow_mut().peek_len(self.port);
                         if let Some(len) = len {
                             if len > buf.len() {
                                 waiter.finish(w);
@@ -1342,6 +1363,24 @@ impl Drop for Endpoint {
     }
 }
 
+const NO_TARGET: u64 = 0;
+
+fn wait_to_bits(m: WaitMode) -> u64 {
+    match m {
+        WaitMode::Block => u64::MAX,
+        WaitMode::BusyPoll => u64::MAX - 1,
+        WaitMode::SpinThenBlock(d) => (d.as_nanos() as u64).min(u64::MAX - 2),
+    }
+}
+
+fn wait_from_bits(b: u64) -> WaitMode {
+    match b {
+        u64::MAX => WaitMode::Block,
+        x if x == u64::MAX - 1 => WaitMode::BusyPoll,
+        ns => WaitMode::SpinThenBlock(std::time::Duration::from_nanos(ns)),
+    }
+}
+
 /// A GAMMA active port. Unbound on drop.
 pub struct ActivePort {
     world: World,
@@ -1451,7 +1490,7 @@ impl Drop for Message {
 
 enum ReqState {
     Done(Option<Vec<u8>>),
-    Queued(Rc<RefCell<Pending>>),
+    Queued(Arc<Exclusive<Pending>>),
     /// With the progress thread.
     Lent(std::sync::Arc<crate::progress::LentState>),
 }
@@ -1466,7 +1505,7 @@ fn queue(
     data: Vec<u8>,
     cursor: Cursor,
 ) -> SendRequest {
-    let p = Rc::new(RefCell::new(Pending {
+    let p = Arc::new(Exclusive::new(Pending {
         dst: rank,
         tag,
         context,
@@ -1519,13 +1558,13 @@ impl SendRequest {
         }
         if let ReqState::Queued(p) = &self.state {
             self.world.progress().ok();
-            if !p.borrow().done {
+            if !p.borrow_mut().done {
                 if let Some(l) = self.world.eng().send_dead_end(self.rank) {
                     return Err(l.into());
                 }
                 return Ok(false);
             }
-            if p.borrow().failed {
+            if p.borrow_mut().failed {
                 return Err(SendError::SingleCopyFailed {
                     rank: self.world.inner.l2g[self.rank],
                 });
@@ -1540,7 +1579,7 @@ impl SendRequest {
     pub fn is_complete(&self) -> bool {
         match &self.state {
             ReqState::Done(_) => true,
-            ReqState::Queued(p) => p.borrow().done,
+            ReqState::Queued(p) => p.borrow_mut().done,
             // SYNC: Acquire; pairs with the Release in the progress thread.
             ReqState::Lent(l) => l.done.load(std::sync::atomic::Ordering::Acquire),
         }
@@ -1649,7 +1688,7 @@ impl Waiter {
             Some(net) => {
                 // Packets, a doorbell, or the protocol's next timer, whichever comes first.
                 let (nfd, due) = {
-                    let n = net.borrow();
+                    let n = net.borrow_mut();
                     (n.fd(), n.next_deadline_in())
                 };
                 let t = (timeout.as_nanos() as u64).min(due.unwrap_or(u64::MAX));
@@ -1667,3 +1706,14 @@ impl Waiter {
         w.eng().disarm();
     }
 }
+
+// The threading contract, checked at compile time: the faces keep a World in a global (C) or
+// release the GIL around a wait (Python).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<World>();
+    send_sync::<Endpoint>();
+    send_sync::<Message>();
+    send_sync::<SendRequest>();
+    send_sync::<ActivePort>();
+};

@@ -294,37 +294,40 @@ fn libc_sigkill() -> i32 {
 /// Ranks 1.. send `count` messages to rank 0's active port; the handler checks them and replies to
 /// each sender's endpoint once it has all of that sender's messages.
 fn active(w: &World, count: u64) -> R {
-    use std::cell::RefCell;
-    use std::rc::Rc;
+    use std::sync::{Arc, Mutex};
     let me = w.rank();
     if me == 0 {
-        let seen: Rc<RefCell<HashMap<usize, u64>>> = Rc::default();
-        let errors: Rc<RefCell<Vec<String>>> = Rc::default();
+        // Handlers are Send (the world may move between threads): share through Arc<Mutex>.
+        let seen: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let reply = w.open(11)?;
         let (s2, e2) = (seen.clone(), errors.clone());
         let _port = w.bind(10, move |msg: &[u8], src: Source| {
-            let mut s = s2.borrow_mut();
+            let mut s = s2.lock().expect("not poisoned");
             let c = s.entry(src.rank).or_insert(0);
             let size = 1 + (*c as usize * 977) % 100_000;
             let mut want = vec![0u8; size];
             fill(&mut want, seed_of(*c, size, src.rank));
             if msg != &want[..] {
-                e2.borrow_mut()
+                e2.lock()
+                    .expect("not poisoned")
                     .push(format!("from {} #{c}: content or order wrong", src.rank));
             }
             *c += 1;
             if *c == count {
                 // Handlers may send: tell the sender we have everything.
                 if let Err(e) = reply.send_to(src.rank, 11, b"done") {
-                    e2.borrow_mut().push(format!("reply failed: {e}"));
+                    e2.lock()
+                        .expect("not poisoned")
+                        .push(format!("reply failed: {e}"));
                 }
             }
         })?;
         let total = count * (w.size() as u64 - 1);
-        while seen.borrow().values().sum::<u64>() < total {
+        while seen.lock().expect("not poisoned").values().sum::<u64>() < total {
             w.progress_wait()?;
         }
-        if let Some(e) = errors.borrow().first() {
+        if let Some(e) = errors.lock().expect("not poisoned").first() {
             return Err(e.clone().into());
         }
         println!("result: active handled={total} ok");
@@ -429,8 +432,6 @@ fn big(w: &World, size: usize) -> R {
 /// active port. Rank 0 must get port 20's messages first, the active message while port 21's
 /// still wait, and port 21's last, each port in order.
 fn ports(w: &World) -> R {
-    use std::cell::Cell;
-    use std::rc::Rc;
     let sizes = [10usize, 150_000, 3, 0];
     if w.rank() == 1 {
         let ep = w.open(1)?;
@@ -459,17 +460,17 @@ fn ports(w: &World) -> R {
     }
     let p20 = w.open(20)?;
     let p21 = w.open(21)?;
-    let hits = Rc::new(Cell::new(0));
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let h = hits.clone();
     let _active = w.bind(22, move |m: &[u8], _| {
         assert_eq!(m, b"active");
-        h.set(h.get() + 1);
+        h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     })?;
     for (i, &n) in sizes.iter().enumerate() {
         let m = p20.recv()?;
         check(&m, n, 20 + 100 * i as u64, &format!("port 20 message {i}"))?;
     }
-    while hits.get() == 0 {
+    while hits.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         w.progress_wait()?;
     }
     let mut buf = vec![0u8; 200_000];
@@ -668,6 +669,55 @@ fn whoami(w: &World, selfsend: bool) -> R {
     Ok(())
 }
 
+/// A World is Send: its endpoint moves to a new thread, exchanges messages there, comes back,
+/// works on the main thread, and moves again. Every message is checked.
+fn threads(w: &World, rounds: u64) -> R {
+    if w.size() != 2 {
+        return Err("threads needs exactly 2 ranks".into());
+    }
+    let me = w.rank();
+    let ep = w.open(30)?;
+    ep.target(1 - me, 30)?;
+    fn work(ep: &volley::Endpoint, me: usize, hop: u64, rounds: u64) -> R {
+        for i in 0..rounds {
+            let seed = hop * 1_000_003 + i;
+            let size = 1 + (i as usize * 7919) % 200_000;
+            let mut m = vec![0u8; size];
+            fill(&mut m, seed);
+            if me == 0 {
+                ep.send(&m)?;
+                check(&ep.recv()?, size, seed, "echo")?;
+            } else {
+                let got = ep.recv()?;
+                check(&got, size, seed, "message")?;
+                ep.send(&got)?;
+            }
+        }
+        Ok(())
+    }
+    let main_thread = std::thread::current().id();
+    let mut ep = ep;
+    for hop in 0..3 {
+        if hop % 2 == 0 {
+            let (back, on) = std::thread::spawn(move || {
+                let r = work(&ep, me, hop, rounds).map_err(|e| e.to_string());
+                (ep, (std::thread::current().id(), r))
+            })
+            .join()
+            .map_err(|_| "the worker thread panicked")?;
+            ep = back;
+            if on.0 == main_thread {
+                return Err("the worker ran on the main thread".into());
+            }
+            on.1?;
+        } else {
+            work(&ep, me, hop, rounds)?;
+        }
+    }
+    println!("result: threads hops=3 rounds={rounds} ok");
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, d: u64| {
@@ -692,6 +742,7 @@ fn main() {
             pingpong(&world, &sizes, rounds)
         }
         Some("alltoall") => alltoall(&world, num(1, 100)),
+        Some("threads") => threads(&world, num(1, 200)),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
         Some("active") => active(&world, num(1, 500)),
