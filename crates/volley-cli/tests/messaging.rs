@@ -34,6 +34,22 @@ fn pingpong_with_small_records_and_ring_fragments_everything() {
     assert_eq!(out.matches(" ok").count(), 7, "{out}");
 }
 
+/// Matched receives over shared memory: probe, exact source and tag, any source, any tag, and
+/// too small a buffer, checked message by message against MPI's order, with the three ways a
+/// message crosses the rings (inline, fragments, single copy) and with the progress thread.
+#[test]
+fn matched_receives_take_the_first_message_each_pattern_accepts() {
+    for env in [
+        &[][..],
+        &[("VOLLEY_SHM_RECORD_BYTES", "256")][..],
+        &[("VOLLEY_SINGLE_COPY_THRESHOLD", "4096")][..],
+        &[("VOLLEY_PROGRESS_THREAD", "1")][..],
+    ] {
+        let out = ok(volley(&["-n", "5", CHECK, "match", "30"], env));
+        assert_eq!(values(&out, "received"), vec!["120"], "{env:?}: {out}");
+    }
+}
+
 #[test]
 fn a_world_moves_to_another_thread_and_works_there() {
     let out = ok(volley(&["-n", "2", CHECK, "threads", "300"], &[]));

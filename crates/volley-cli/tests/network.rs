@@ -258,6 +258,34 @@ fn all_to_all_over_a_bridge_mixes_shared_memory_and_network() {
     }
 }
 
+/// Matched receives (probe, exact source and tag, any source, any tag, too small a buffer) take
+/// the same messages in the same order whether the sender shares the host or not: the
+/// conformance scenario of the matcher over both network devices, beside shared memory.
+#[test]
+fn matched_receives_keep_order_across_hosts_and_shared_memory() {
+    let h = Hosts::new(3, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(4, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "match", "30"]));
+        assert_eq!(values(&out, "received"), vec!["90"], "{t}: {out}");
+    }
+}
+
+/// A World moved to another thread keeps its network side working there.
+#[test]
+fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {
+    let h = Hosts::new(2, 1500);
+    let out = ok(h.run(
+        2,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &[CHECK, "threads", "100"],
+    ));
+    assert_eq!(
+        out.matches("result: threads hops=3 rounds=100 ok").count(),
+        2,
+        "{out}"
+    );
+}
+
 /// A ping-pong up to 4 MiB under faults: every message intact (volley-check checks every byte),
 /// and for each group in `expect` some counter (summed over both ranks) shows the fault happened
 /// and was dealt with.

@@ -436,7 +436,7 @@ pub struct Consumer {
     /// FREE / TAKEN / RELEASED per record, indexed by the slot of its header.
     state: Vec<u8>,
     /// Scan memo: for `key`, no wanted record lies in [read, pos).
-    memo: Option<(u64, u64)>,
+    memo: Option<(u128, u64)>,
     /// Records taken and not yet released.
     held: usize,
     max_payload: usize,
@@ -569,7 +569,7 @@ impl Consumer {
     #[inline]
     pub fn scan(
         &mut self,
-        key: u64,
+        key: u128,
         mut want: impl FnMut(&RecordInfo) -> bool,
     ) -> Result<Option<RecordInfo>, Corrupt> {
         self.advance_read()?;
@@ -969,7 +969,7 @@ mod tests {
             if next[(port - 1) as usize] >= N {
                 continue;
             }
-            if let Some(info) = c.scan(port as u64, |r| r.context == port).unwrap() {
+            if let Some(info) = c.scan(port as u128, |r| r.context == port).unwrap() {
                 let h = c.take(&info);
                 let got = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
                 assert_eq!(got, next[(port - 1) as usize], "port {port} out of order");

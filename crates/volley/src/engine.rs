@@ -4,6 +4,7 @@
 
 use crate::counters::{Counter, Counters};
 use crate::error::{Fate, PeerLost, RecvError};
+use crate::matching::Pattern;
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -93,6 +94,8 @@ pub(crate) struct Engine {
     pub progress: Option<crate::progress::ProgressThread>,
     /// The job rank of each local rank (the rings are indexed by local rank).
     pub l2g: Vec<usize>,
+    /// The local rank of each job rank, None for ranks on other hosts.
+    pub g2l: Vec<Option<usize>>,
     /// Other ranks of the job are on other hosts: "every local peer finished" does not mean
     /// nothing more can arrive.
     pub multi_node: bool,
@@ -151,6 +154,7 @@ impl Engine {
             single_copy_threshold,
             progress: None,
             l2g: (0..n).collect(),
+            g2l: (0..n).map(Some).collect(),
             multi_node: false,
         }
     }
@@ -373,7 +377,8 @@ impl Engine {
     pub fn poll_port(&mut self, port: u32, dispatch_active: bool) -> Result<Poll, RecvError> {
         // The memo key names the question asked of each record; it changes whenever the set of
         // ports (and so the answer) does.
-        let key = (port as u64) | ((dispatch_active as u64) << 32) | (self.ports_gen << 33);
+        let key =
+            (port as u128) | ((dispatch_active as u128) << 32) | ((self.ports_gen as u128) << 33);
         for i in 0..self.n {
             let src = (self.rr + i) % self.n;
             let ports = &self.ports;
@@ -403,11 +408,59 @@ impl Engine {
         Ok(Poll::Nothing)
     }
 
-    /// The next record for `port` in the ring from `src` (the next fragment of a message).
-    pub fn next_from(&mut self, src: usize, port: u32) -> Result<Option<RecordInfo>, RecvError> {
-        let key = (port as u64) | (1 << 63);
+    /// The first message start (a whole message, a first fragment or a single-copy descriptor)
+    /// in the incoming rings whose envelope `pat` accepts, with the local rank of its ring. Looks
+    /// at the ring of `pat.source` only when it names one (none when that rank is on another
+    /// host), otherwise at every ring, round-robin from the one served last. See `matching`.
+    #[inline]
+    pub fn poll_match(&mut self, pat: &Pattern) -> Result<Option<(usize, RecordInfo)>, RecvError> {
+        let key = pat.scan_key(true);
+        let (first, count) = match pat.source {
+            Some(g) => match self.g2l.get(g).copied().flatten() {
+                Some(li) => (li, 1),
+                None => return Ok(None),
+            },
+            None => (self.rr, self.n),
+        };
+        for i in 0..count {
+            let src = (first + i) % self.n;
+            let found = self.rx[src].scan(key, |r| {
+                r.context == pat.context
+                    && pat.accepts_tag(r.tag)
+                    && matches!(r.kind, Kind::Whole | Kind::First | Kind::Rndv)
+            });
+            match found {
+                Ok(Some(info)) => {
+                    if count > 1 {
+                        self.rr = (src + 1) % self.n;
+                    }
+                    return Ok(Some((src, info)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(RecvError::Corrupt {
+                        rank: self.l2g[src],
+                        why: e.0,
+                    })
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next record for `port` in the ring from `src` after position `after` (the next
+    /// fragment of the message whose previous fragment sat at `after`: a message's fragments
+    /// follow each other in its ring, but earlier messages for the port may still wait, unmatched,
+    /// before them).
+    pub fn next_from(
+        &mut self,
+        src: usize,
+        port: u32,
+        after: u64,
+    ) -> Result<Option<RecordInfo>, RecvError> {
+        let key = (port as u128) | ((after as u128) << 32) | (1 << 126);
         self.rx[src]
-            .scan(key, |r| r.context == port)
+            .scan(key, |r| r.pos > after && r.context == port)
             .map_err(|e| RecvError::Corrupt {
                 rank: self.l2g[src],
                 why: e.0,

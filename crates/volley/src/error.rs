@@ -108,6 +108,8 @@ pub enum RecvError {
     BufferTooSmall { message: usize, buffer: usize },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
+    #[error("no rank {rank} to receive from: the job has {size} ranks (0 to {size} - 1); use None for any source")]
+    NoSuchRank { rank: usize, size: usize },
     #[error("every other rank has finished and nothing is queued for port {port} (u32::MAX: any active port): no message can arrive; check the program's message pattern")]
     NoSenders { port: u32 },
     #[error("could not copy a {len}-byte message from rank {rank}'s memory: {why}; run the job with VOLLEY_SINGLE_COPY=off")]

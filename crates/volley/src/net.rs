@@ -7,6 +7,7 @@
 
 use crate::bootstrap::JobInfo;
 use crate::error::InitError;
+use crate::matching::Pattern;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{OwnedFd, RawFd};
@@ -420,22 +421,40 @@ impl Net {
 
     /// The next message for `port`, if one has arrived.
     pub fn take(&mut self, port: u32) -> Option<NetMsg> {
-        let m = self
-            .inbox
-            .iter_mut()
-            .find(|(p, _)| *p == port)
-            .and_then(|(_, q)| q.pop_front())?;
-        self.proto.release(m.credit);
-        Some(m)
+        self.take_matching(&Pattern::port(port))
     }
 
     /// Length of the next message for `port`.
     pub fn peek_len(&self, port: u32) -> Option<usize> {
-        self.inbox
+        self.peek_matching(&Pattern::port(port))
+            .map(|(_, _, len)| len)
+    }
+
+    /// Where the first message `pat` matches sits in the inbox of its context. Messages of one
+    /// context wait in arrival order, which the protocol keeps per sender: the first match is
+    /// the one MPI's ordering rule wants.
+    fn find(&self, pat: &Pattern) -> Option<(usize, usize)> {
+        let qi = self.inbox.iter().position(|(p, _)| *p == pat.context)?;
+        let mi = self.inbox[qi]
+            .1
             .iter()
-            .find(|(p, _)| *p == port)
-            .and_then(|(_, q)| q.front())
-            .map(|m| m.data.len())
+            .position(|m| pat.accepts_from(m.src, m.tag))?;
+        Some((qi, mi))
+    }
+
+    /// The first message `pat` matches, taken out of the inbox (its credit goes back).
+    pub fn take_matching(&mut self, pat: &Pattern) -> Option<NetMsg> {
+        let (qi, mi) = self.find(pat)?;
+        let m = self.inbox[qi].1.remove(mi).expect("found");
+        self.proto.release(m.credit);
+        Some(m)
+    }
+
+    /// The envelope (source, tag, length) of the first message `pat` matches, left in place.
+    pub fn peek_matching(&self, pat: &Pattern) -> Option<(usize, u32, usize)> {
+        let (qi, mi) = self.find(pat)?;
+        let m = &self.inbox[qi].1[mi];
+        Some((m.src, m.tag, m.data.len()))
     }
 
     /// A message for any port `wanted` says yes to (the active ports), if one has arrived.

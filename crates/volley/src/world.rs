@@ -14,6 +14,7 @@ use crate::config::{Config, WaitMode};
 use crate::counters::Counter;
 use crate::engine::{Cursor, Engine, Partial, Pending, Poll, PortKind};
 use crate::error::{InitError, OpenError, RecvError, SendError};
+use crate::matching::{Pattern, Status};
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -107,6 +108,7 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.l2g = l2g.clone();
+        eng.g2l = g2l.clone();
         eng.multi_node = attached.info.is_multi_node();
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => {
@@ -708,11 +710,16 @@ impl Endpoint {
 
     /// Sends `data` to (rank, port).
     pub fn send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+        self.send_env(rank, port, self.port, data)
+    }
+
+    /// Sends `data` to `rank` with the envelope (context, tag): the core of every blocking send.
+    fn send_env(&self, rank: usize, context: u32, tag: u32, data: &[u8]) -> Result<(), SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
         let rank = match w.route(rank) {
             Some(li) => li,
-            None => return self.net_send(rank, port, data, true),
+            None => return self.net_send(rank, context, tag, data, true),
         };
         {
             let mut e = w.eng();
@@ -725,7 +732,7 @@ impl Endpoint {
             }
         }
         if w.eng().use_single_copy(rank, data.len()) {
-            return self.send_single_copy(rank, port, data);
+            return self.send_single_copy(rank, context, tag, data);
         }
         let mut c = Cursor::default();
         let mut b = Backoff::new();
@@ -733,7 +740,7 @@ impl Endpoint {
             {
                 let mut e = w.eng();
                 let before = c.off;
-                let done = e.push(rank, self.port, port, data, &mut c);
+                let done = e.push(rank, tag, context, data, &mut c);
                 if done || c.off != before {
                     e.ring_doorbell(rank);
                     b.reset();
@@ -753,13 +760,20 @@ impl Endpoint {
 
     /// Sends to a rank on another host: the engine takes a copy (returns at once unless the
     /// queue to that rank is full: then waits, or with `wait` false says WouldBlock).
-    fn net_send(&self, rank: usize, port: u32, data: &[u8], wait: bool) -> Result<(), SendError> {
+    fn net_send(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: &[u8],
+        wait: bool,
+    ) -> Result<(), SendError> {
         let w = &self.world;
         let mut b = Backoff::new();
         loop {
             let r = {
                 // No pump first: a message that fits goes out at once, one system call.
-                w.net().try_send(rank, self.port, port, data)
+                w.net().try_send(rank, tag, context, data)
             };
             match r {
                 Ok(()) => {
@@ -808,13 +822,19 @@ impl Endpoint {
 
     /// Single copy: a descriptor into the ring, then wait until the receiver has copied `data`
     /// out of our memory (only then may the caller reuse it).
-    fn send_single_copy(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+    fn send_single_copy(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<(), SendError> {
         let w = &self.world;
         let mut b = Backoff::new();
         let pos = loop {
             {
                 let mut e = w.eng();
-                if let Some(pos) = e.push_descriptor(rank, self.port, port, data) {
+                if let Some(pos) = e.push_descriptor(rank, tag, context, data) {
                     e.ring_doorbell(rank);
                     break pos;
                 }
@@ -869,7 +889,7 @@ impl Endpoint {
             None => {
                 let mut buf = w.net().buffer(len);
                 fill(&mut buf);
-                let r = self.net_send(rank, port, &buf, true);
+                let r = self.net_send(rank, port, self.port, &buf, true);
                 w.net().recycle(buf);
                 return r;
             }
@@ -928,7 +948,7 @@ impl Endpoint {
         w.check_rank(rank)?;
         let rank = match w.route(rank) {
             Some(li) => li,
-            None => return self.net_send(rank, port, data, false),
+            None => return self.net_send(rank, port, self.port, data, false),
         };
         let mut e = w.eng();
         if data.len() > e.ring_payload_capacity {
@@ -971,6 +991,18 @@ impl Endpoint {
         port: u32,
         data: Vec<u8>,
     ) -> Result<SendRequest, SendError> {
+        self.isend_env(rank, port, self.port, data)
+    }
+
+    /// Starts sending `data` to `rank` with the envelope (context, tag): the core of every
+    /// non-blocking send of an owned buffer.
+    fn isend_env(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: Vec<u8>,
+    ) -> Result<SendRequest, SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
         let rank = match w.route(rank) {
@@ -978,7 +1010,7 @@ impl Endpoint {
             None => {
                 // The engine copies the message and keeps it until acknowledged: the buffer
                 // is free at once.
-                self.net_send(rank, port, &data, true)?;
+                self.net_send(rank, context, tag, &data, true)?;
                 return Ok(SendRequest {
                     world: w.clone(),
                     rank,
@@ -995,12 +1027,12 @@ impl Endpoint {
         let mut cursor = Cursor::default();
         let mut rndv_pos = None;
         if e.pending[rank].is_empty() && rndv {
-            rndv_pos = e.push_descriptor(rank, self.port, port, &data);
+            rndv_pos = e.push_descriptor(rank, tag, context, &data);
             if rndv_pos.is_some() {
                 e.ring_doorbell(rank);
             }
         } else if e.pending[rank].is_empty() {
-            let done = e.push(rank, self.port, port, &data, &mut cursor);
+            let done = e.push(rank, tag, context, &data, &mut cursor);
             if done || cursor.off > 0 {
                 e.ring_doorbell(rank);
             }
@@ -1012,7 +1044,7 @@ impl Endpoint {
                 });
             }
             // The rest can go on in the progress thread while the application computes.
-            let data = match e.lend(rank, self.port, port, data, cursor) {
+            let data = match e.lend(rank, tag, context, data, cursor) {
                 Ok(state) => {
                     return Ok(SendRequest {
                         world: w.clone(),
@@ -1022,12 +1054,12 @@ impl Endpoint {
                 }
                 Err(data) => data,
             };
-            return Ok(queue(&mut e, w, rank, self.port, port, data, cursor));
+            return Ok(queue(&mut e, w, rank, tag, context, data, cursor));
         }
         let p = Arc::new(Exclusive::new(Pending {
             dst: rank,
-            tag: self.port,
-            context: port,
+            tag,
+            context,
             data,
             cursor,
             rndv,
@@ -1272,6 +1304,185 @@ impl Endpoint {
         }
     }
 
+    /// Sends `data` to `rank`'s endpoint on this endpoint's own port, with `tag` in the envelope
+    /// (the face of matched messaging: the port is the context, e.g. an MPI communicator's).
+    /// Returns when `data` may be reused; waits while the ring is full.
+    pub fn send_tagged(&self, rank: usize, tag: u32, data: &[u8]) -> Result<(), SendError> {
+        self.send_env(rank, self.port, tag, data)
+    }
+
+    /// Starts sending `data` to `rank` on this endpoint's port with `tag`, without waiting; as
+    /// [`Endpoint::isend`].
+    pub fn isend_tagged(
+        &self,
+        rank: usize,
+        tag: u32,
+        data: Vec<u8>,
+    ) -> Result<SendRequest, SendError> {
+        self.isend_env(rank, self.port, tag, data)
+    }
+
+    /// Waits for the first message on this endpoint's port from `source` (None: any) with `tag`
+    /// (None: any) and copies it into `buf`. Among one sender's messages the first that matches
+    /// is taken (MPI's order); a large one moves straight from the ring, or from the sender's
+    /// memory by single copy, into `buf`. A message longer than `buf` is an error that names
+    /// both sizes; the message stays queued.
+    pub fn recv_matching(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut buf = Some(buf);
+        loop {
+            if let Some(st) = self.match_step(&pat, &mut buf, &mut waiter)? {
+                waiter.finish(&self.world);
+                return Ok(st);
+            }
+            waiter.idle(&self.world, self.port, source)?;
+        }
+    }
+
+    /// Like [`Endpoint::recv_matching`], without waiting for a message to arrive: None when no
+    /// message matches now. (A message larger than one ring record whose first fragment has
+    /// arrived is copied whole: the call then waits for the fragments its sender is writing.)
+    pub fn try_recv_matching(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Option<Status>, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut buf = Some(buf);
+        let r = self.match_step(&pat, &mut buf, &mut waiter);
+        waiter.finish(&self.world);
+        r
+    }
+
+    /// The envelope of the first message that a receive from `source` with `tag` would take,
+    /// if one has arrived; the message stays queued (MPI_Iprobe).
+    pub fn iprobe(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+    ) -> Result<Option<Status>, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(WaitMode::BusyPoll);
+        self.match_step(&pat, &mut None, &mut waiter)
+    }
+
+    /// Waits until a message from `source` with `tag` has arrived and returns its envelope; the
+    /// message stays queued for the receive that follows (MPI_Probe).
+    pub fn probe(&self, source: Option<usize>, tag: Option<u32>) -> Result<Status, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        loop {
+            if let Some(st) = self.match_step(&pat, &mut None, &mut waiter)? {
+                waiter.finish(&self.world);
+                return Ok(st);
+            }
+            waiter.idle(&self.world, self.port, source)?;
+        }
+    }
+
+    fn pattern(&self, source: Option<usize>, tag: Option<u32>) -> Result<Pattern, RecvError> {
+        if let Some(r) = source {
+            if r >= self.world.size() {
+                return Err(RecvError::NoSuchRank {
+                    rank: r,
+                    size: self.world.size(),
+                });
+            }
+        }
+        Ok(Pattern::new(self.port, source, tag))
+    }
+
+    /// One non-blocking attempt at a matched receive (`buf` Some) or a probe (`buf` None):
+    /// the rings first, then the network. Runs due active-port handlers on the way.
+    fn match_step(
+        &self,
+        pat: &Pattern,
+        buf: &mut Option<&mut [u8]>,
+        waiter: &mut Waiter,
+    ) -> Result<Option<Status>, RecvError> {
+        let w = &self.world;
+        let found = {
+            let mut e = w.eng();
+            e.refresh_fates();
+            e.drive_pending();
+            e.poll_match(pat)?
+        };
+        if let Some((src, info)) = found {
+            let st = Status {
+                source: w.inner.l2g[src],
+                tag: info.tag,
+                len: info.total_len as usize,
+            };
+            let Some(out) = buf.as_deref_mut() else {
+                return Ok(Some(st));
+            };
+            if st.len > out.len() {
+                return Err(RecvError::BufferTooSmall {
+                    message: st.len,
+                    buffer: out.len(),
+                });
+            }
+            let out = &mut out[..st.len];
+            let mut e = w.eng();
+            match info.kind {
+                Kind::Whole => {
+                    let held = e.rx[src].take(&info);
+                    out.copy_from_slice(e.rx[src].payload(&held));
+                    e.rx[src].release(held);
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, st.len as u64);
+                }
+                Kind::Rndv => {
+                    // Single copy: from the sender's memory straight into the caller's buffer.
+                    copy_single(&mut e, src, &info, Dest::Slice(out))?;
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, st.len as u64);
+                }
+                _ => {
+                    // A first fragment: the rest follow in this ring, into the caller's buffer.
+                    drop(e);
+                    self.copy_fragments(src, &info, out, waiter)?;
+                }
+            }
+            return Ok(Some(st));
+        }
+        if pat.source.is_some_and(|r| w.route(r).is_some()) {
+            // A sender on this host: nothing can come from the network.
+            return Ok(None);
+        }
+        let Some(net) = w.net_poll() else {
+            return Ok(None);
+        };
+        let Some((source, tag, len)) = net.borrow_mut().peek_matching(pat) else {
+            return Ok(None);
+        };
+        let st = Status { source, tag, len };
+        let Some(out) = buf.as_deref_mut() else {
+            return Ok(Some(st));
+        };
+        if len > out.len() {
+            return Err(RecvError::BufferTooSmall {
+                message: len,
+                buffer: out.len(),
+            });
+        }
+        let m = net.borrow_mut().take_matching(pat).expect("peeked");
+        out[..len].copy_from_slice(&m.data);
+        net.borrow_mut().recycle(m.data);
+        let mut e = w.eng();
+        e.counters.add(Counter::MsgsRecvd, 1);
+        e.counters.add(Counter::BytesRecvd, len as u64);
+        Ok(Some(st))
+    }
+
     /// Copies a fragmented message from ring `src` into `out` (exactly its size).
     fn copy_fragments(
         &self,
@@ -1315,7 +1526,10 @@ impl Endpoint {
                 let next = {
                     let mut e = w.eng();
                     e.refresh_fates();
-                    e.next_from(src, self.port)?
+                    // Our own queued sends move on while we wait: the sender may be waiting for
+                    // them before it writes the rest of this message.
+                    e.drive_pending();
+                    e.next_from(src, self.port, info.pos)?
                 };
                 match next {
                     Some(n)
@@ -1334,7 +1548,7 @@ impl Endpoint {
                             ),
                         })
                     }
-                    None => waiter.idle(w, self.port, Some(src))?,
+                    None => waiter.idle(w, self.port, Some(w.inner.l2g[src]))?,
                 }
             }
         }
@@ -1620,9 +1834,15 @@ impl Waiter {
     fn idle(&mut self, w: &World, port: u32, from: Option<usize>) -> Result<(), RecvError> {
         {
             let e = w.eng();
+            // `from` is a job rank; the rings and fates are indexed by local rank.
+            let local = from.map(|r| w.inner.g2l[r]);
             let dead = w
                 .net_dead_end(from)
-                .or_else(|| e.recv_dead_end(port, from))
+                .or_else(|| match local {
+                    Some(None) => None, // on another host: the network says when it is lost
+                    Some(Some(li)) => e.recv_dead_end(port, Some(li)),
+                    None => e.recv_dead_end(port, None),
+                })
                 .or_else(|| {
                     // A message half gathered from a rank that is gone will never be completed.
                     e.partials

@@ -669,6 +669,120 @@ fn whoami(w: &World, selfsend: bool) -> R {
     Ok(())
 }
 
+/// Matched receives: every rank but 0 sends `count` messages to rank 0's port 40 with tag
+/// `i % 3` and sizes from 0 B to several ring records. Rank 0 probes, then takes them with
+/// exact, any-source, any-tag and fully wild patterns, and checks that each is the first
+/// unreceived message of its sender that the pattern accepts (MPI's order) and intact.
+fn matching(w: &World, count: u64) -> R {
+    use std::collections::BTreeSet;
+    let n = w.size();
+    let me = w.rank();
+    if n < 2 {
+        return Err("match needs at least 2 ranks".into());
+    }
+    let sizes = [0usize, 8, 100, 4096, 70_000, 13];
+    let size_of = |from: usize, i: u64| sizes[(i as usize + from) % sizes.len()];
+    let ep = w.open(40)?;
+    if me != 0 {
+        // Non-blocking: rank 0 takes the messages in another order than they were sent, which a
+        // blocking send of a large (rendezvous) message would wait on forever, in MPI too.
+        let mut reqs = Vec::new();
+        for i in 0..count {
+            let size = size_of(me, i);
+            let mut m = vec![0u8; size];
+            fill(&mut m, seed_of(i, size, me));
+            reqs.push(ep.isend_tagged(0, (i % 3) as u32, m)?);
+        }
+        for r in reqs {
+            r.wait()?;
+        }
+        // Stay until rank 0 has checked everything.
+        let mut done = [0u8; 4];
+        ep.recv_matching(Some(0), Some(7), &mut done)?;
+        return Ok(());
+    }
+    // What each sender still has for us.
+    let mut left: Vec<BTreeSet<u64>> = (0..n)
+        .map(|r| {
+            if r == 0 {
+                BTreeSet::new()
+            } else {
+                (0..count).collect()
+            }
+        })
+        .collect();
+    let mut buf = vec![0u8; 100_000];
+    let mut take = |src: Option<usize>, tag: Option<u32>, left: &mut Vec<BTreeSet<u64>>| -> R {
+        let st = ep.recv_matching(src, tag, &mut buf)?;
+        if src.is_some_and(|s| s != st.source) || tag.is_some_and(|t| t != st.tag) {
+            return Err(format!("{st:?} does not match source {src:?} tag {tag:?}").into());
+        }
+        let want = *left[st.source]
+            .iter()
+            .find(|&&i| tag.is_none_or(|t| i % 3 == t as u64))
+            .ok_or_else(|| format!("{st:?}: nothing more was expected from that sender"))?;
+        left[st.source].remove(&want);
+        let size = size_of(st.source, want);
+        if st.tag as u64 != want % 3 || st.len != size {
+            return Err(format!(
+                "{st:?}: expected message {want} (tag {}, {size} B)",
+                want % 3
+            )
+            .into());
+        }
+        let mut m = vec![0u8; size];
+        fill(&mut m, seed_of(want, size, st.source));
+        if buf[..size] != m[..] {
+            return Err(format!(
+                "{st:?}: not message {want} of rank {}: order or content wrong",
+                st.source
+            )
+            .into());
+        }
+        Ok(())
+    };
+    // A probe says what the receive will take, and leaves it queued.
+    let st = ep.probe(Some(1), Some(2))?;
+    if (st.source, st.tag, st.len) != (1, 2, size_of(1, 2)) {
+        return Err(format!("probe saw {st:?}, expected message 2 of rank 1").into());
+    }
+    if ep.iprobe(None, Some(99))?.is_some() {
+        return Err("iprobe matched a tag nobody sent".into());
+    }
+    // Too small a buffer: an error naming both sizes, and the message stays queued.
+    let mut small = vec![0u8; st.len - 1];
+    match ep.recv_matching(Some(1), Some(2), &mut small) {
+        Err(volley::RecvError::BufferTooSmall { message, buffer })
+            if message == st.len && buffer == st.len - 1 => {}
+        other => return Err(format!("expected BufferTooSmall, got {other:?}").into()),
+    }
+    let tag2_from_1 = (0..count).filter(|i| i % 3 == 2).count();
+    for _ in 0..tag2_from_1 {
+        take(Some(1), Some(2), &mut left)?;
+    }
+    let tag1 = (1..n)
+        .map(|_| (0..count).filter(|i| i % 3 == 1).count())
+        .sum::<usize>();
+    for _ in 0..tag1 {
+        take(None, Some(1), &mut left)?;
+    }
+    if n > 2 {
+        // One exact-source, any-tag receive from the last rank.
+        take(Some(n - 1), None, &mut left)?;
+    }
+    while left.iter().any(|l| !l.is_empty()) {
+        take(None, None, &mut left)?;
+    }
+    if let Some(st) = ep.iprobe(None, None)? {
+        return Err(format!("a message nobody sent is queued: {st:?}").into());
+    }
+    for r in 1..n {
+        ep.send_tagged(r, 7, b"done")?;
+    }
+    println!("result: match received={} ok", count * (n as u64 - 1));
+    Ok(())
+}
+
 /// A World is Send: its endpoint moves to a new thread, exchanges messages there, comes back,
 /// works on the main thread, and moves again. Every message is checked.
 fn threads(w: &World, rounds: u64) -> R {
@@ -743,6 +857,7 @@ fn main() {
         }
         Some("alltoall") => alltoall(&world, num(1, 100)),
         Some("threads") => threads(&world, num(1, 200)),
+        Some("match") => matching(&world, num(1, 30)),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
         Some("active") => active(&world, num(1, 500)),
@@ -771,7 +886,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N");
             std::process::exit(2);
         }
     };

@@ -1,0 +1,122 @@
+//! Matching: which message a receive takes, decided on the envelope before any payload moves.
+//!
+//! Every message carries an envelope (context, source, tag, length): in the shared-memory record
+//! header and in the network DATA/RTS packets. A receive names a [`Pattern`]: one context, a
+//! source or any, a tag or any. The matcher is the same for both paths, in the shape of Open
+//! MPI's ob1 and MPICH's ch4 (unexpected messages searched in order, the envelope read first):
+//!
+//! - **Shared memory**: each ring from a sender is that sender's queue of unexpected messages,
+//!   in the order sent. A receive scans it in place for the first record whose envelope the
+//!   pattern accepts, looking past the others (which stay where they are for their own
+//!   receivers) without copying them; only the matched message's payload moves, straight into
+//!   the receiver's buffer (or lent in place).
+//! - **Network**: the protocol delivers each sender's messages in order into a per-context
+//!   inbox; a receive takes the first one the pattern accepts.
+//!
+//! Order: among the messages one sender sent to one context, a pattern always takes the first
+//! it accepts (MPI's non-overtaking rule). Between senders there is no order to keep; an
+//! any-source receive looks at the senders round-robin so none is starved.
+//!
+//! A Directed-Point endpoint is a pattern too: its port is the context, any source, any tag (and
+//! the tag of a Directed-Point message is its sending port). A context is used either through
+//! Directed-Point receives or through tagged receives, not both at once: a tagged receive never
+//! takes the middle of a message that a Directed-Point receive began gathering, and the reverse
+//! is not checked.
+
+/// What a receive accepts: one context, a source or any, a tag or any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    /// The context: a Directed-Point port, or a face's communicator.
+    pub context: u32,
+    /// Job rank of the sender, or None for any source.
+    pub source: Option<usize>,
+    /// The tag, or None for any tag.
+    pub tag: Option<u32>,
+}
+
+impl Pattern {
+    /// A receive from `source` (None: any) with `tag` (None: any) in `context`.
+    pub fn new(context: u32, source: Option<usize>, tag: Option<u32>) -> Pattern {
+        Pattern {
+            context,
+            source,
+            tag,
+        }
+    }
+
+    /// What a Directed-Point endpoint on `port` receives: everything sent to the port.
+    pub fn port(port: u32) -> Pattern {
+        Pattern::new(port, None, None)
+    }
+
+    /// Whether a message with this tag, in this pattern's context, is accepted (the source is
+    /// checked by where the matcher looks).
+    #[inline]
+    pub fn accepts_tag(&self, tag: u32) -> bool {
+        self.tag.is_none_or(|t| t == tag)
+    }
+
+    /// Whether a message from job rank `src` with `tag`, in this pattern's context, is accepted.
+    #[inline]
+    pub fn accepts_from(&self, src: usize, tag: u32) -> bool {
+        self.source.is_none_or(|s| s == src) && self.accepts_tag(tag)
+    }
+
+    /// A key that names this question exactly, for the rings' scan memo (see
+    /// `volley_shm::Consumer::scan`): context, tag or any, and which kind of record is wanted.
+    #[inline]
+    pub(crate) fn scan_key(&self, starts_only: bool) -> u128 {
+        let tag = match self.tag {
+            Some(t) => t as u128,
+            None => 1 << 32,
+        };
+        // Bits 0-31 context, 32-64 tag or any, 65 starts only; bit 127 keeps these keys apart
+        // from the Directed-Point keys the engine builds (which stay below 2^127).
+        (self.context as u128) | (tag << 32) | ((starts_only as u128) << 65) | (1 << 127)
+    }
+}
+
+/// What a matched receive or a probe learns: the envelope of the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Status {
+    /// Job rank of the sender.
+    pub source: usize,
+    pub tag: u32,
+    /// Length of the whole message, in bytes.
+    pub len: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_accept_what_they_should() {
+        let exact = Pattern::new(7, Some(3), Some(9));
+        assert!(exact.accepts_from(3, 9));
+        assert!(!exact.accepts_from(2, 9));
+        assert!(!exact.accepts_from(3, 8));
+        let any_src = Pattern::new(7, None, Some(9));
+        assert!(any_src.accepts_from(0, 9) && any_src.accepts_from(5, 9));
+        assert!(!any_src.accepts_from(0, 1));
+        let any_tag = Pattern::new(7, Some(1), None);
+        assert!(any_tag.accepts_from(1, 0) && any_tag.accepts_from(1, u32::MAX));
+        assert!(!any_tag.accepts_from(2, 0));
+        assert_eq!(Pattern::port(4), Pattern::new(4, None, None));
+    }
+
+    #[test]
+    fn scan_keys_name_questions_exactly() {
+        // Keys of different questions never collide (a collision would make a scan skip a
+        // record another question wants).
+        let mut seen = std::collections::HashSet::new();
+        for context in [0, 1, 7, u32::MAX] {
+            for tag in [None, Some(0), Some(1), Some(u32::MAX)] {
+                for starts in [false, true] {
+                    let k = Pattern::new(context, None, tag).scan_key(starts);
+                    assert!(seen.insert(k), "{context} {tag:?} {starts}");
+                }
+            }
+        }
+    }
+}
