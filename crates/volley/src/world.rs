@@ -721,20 +721,32 @@ impl Endpoint {
             Some(li) => li,
             None => return self.net_send(rank, context, tag, data, true),
         };
-        {
+        // One borrow for every check (each borrow is an atomic swap on the hot path).
+        let mut c = Cursor::default();
+        let single = {
             let mut e = w.eng();
             if let Some(l) = e.send_dead_end(rank) {
                 return Err(l.into());
             }
+            let single = e.use_single_copy(rank, data.len());
             if !e.pending[rank].is_empty() {
                 drop(e);
                 w.flush_pending_to(rank)?;
+            } else if !single {
+                // The common case, in this same borrow: the message fits the ring now.
+                let done = e.push(rank, tag, context, data, &mut c);
+                if done || c.off != 0 {
+                    e.ring_doorbell(rank);
+                }
+                if done {
+                    return Ok(());
+                }
             }
-        }
-        if w.eng().use_single_copy(rank, data.len()) {
+            single
+        };
+        if single {
             return self.send_single_copy(rank, context, tag, data);
         }
-        let mut c = Cursor::default();
         let mut b = Backoff::new();
         loop {
             {
@@ -1090,7 +1102,10 @@ impl Endpoint {
         let mut w = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         loop {
             if let Some(m) = self.recv_step()? {
-                w.finish(&self.world);
+                if !m.is_in_place() {
+                    // (recv_step disarmed already when it lent a message in place.)
+                    w.finish(&self.world);
+                }
                 return Ok(m);
             }
             w.idle(&self.world, self.port, None)?;
@@ -1116,11 +1131,25 @@ impl Endpoint {
         let w = &self.world;
         let dispatch = w.inner.dispatch_depth.get() == 0;
         loop {
+            // A whole message is taken in the same borrow that found it (each borrow is an
+            // atomic swap on the hot path).
+            let mut took = None;
             let poll = {
                 let mut e = w.eng();
                 e.refresh_fates();
                 e.drive_pending();
-                e.poll_port(self.port, dispatch)?
+                let p = e.poll_port(self.port, dispatch)?;
+                if let Poll::Found(src, info) = p {
+                    if info.kind == Kind::Whole {
+                        took = Some(e.rx[src].take_shared(&info));
+                        // What Waiter::finish would do, without another borrow.
+                        e.disarm();
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::ZeroCopyRecvs, 1);
+                        e.counters.add(Counter::BytesRecvd, info.len as u64);
+                    }
+                }
+                p
             };
             match poll {
                 Poll::Nothing => return Ok(self.net_take()),
@@ -1128,11 +1157,7 @@ impl Endpoint {
                     w.dispatch(src, info)?;
                 }
                 Poll::Found(src, info) if info.kind == Kind::Whole => {
-                    let mut e = w.eng();
-                    let held = e.rx[src].take_shared(&info);
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::ZeroCopyRecvs, 1);
-                    e.counters.add(Counter::BytesRecvd, info.len as u64);
+                    let held = took.expect("taken above");
                     return Ok(Some(Message {
                         world: w.clone(),
                         src: Source {
@@ -1190,7 +1215,25 @@ impl Endpoint {
                 let mut e = w.eng();
                 e.refresh_fates();
                 e.drive_pending();
-                e.poll_port(self.port, dispatch)?
+                let p = e.poll_port(self.port, dispatch)?;
+                // The common case in this same borrow (each borrow is an atomic swap): a whole
+                // message that fits.
+                if let Poll::Found(src, info) = p {
+                    if info.kind == Kind::Whole && info.len <= buf.len() {
+                        let held = e.rx[src].take(&info);
+                        buf[..info.len].copy_from_slice(e.rx[src].payload(&held));
+                        e.rx[src].release(held);
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::BytesRecvd, info.len as u64);
+                        e.disarm();
+                        let source = Source {
+                            rank: w.inner.l2g[src],
+                            port: info.tag,
+                        };
+                        return Ok((info.len, source));
+                    }
+                }
+                p
             };
             let (src, info) = match poll {
                 Poll::Nothing => {
