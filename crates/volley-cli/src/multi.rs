@@ -414,27 +414,33 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
         if let Some(o) = child.stdout.take() {
             let lock = out_lock.clone();
             std::thread::spawn(move || {
+                let mut out = Vec::new();
                 for line in BufReader::new(o).split(b'\n') {
                     let Ok(line) = line else { break };
+                    out.clear();
+                    if tag {
+                        let _ = write!(out, "[{g}] ");
+                    }
+                    out.extend_from_slice(&line);
+                    out.push(b'\n');
                     let _g = lock.lock();
                     let mut w = std::io::stdout().lock();
-                    if tag {
-                        let _ = write!(w, "[{g}] ");
-                    }
-                    let _ = w
-                        .write_all(&line)
-                        .and_then(|_| w.write_all(b"\n"))
-                        .and_then(|_| w.flush());
+                    let _ = w.write_all(&out).and_then(|_| w.flush());
                 }
             });
         }
         if let Some(e) = child.stderr.take() {
             std::thread::spawn(move || {
+                // Every agent of the job writes to the same stderr: a line goes out in one
+                // write, so that lines of ranks on different hosts never interleave mid-line.
+                let mut out = Vec::new();
                 for line in BufReader::new(e).split(b'\n') {
                     let Ok(line) = line else { break };
-                    let mut w = std::io::stderr().lock();
-                    let _ = write!(w, "[{g}] ");
-                    let _ = w.write_all(&line).and_then(|_| w.write_all(b"\n"));
+                    out.clear();
+                    let _ = write!(out, "[{g}] ");
+                    out.extend_from_slice(&line);
+                    out.push(b'\n');
+                    let _ = std::io::stderr().lock().write_all(&out);
                 }
             });
         }
