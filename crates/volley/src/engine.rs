@@ -94,8 +94,6 @@ pub(crate) struct Engine {
     pub progress: Option<crate::progress::ProgressThread>,
     /// The job rank of each local rank (the rings are indexed by local rank).
     pub l2g: Vec<usize>,
-    /// The local rank of each job rank, None for ranks on other hosts.
-    pub g2l: Vec<Option<usize>>,
     /// Other ranks of the job are on other hosts: "every local peer finished" does not mean
     /// nothing more can arrive.
     pub multi_node: bool,
@@ -154,7 +152,6 @@ impl Engine {
             single_copy_threshold,
             progress: None,
             l2g: (0..n).collect(),
-            g2l: (0..n).map(Some).collect(),
             multi_node: false,
         }
     }
@@ -200,6 +197,17 @@ impl Engine {
             None => self.counters.add(Counter::BackPressure, 1),
         }
         pos
+    }
+
+    /// Copies the whole message `info` from the ring of `src` into the front of `out` (which
+    /// must hold it) and frees its record.
+    #[inline]
+    pub fn copy_whole(&mut self, src: usize, info: &RecordInfo, out: &mut [u8]) {
+        let held = self.rx[src].take(info);
+        out[..info.len].copy_from_slice(self.rx[src].payload(&held));
+        self.rx[src].release(held);
+        self.counters.add(Counter::MsgsRecvd, 1);
+        self.counters.add(Counter::BytesRecvd, info.len as u64);
     }
 
     /// Marks the single-copy sends the receivers have finished. Returns how many completed.
@@ -409,17 +417,17 @@ impl Engine {
     }
 
     /// The first message start (a whole message, a first fragment or a single-copy descriptor)
-    /// in the incoming rings whose envelope `pat` accepts, with the local rank of its ring. Looks
-    /// at the ring of `pat.source` only when it names one (none when that rank is on another
-    /// host), otherwise at every ring, round-robin from the one served last. See `matching`.
+    /// whose envelope `pat` accepts, with the local rank of its ring: in the ring from local rank
+    /// `ring`, or with None in every ring, round-robin from the one served last. See `matching`.
     #[inline]
-    pub fn poll_match(&mut self, pat: &Pattern) -> Result<Option<(usize, RecordInfo)>, RecvError> {
+    pub fn poll_match(
+        &mut self,
+        pat: &Pattern,
+        ring: Option<usize>,
+    ) -> Result<Option<(usize, RecordInfo)>, RecvError> {
         let key = pat.scan_key(true);
-        let (first, count) = match pat.source {
-            Some(g) => match self.g2l.get(g).copied().flatten() {
-                Some(li) => (li, 1),
-                None => return Ok(None),
-            },
+        let (first, count) = match ring {
+            Some(li) => (li, 1),
             None => (self.rr, self.n),
         };
         for i in 0..count {

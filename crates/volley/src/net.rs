@@ -181,7 +181,6 @@ pub(crate) struct Net {
     /// Ranks that left: lost (Unreachable) or said goodbye (Finished).
     pub lost: Vec<(usize, crate::Fate)>,
     /// Reliable or best effort, per local port.
-    best_effort_ports: Vec<u32>,
     /// The remote ranks.
     pub remote: Vec<usize>,
 }
@@ -275,7 +274,6 @@ impl Net {
             t0,
             inbox: Vec::new(),
             lost: Vec::new(),
-            best_effort_ports: Vec::new(),
             remote,
         })
     }
@@ -365,6 +363,7 @@ impl Net {
         tag: u32,
         context: u32,
         data: &[u8],
+        how: Reliability,
     ) -> Result<(), bool> {
         if !self.proto.can_send(dst as u32, data.len()) {
             if self.proto.is_lost(dst as u32) {
@@ -374,7 +373,7 @@ impl Net {
         }
         let mut buf = self.proto.buffer(data.len());
         buf.copy_from_slice(data);
-        self.send_owned(dst, tag, context, buf)
+        self.send_owned(dst, tag, context, buf, how)
             .map_err(|(_, lost)| lost)
     }
 
@@ -385,12 +384,8 @@ impl Net {
         tag: u32,
         context: u32,
         data: Vec<u8>,
+        how: Reliability,
     ) -> Result<(), (Vec<u8>, bool)> {
-        let how = if self.best_effort_ports.contains(&tag) {
-            Reliability::BestEffort
-        } else {
-            Reliability::Reliable
-        };
         let now = self.now();
         match self.proto.send(now, dst as u32, tag, context, data, how) {
             Ok(()) => {
@@ -410,13 +405,6 @@ impl Net {
 
     pub fn recycle(&mut self, v: Vec<u8>) {
         self.proto.recycle(v)
-    }
-
-    pub fn set_best_effort(&mut self, port: u32, on: bool) {
-        self.best_effort_ports.retain(|&p| p != port);
-        if on {
-            self.best_effort_ports.push(port);
-        }
     }
 
     /// The next message for `port`, if one has arrived.

@@ -108,7 +108,6 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.l2g = l2g.clone();
-        eng.g2l = g2l.clone();
         eng.multi_node = attached.info.is_multi_node();
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => {
@@ -242,6 +241,7 @@ impl World {
             port,
             target: AtomicU64::new(NO_TARGET),
             wait: AtomicU64::new(wait_to_bits(self.inner.cfg.wait)),
+            best_effort: AtomicBool::new(false),
         })
     }
 
@@ -661,6 +661,9 @@ pub struct Endpoint {
     target: AtomicU64,
     /// The wait mode, see wait_to_bits.
     wait: AtomicU64,
+    /// GAMMA's best-effort mode for messages to other hosts (a property of the sending endpoint,
+    /// whatever tag a message carries).
+    best_effort: AtomicBool,
 }
 
 impl Endpoint {
@@ -684,9 +687,7 @@ impl Endpoint {
     /// acknowledged or retransmitted, lost whole if a fragment is lost, not ordered with the
     /// reliable messages. Messages within a host are always reliable.
     pub fn set_best_effort(&self, on: bool) {
-        if let Some(n) = self.world.inner.net.as_ref() {
-            n.borrow_mut().set_best_effort(self.port, on);
-        }
+        self.best_effort.store(on, Ordering::Relaxed);
     }
 
     /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
@@ -781,11 +782,16 @@ impl Endpoint {
         wait: bool,
     ) -> Result<(), SendError> {
         let w = &self.world;
+        let how = if self.best_effort.load(Ordering::Relaxed) {
+            volley_proto::Reliability::BestEffort
+        } else {
+            volley_proto::Reliability::Reliable
+        };
         let mut b = Backoff::new();
         loop {
             let r = {
                 // No pump first: a message that fits goes out at once, one system call.
-                w.net().try_send(rank, tag, context, data)
+                w.net().try_send(rank, tag, context, data, how)
             };
             match r {
                 Ok(()) => {
@@ -1220,11 +1226,7 @@ impl Endpoint {
                 // message that fits.
                 if let Poll::Found(src, info) = p {
                     if info.kind == Kind::Whole && info.len <= buf.len() {
-                        let held = e.rx[src].take(&info);
-                        buf[..info.len].copy_from_slice(e.rx[src].payload(&held));
-                        e.rx[src].release(held);
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::BytesRecvd, info.len as u64);
+                        e.copy_whole(src, &info, buf);
                         e.disarm();
                         let source = Source {
                             rank: w.inner.l2g[src],
@@ -1297,14 +1299,7 @@ impl Endpoint {
             let mut e = w.eng();
             match info.kind {
                 Kind::Whole => {
-                    let held = e.rx[src].take(&info);
-                    buf[..info.len].copy_from_slice(e.rx[src].payload(&held));
-                    e.rx[src].release(held);
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, info.len as u64);
-                    drop(e);
-                    waiter.finish(w);
-                    return Ok((info.len, source));
+                    unreachable!("a whole message that fits is taken in the poll's borrow")
                 }
                 Kind::Rndv => {
                     // Single copy: straight from the sender's memory into the caller's buffer.
@@ -1452,11 +1447,18 @@ impl Endpoint {
         waiter: &mut Waiter,
     ) -> Result<Option<Status>, RecvError> {
         let w = &self.world;
+        // The ring to look at: the source's, or every ring for any source; none when the
+        // source is on another host.
+        let ring = pat.source.map(|r| w.route(r));
         let found = {
             let mut e = w.eng();
             e.refresh_fates();
             e.drive_pending();
-            e.poll_match(pat)?
+            match ring {
+                Some(None) => None,
+                Some(Some(li)) => e.poll_match(pat, Some(li))?,
+                None => e.poll_match(pat, None)?,
+            }
         };
         if let Some((src, info)) = found {
             let st = Status {
@@ -1476,13 +1478,7 @@ impl Endpoint {
             let out = &mut out[..st.len];
             let mut e = w.eng();
             match info.kind {
-                Kind::Whole => {
-                    let held = e.rx[src].take(&info);
-                    out.copy_from_slice(e.rx[src].payload(&held));
-                    e.rx[src].release(held);
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, st.len as u64);
-                }
+                Kind::Whole => e.copy_whole(src, &info, out),
                 Kind::Rndv => {
                     // Single copy: from the sender's memory straight into the caller's buffer.
                     copy_single(&mut e, src, &info, Dest::Slice(out))?;
@@ -1497,7 +1493,7 @@ impl Endpoint {
             }
             return Ok(Some(st));
         }
-        if pat.source.is_some_and(|r| w.route(r).is_some()) {
+        if matches!(ring, Some(Some(_))) {
             // A sender on this host: nothing can come from the network.
             return Ok(None);
         }
