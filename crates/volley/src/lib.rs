@@ -19,23 +19,35 @@
 //! waiting on a peer that died fails with [`PeerLost`] instead of hanging.
 #![forbid(unsafe_code)]
 
+mod active;
 mod backoff;
 mod bootstrap;
 mod config;
 mod counters;
+mod endpoint;
 mod engine;
 mod error;
+mod matched;
 mod matching;
+mod message;
 mod modes;
 mod net;
 mod progress;
+mod recv;
+mod request;
+mod send;
+mod wait;
 mod world;
 
+pub use active::ActivePort;
 pub use bootstrap::{JobInfo, JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};
 pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{Counter, COUNTERS};
+pub use endpoint::Endpoint;
 pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
 pub use matching::{Pattern, Status};
+pub use message::{Message, Source};
 pub use modes::single_copy_unavailable;
 pub use net::{describe_transports, host_ipv4};
-pub use world::{ActivePort, Endpoint, Message, SendRequest, Source, World};
+pub use request::SendRequest;
+pub use world::World;

@@ -1,0 +1,99 @@
+//! Directed-Point endpoints: opening a port, targets, per-endpoint modes, the pollable descriptor.
+
+use crate::config::WaitMode;
+use crate::error::SendError;
+use crate::world::World;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A Directed-Point endpoint: a port of this process from which messages are sent to targets and
+/// at which messages from any rank are received. Closed on drop.
+pub struct Endpoint {
+    pub(crate) world: World,
+    pub(crate) port: u32,
+    /// (rank + 1) << 32 | port, or NO_TARGET. Atomics (relaxed: one owner at a time) rather
+    /// than Cells, so that an endpoint is Sync like its world.
+    pub(crate) target: AtomicU64,
+    /// The wait mode, see wait_to_bits.
+    pub(crate) wait: AtomicU64,
+    /// GAMMA's best-effort mode for messages to other hosts (a property of the sending endpoint,
+    /// whatever tag a message carries).
+    pub(crate) best_effort: AtomicBool,
+}
+
+impl AsRawFd for Endpoint {
+    /// The process's doorbell: readable when a message has arrived since the last
+    /// [`Endpoint::try_recv`] that returned None. Shared by all endpoints of the process, so a
+    /// wake-up may be for another endpoint; call try_recv to find out.
+    /// In a job over several hosts it is an epoll descriptor over the doorbell and the network
+    /// socket, readable when either is (packets may also be acknowledgements).
+    fn as_raw_fd(&self) -> RawFd {
+        if let Some(ep) = self.world.inner.poll_fd.as_ref() {
+            return ep.as_raw_fd();
+        }
+        self.world.eng().doorbell().raw()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let mut e = self.world.eng();
+        e.ports.retain(|(p, _)| *p != self.port);
+        e.ports_gen += 1;
+    }
+}
+
+pub(crate) const NO_TARGET: u64 = 0;
+
+pub(crate) fn wait_to_bits(m: WaitMode) -> u64 {
+    match m {
+        WaitMode::Block => u64::MAX,
+        WaitMode::BusyPoll => u64::MAX - 1,
+        WaitMode::SpinThenBlock(d) => (d.as_nanos() as u64).min(u64::MAX - 2),
+    }
+}
+
+pub(crate) fn wait_from_bits(b: u64) -> WaitMode {
+    match b {
+        u64::MAX => WaitMode::Block,
+        x if x == u64::MAX - 1 => WaitMode::BusyPoll,
+        ns => WaitMode::SpinThenBlock(std::time::Duration::from_nanos(ns)),
+    }
+}
+
+impl Endpoint {
+    pub fn port(&self) -> u32 {
+        self.port
+    }
+
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Sets the default destination of [`Endpoint::send`] and friends.
+    pub fn target(&self, rank: usize, port: u32) -> Result<(), SendError> {
+        self.world.check_rank(rank)?;
+        self.target
+            .store(((rank as u64 + 1) << 32) | port as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// GAMMA's best-effort mode for this endpoint's messages to other hosts: sent once, never
+    /// acknowledged or retransmitted, lost whole if a fragment is lost, not ordered with the
+    /// reliable messages. Messages within a host are always reliable.
+    pub fn set_best_effort(&self, on: bool) {
+        self.best_effort.store(on, Ordering::Relaxed);
+    }
+
+    /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
+    pub fn set_wait_mode(&self, mode: WaitMode) {
+        self.wait.store(wait_to_bits(mode), Ordering::Relaxed);
+    }
+
+    pub(crate) fn dest(&self) -> Result<(usize, u32), SendError> {
+        match self.target.load(Ordering::Relaxed) {
+            NO_TARGET => Err(SendError::NoTarget { port: self.port }),
+            t => Ok(((t >> 32) as usize - 1, t as u32)),
+        }
+    }
+}
