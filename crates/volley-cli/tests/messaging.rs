@@ -50,6 +50,24 @@ fn matched_receives_take_the_first_message_each_pattern_accepts() {
     }
 }
 
+/// Requests on the caller's buffers: posted receives match in the order posted (exact and
+/// wildcard patterns), wait any/some/all, test all, cancel, a spent handle, and large receives
+/// posted before and after their message arrives; nothing passes through a staging buffer.
+#[test]
+fn requests_on_callers_buffers_complete_in_posting_order() {
+    for env in [
+        &[][..],
+        &[("VOLLEY_SHM_RECORD_BYTES", "256")][..],
+        &[("VOLLEY_SINGLE_COPY_THRESHOLD", "4096")][..],
+        &[("VOLLEY_PROGRESS_THREAD", "1")][..],
+        &[("VOLLEY_WAIT", "block")][..],
+    ] {
+        let out = ok(volley(&["-n", "5", CHECK, "requests", "30"], env));
+        assert_eq!(values(&out, "received"), vec!["124"], "{env:?}: {out}");
+        assert_eq!(values(&out, "staging"), vec!["0"], "{env:?}: {out}");
+    }
+}
+
 #[test]
 fn a_world_moves_to_another_thread_and_works_there() {
     let out = ok(volley(&["-n", "2", CHECK, "threads", "300"], &[]));

@@ -270,6 +270,17 @@ fn matched_receives_keep_order_across_hosts_and_shared_memory() {
     }
 }
 
+/// Requests on the caller's buffers behave the same with senders on other hosts: posting order,
+/// wildcards, wait any/some/all, cancel, large receives posted before and after arrival.
+#[test]
+fn requests_complete_in_posting_order_across_hosts() {
+    let h = Hosts::new(3, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(4, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "requests", "20"]));
+        assert_eq!(values(&out, "received"), vec!["64"], "{t}: {out}");
+    }
+}
+
 /// A World moved to another thread keeps its network side working there.
 #[test]
 fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {

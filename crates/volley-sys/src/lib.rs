@@ -8,6 +8,7 @@
 //! the waiting protocol calls only when a receiver has said it is asleep.
 
 mod exclusive;
+pub mod lend;
 pub mod net;
 
 pub use exclusive::{Exclusive, ExclusiveGuard};

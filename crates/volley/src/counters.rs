@@ -23,6 +23,7 @@ pub enum Counter {
     SingleCopyRecvs,
     SingleCopyBytes,
     ProgressThreadSends,
+    StagingCopies,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -105,9 +106,14 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "messages",
         "non-blocking sends finished by the progress thread",
     ),
+    (
+        "staging_copies",
+        "messages",
+        "messages copied through an intermediate buffer on their way into the caller's buffer",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::ProgressThreadSends as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::StagingCopies as usize + 1);
 // Every counter fits the block a rank publishes them in.
 const _: () = assert!(COUNTERS.len() <= volley_shm::RANK_COUNTERS);
 

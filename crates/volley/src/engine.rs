@@ -25,12 +25,45 @@ pub(crate) struct Cursor {
     pub started: bool,
 }
 
+/// The bytes of a non-blocking send: a buffer the request owns and gives back, or the caller's
+/// memory lent for the length of the request (the loan ends when this is dropped).
+pub(crate) enum Payload {
+    Owned(Vec<u8>),
+    Lent(volley_sys::lend::RawBuf),
+}
+
+impl Payload {
+    /// The owned buffer back (empty for lent memory, whose loan this ends).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Lent(_) => Vec::new(),
+        }
+    }
+}
+
+impl Default for Payload {
+    fn default() -> Payload {
+        Payload::Owned(Vec::new())
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Lent(b) => b.as_slice(),
+        }
+    }
+}
+
 /// A non-blocking send that found its ring full, queued in order behind earlier ones.
 pub(crate) struct Pending {
     pub dst: usize,
     pub tag: u32,
     pub context: u32,
-    pub data: Vec<u8>,
+    pub data: Payload,
     pub cursor: Cursor,
     /// Goes by single copy: only a descriptor enters the ring.
     pub rndv: bool,
@@ -288,9 +321,9 @@ impl Engine {
         dst: usize,
         tag: u32,
         context: u32,
-        data: Vec<u8>,
+        data: Payload,
         cursor: Cursor,
-    ) -> Result<std::sync::Arc<crate::progress::LentState>, Vec<u8>> {
+    ) -> Result<std::sync::Arc<crate::progress::LentState>, Payload> {
         let Some(p) = self.progress.as_mut() else {
             return Err(data);
         };
@@ -326,6 +359,15 @@ impl Engine {
                 Err(l.data)
             }
         }
+    }
+
+    /// Drops a queued or in-flight send to `dst`, which has left the job, so that its buffer is
+    /// released.
+    pub fn forget_send(&mut self, dst: usize, p: &Arc<volley_sys::Exclusive<Pending>>) {
+        let before = self.pending[dst].len();
+        self.pending[dst].retain(|q| !Arc::ptr_eq(q, p));
+        self.npending -= before - self.pending[dst].len();
+        self.inflight.retain(|q| !Arc::ptr_eq(q, p));
     }
 
     /// Pushes queued non-blocking sends (and notes finished single copies). Returns how many

@@ -49,5 +49,6 @@ pub use matching::{Pattern, Status};
 pub use message::{Message, Source};
 pub use modes::single_copy_unavailable;
 pub use net::{describe_transports, host_ipv4};
-pub use request::SendRequest;
+pub use request::{RequestError, RequestId, Scope, SendRequest};
+pub use volley_sys::lend::{RawBuf, RawBufMut};
 pub use world::World;

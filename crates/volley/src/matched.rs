@@ -8,6 +8,7 @@ use crate::error::RecvError;
 use crate::matching::{Pattern, Status};
 use crate::recv::{copy_single, Dest};
 use crate::wait::Waiter;
+use crate::world::World;
 use std::sync::atomic::Ordering;
 use volley_shm::{Kind, RecordInfo};
 
@@ -27,7 +28,7 @@ impl Endpoint {
         let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         let mut buf = Some(buf);
         loop {
-            if let Some(st) = self.match_step(&pat, &mut buf, &mut waiter)? {
+            if let Some(st) = self.step(&pat, &mut buf, &mut waiter)? {
                 waiter.finish(&self.world);
                 return Ok(st);
             }
@@ -47,7 +48,7 @@ impl Endpoint {
         let pat = self.pattern(source, tag)?;
         let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         let mut buf = Some(buf);
-        let r = self.match_step(&pat, &mut buf, &mut waiter);
+        let r = self.step(&pat, &mut buf, &mut waiter);
         waiter.finish(&self.world);
         r
     }
@@ -61,7 +62,7 @@ impl Endpoint {
     ) -> Result<Option<Status>, RecvError> {
         let pat = self.pattern(source, tag)?;
         let mut waiter = Waiter::new(WaitMode::BusyPoll);
-        self.match_step(&pat, &mut None, &mut waiter)
+        self.step(&pat, &mut None, &mut waiter)
     }
 
     /// Waits until a message from `source` with `tag` has arrived and returns its envelope; the
@@ -70,11 +71,33 @@ impl Endpoint {
         let pat = self.pattern(source, tag)?;
         let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
         loop {
-            if let Some(st) = self.match_step(&pat, &mut None, &mut waiter)? {
+            if let Some(st) = self.step(&pat, &mut None, &mut waiter)? {
                 waiter.finish(&self.world);
                 return Ok(st);
             }
             waiter.idle(&self.world, self.port, source)?;
+        }
+    }
+
+    /// One attempt of a blocking or non-blocking matched receive: receives posted earlier
+    /// (see `request`) are offered the messages first, as MPI orders them.
+    fn step(
+        &self,
+        pat: &Pattern,
+        buf: &mut Option<&mut [u8]>,
+        waiter: &mut Waiter,
+    ) -> Result<Option<Status>, RecvError> {
+        let w = &self.world;
+        loop {
+            w.drive_posted();
+            let veto = |st: &Status| w.posted_accepts(pat.context, st, usize::MAX);
+            match w.match_step(pat, buf, waiter, &veto, false)? {
+                Step::Nothing => return Ok(None),
+                Step::Done(st) => return Ok(Some(st)),
+                // A receive posted earlier takes it: offer it there, then look again.
+                Step::Vetoed => continue,
+                Step::Started(..) => unreachable!("not incremental"),
+            }
         }
     }
 
@@ -93,16 +116,44 @@ impl Endpoint {
         }
         Ok(Pattern::new(self.port, source, tag))
     }
+}
 
+/// A fragmented message being copied into a caller's buffer: the ring it comes from, where its
+/// latest fragment sat and how many bytes have arrived.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gathering {
+    pub src: usize,
+    pub pos: u64,
+    pub off: usize,
+}
+
+/// The outcome of one matching attempt.
+pub(crate) enum Step {
+    /// No message matches yet.
+    Nothing,
+    /// A message matches, but a receive posted earlier accepts it too and must get it first.
+    Vetoed,
+    /// The message is in the buffer (or, for a probe, its envelope is known).
+    Done(Status),
+    /// The first fragments are in the buffer; the rest follow (see [`World::more_fragments`]).
+    Started(Status, Gathering),
+}
+
+impl World {
     /// One non-blocking attempt at a matched receive (`buf` Some) or a probe (`buf` None):
-    /// the rings first, then the network. Runs due active-port handlers on the way.
+    /// the rings first, then the network. Runs due active-port handlers on the way. `veto` is
+    /// asked about a matching message before anything moves (MPI's order among receives
+    /// posted earlier). A fragmented message is copied whole, waiting for its fragments, unless
+    /// `incremental`, when the copy stops at the fragments that have arrived.
     pub(crate) fn match_step(
         &self,
         pat: &Pattern,
         buf: &mut Option<&mut [u8]>,
         waiter: &mut Waiter,
-    ) -> Result<Option<Status>, RecvError> {
-        let w = &self.world;
+        veto: &dyn Fn(&Status) -> bool,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        let w = self;
         // The ring to look at: the source's, or every ring for any source; none when the
         // source is on another host.
         let ring = pat.source.map(|r| w.route(r));
@@ -122,8 +173,11 @@ impl Endpoint {
                 tag: info.tag,
                 len: info.total_len as usize,
             };
+            if veto(&st) {
+                return Ok(Step::Vetoed);
+            }
             let Some(out) = buf.as_deref_mut() else {
-                return Ok(Some(st));
+                return Ok(Step::Done(st));
             };
             if st.len > out.len() {
                 return Err(RecvError::BufferTooSmall {
@@ -144,24 +198,39 @@ impl Endpoint {
                 _ => {
                     // A first fragment: the rest follow in this ring, into the caller's buffer.
                     drop(e);
-                    self.copy_fragments(src, &info, out, waiter)?;
+                    let mut g = Gathering {
+                        src,
+                        pos: info.pos,
+                        off: 0,
+                    };
+                    if !w.take_fragment(pat.context, &mut g, &info, out)? {
+                        if incremental {
+                            return Ok(Step::Started(st, g));
+                        }
+                        while !w.more_fragments(pat.context, &mut g, out)? {
+                            waiter.idle(w, pat.context, Some(st.source))?;
+                        }
+                    }
                 }
             }
-            return Ok(Some(st));
+            return Ok(Step::Done(st));
         }
         if matches!(ring, Some(Some(_))) {
             // A sender on this host: nothing can come from the network.
-            return Ok(None);
+            return Ok(Step::Nothing);
         }
         let Some(net) = w.net_poll() else {
-            return Ok(None);
+            return Ok(Step::Nothing);
         };
         let Some((source, tag, len)) = net.borrow_mut().peek_matching(pat) else {
-            return Ok(None);
+            return Ok(Step::Nothing);
         };
         let st = Status { source, tag, len };
+        if veto(&st) {
+            return Ok(Step::Vetoed);
+        }
         let Some(out) = buf.as_deref_mut() else {
-            return Ok(Some(st));
+            return Ok(Step::Done(st));
         };
         if len > out.len() {
             return Err(RecvError::BufferTooSmall {
@@ -175,77 +244,108 @@ impl Endpoint {
         let mut e = w.eng();
         e.counters.add(Counter::MsgsRecvd, 1);
         e.counters.add(Counter::BytesRecvd, len as u64);
-        Ok(Some(st))
+        // The protocol reassembled the message in a buffer of its own (see issue 9's network
+        // path: a posted receive's buffer is not yet handed to the protocol).
+        e.counters.add(Counter::StagingCopies, 1);
+        Ok(Step::Done(st))
     }
 
-    /// Copies a fragmented message from ring `src` into `out` (exactly its size).
+    /// Copies the fragment `info` of the message `g` gathers into `out` (exactly the message's
+    /// size). Returns true when the message is complete.
+    fn take_fragment(
+        &self,
+        port: u32,
+        g: &mut Gathering,
+        info: &RecordInfo,
+        out: &mut [u8],
+    ) -> Result<bool, RecvError> {
+        let src = g.src;
+        let mut e = self.eng();
+        let end = g.off + info.len;
+        if end > out.len() {
+            return Err(RecvError::Corrupt {
+                rank: self.inner.l2g[src],
+                why: format!("fragments exceed the message length {}", out.len()),
+            });
+        }
+        let held = e.rx[src].take(info);
+        out[g.off..end].copy_from_slice(e.rx[src].payload(&held));
+        e.rx[src].release(held);
+        e.counters.add(Counter::Fragments, 1);
+        g.off = end;
+        g.pos = info.pos;
+        if info.kind == Kind::Last || g.off == out.len() {
+            if info.kind != Kind::Last && !(info.kind == Kind::First && g.off == out.len()) {
+                return Err(RecvError::Corrupt {
+                    rank: self.inner.l2g[src],
+                    why: format!("message on port {port} ended without a last fragment"),
+                });
+            }
+            e.counters.add(Counter::MsgsRecvd, 1);
+            e.counters.add(Counter::BytesRecvd, out.len() as u64);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Copies the fragments of `g`'s message that have arrived into `out`; true once it is
+    /// complete. Never waits.
+    pub(crate) fn more_fragments(
+        &self,
+        port: u32,
+        g: &mut Gathering,
+        out: &mut [u8],
+    ) -> Result<bool, RecvError> {
+        loop {
+            let next = {
+                let mut e = self.eng();
+                e.refresh_fates();
+                // Our own queued sends move on while we wait: the sender may be waiting for
+                // them before it writes the rest of this message.
+                e.drive_pending();
+                e.next_from(g.src, port, g.pos)?
+            };
+            match next {
+                Some(n) if n.context == port && matches!(n.kind, Kind::Middle | Kind::Last) => {
+                    if self.take_fragment(port, g, &n, out)? {
+                        return Ok(true);
+                    }
+                }
+                Some(n) => {
+                    return Err(RecvError::Corrupt {
+                        rank: self.inner.l2g[g.src],
+                        why: format!(
+                            "{:?} record for port {} inside a fragmented message",
+                            n.kind, n.context
+                        ),
+                    })
+                }
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Copies a fragmented message whose first fragment is `first` from ring `src` into `out`
+    /// (exactly its size), waiting for the fragments its sender is still writing.
     pub(crate) fn copy_fragments(
         &self,
+        port: u32,
         src: usize,
         first: &RecordInfo,
         out: &mut [u8],
         waiter: &mut Waiter,
     ) -> Result<(), RecvError> {
-        let w = &self.world;
-        let mut info = *first;
-        let mut off = 0;
-        loop {
-            {
-                let mut e = w.eng();
-                let end = off + info.len;
-                if end > out.len() {
-                    return Err(RecvError::Corrupt {
-                        rank: w.inner.l2g[src],
-                        why: format!("fragments exceed the message length {}", out.len()),
-                    });
-                }
-                let held = e.rx[src].take(&info);
-                out[off..end].copy_from_slice(e.rx[src].payload(&held));
-                e.rx[src].release(held);
-                e.counters.add(Counter::Fragments, 1);
-                off = end;
-                if info.kind == Kind::Last || off == out.len() {
-                    if info.kind != Kind::Last && !(info.kind == Kind::First && off == out.len()) {
-                        return Err(RecvError::Corrupt {
-                            rank: w.inner.l2g[src],
-                            why: "message ended without a last fragment".into(),
-                        });
-                    }
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, out.len() as u64);
-                    return Ok(());
-                }
-            }
-            // Wait for the next fragment on this ring only.
-            loop {
-                let next = {
-                    let mut e = w.eng();
-                    e.refresh_fates();
-                    // Our own queued sends move on while we wait: the sender may be waiting for
-                    // them before it writes the rest of this message.
-                    e.drive_pending();
-                    e.next_from(src, self.port, info.pos)?
-                };
-                match next {
-                    Some(n)
-                        if n.context == self.port
-                            && matches!(n.kind, Kind::Middle | Kind::Last) =>
-                    {
-                        info = n;
-                        break;
-                    }
-                    Some(n) => {
-                        return Err(RecvError::Corrupt {
-                            rank: w.inner.l2g[src],
-                            why: format!(
-                                "{:?} record for port {} inside a fragmented message",
-                                n.kind, n.context
-                            ),
-                        })
-                    }
-                    None => waiter.idle(w, self.port, Some(w.inner.l2g[src]))?,
-                }
-            }
+        let mut g = Gathering {
+            src,
+            pos: first.pos,
+            off: 0,
+        };
+        if self.take_fragment(port, &mut g, first, out)? {
+            return Ok(());
         }
+        while !self.more_fragments(port, &mut g, out)? {
+            waiter.idle(self, port, Some(self.inner.l2g[src]))?;
+        }
+        Ok(())
     }
 }

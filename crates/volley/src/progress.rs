@@ -10,7 +10,7 @@
 
 use crate::backoff::Backoff;
 use crate::counters::{Counter, Counters};
-use crate::engine::{push_records, ring_doorbell_of, Cursor};
+use crate::engine::{push_records, ring_doorbell_of, Cursor, Payload};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,7 @@ pub(crate) struct LentState {
     /// The destination went away before the message was written.
     pub failed: AtomicBool,
     /// The buffer, given back to the application when done.
-    pub data: Mutex<Option<Vec<u8>>>,
+    pub data: Mutex<Option<Payload>>,
 }
 
 pub(crate) struct Lend {
@@ -32,7 +32,7 @@ pub(crate) struct Lend {
     pub producer: Producer,
     pub tag: u32,
     pub context: u32,
-    pub data: Vec<u8>,
+    pub data: Payload,
     pub cursor: Cursor,
     pub state: Arc<LentState>,
 }

@@ -307,6 +307,7 @@ impl Endpoint {
                             let mut e = w.eng();
                             e.counters.add(Counter::MsgsRecvd, 1);
                             e.counters.add(Counter::BytesRecvd, len as u64);
+                            e.counters.add(Counter::StagingCopies, 1);
                             drop(e);
                             waiter.finish(w);
                             return Ok((len, src));
@@ -363,7 +364,13 @@ impl Endpoint {
                 Kind::First => {
                     // Copy the fragments straight into the caller's buffer as they come.
                     drop(e);
-                    self.copy_fragments(src, &info, &mut buf[..total], &mut waiter)?;
+                    self.world.copy_fragments(
+                        self.port,
+                        src,
+                        &info,
+                        &mut buf[..total],
+                        &mut waiter,
+                    )?;
                     waiter.finish(w);
                     return Ok((total, source));
                 }
@@ -372,6 +379,7 @@ impl Endpoint {
                     if let Some((v, tag)) = gather(&mut e, self.port, src, &info)? {
                         buf[..v.len()].copy_from_slice(&v);
                         let n = v.len();
+                        e.counters.add(Counter::StagingCopies, 1);
                         e.counters.add(Counter::MsgsRecvd, 1);
                         e.counters.add(Counter::BytesRecvd, n as u64);
                         e.spare = Some(v);

@@ -1,30 +1,117 @@
-//! Non-blocking sends in flight.
+//! Requests: non-blocking operations in flight, and waiting for one, any, some or all of them.
+//!
+//! Two shapes:
+//! - [`SendRequest`] owns the buffer of an [`Endpoint::isend`] and gives it back when the send is
+//!   done (the Directed-Point face).
+//! - The **request table** serves operations on the caller's own memory, the shape the MPI, C
+//!   and Python faces need: [`Endpoint::isend_lent`] and [`Endpoint::irecv_lent`] take memory
+//!   lent through [`volley_sys::lend`] (raw for the faces, or Rust borrows in a
+//!   [`World::scope`]) and return a [`RequestId`], a plain pair of integers the face keeps in an
+//!   `MPI_Request`. [`World::test`], [`World::wait`] and their `_any`, `_some` and `_all` forms
+//!   complete them.
+//!
+//! The table is a slab: a freed slot is reused, so a program that keeps a bounded number of
+//! requests in flight allocates nothing per request once warm. Posted receives match in the order
+//! they were posted (MPI's rule): every pass offers arriving messages to the oldest posted
+//! receive first, and a blocking receive on the same context runs behind them.
 
 use crate::backoff::Backoff;
+use crate::config::WaitMode;
 use crate::counters::Counter;
-use crate::engine::{Cursor, Engine, Pending};
-use crate::error::SendError;
+use crate::endpoint::Endpoint;
+use crate::engine::{Cursor, Engine, Payload, Pending};
+use crate::error::{RecvError, SendError};
+use crate::matched::{Gathering, Step};
+use crate::matching::{Pattern, Status};
+use crate::progress::LentState;
+use crate::wait::Waiter;
 use crate::world::World;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use volley_sys::lend::{Lender, RawBuf, RawBufMut};
 use volley_sys::Exclusive;
 
-pub(crate) enum ReqState {
-    Done(Option<Vec<u8>>),
-    Queued(Arc<Exclusive<Pending>>),
-    /// With the progress thread.
-    Lent(std::sync::Arc<crate::progress::LentState>),
+/// Where a non-blocking send stands.
+pub(crate) enum SendState {
+    /// In the ring (or handed to the network engine, which keeps its own copy).
+    Done(Payload),
+    /// Queued behind earlier sends to local rank `.0`, or a single copy the receiver has not
+    /// finished reading.
+    Queued(usize, Arc<Exclusive<Pending>>),
+    /// Being written by the progress thread into the ring to local rank `.0`.
+    Lent(usize, Arc<LentState>),
+}
+
+impl SendState {
+    /// Whether the send is done, without making progress (the caller just did). A send whose
+    /// destination left the job fails.
+    fn check(&mut self, w: &World) -> Result<bool, SendError> {
+        match self {
+            SendState::Done(_) => Ok(true),
+            SendState::Lent(rank, l) => {
+                // SYNC: Acquire; pairs with the Release in the progress thread.
+                if !l.done.load(Ordering::Acquire) {
+                    return Ok(false);
+                }
+                if l.failed.load(Ordering::Relaxed) {
+                    // The thread gave up because the destination left the job.
+                    let mut e = w.eng();
+                    let lost = e.send_dead_end(*rank).unwrap_or(crate::PeerLost {
+                        rank: e.l2g[*rank],
+                        fate: crate::Fate::Finished,
+                    });
+                    return Err(SendError::PeerLost(lost));
+                }
+                let data = l.data.lock().unwrap_or_else(|p| p.into_inner()).take();
+                *self = SendState::Done(data.unwrap_or_default());
+                Ok(true)
+            }
+            SendState::Queued(rank, p) => {
+                let (done, failed) = {
+                    let p = p.borrow_mut();
+                    (p.done, p.failed)
+                };
+                if !done {
+                    let mut e = w.eng();
+                    if let Some(l) = e.send_dead_end(*rank) {
+                        // The engine lets go of the message (and so of a lent buffer's loan).
+                        e.forget_send(*rank, p);
+                        return Err(l.into());
+                    }
+                    return Ok(false);
+                }
+                if failed {
+                    return Err(SendError::SingleCopyFailed {
+                        rank: w.inner.l2g[*rank],
+                    });
+                }
+                let data = std::mem::take(&mut p.borrow_mut().data);
+                *self = SendState::Done(data);
+                Ok(true)
+            }
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        match self {
+            SendState::Done(_) => true,
+            SendState::Queued(_, p) => p.borrow_mut().done,
+            // SYNC: Acquire; pairs with the Release in the progress thread.
+            SendState::Lent(_, l) => l.done.load(Ordering::Acquire),
+        }
+    }
 }
 
 /// Queues the rest of a non-blocking send behind the earlier ones to `rank`.
 pub(crate) fn queue(
     e: &mut Engine,
-    w: &World,
     rank: usize,
     tag: u32,
     context: u32,
-    data: Vec<u8>,
+    data: Payload,
     cursor: Cursor,
-) -> SendRequest {
+) -> SendState {
     let p = Arc::new(Exclusive::new(Pending {
         dst: rank,
         tag,
@@ -39,70 +126,35 @@ pub(crate) fn queue(
     e.pending[rank].push_back(p.clone());
     e.npending += 1;
     e.counters.add(Counter::PendingSends, 1);
-    SendRequest {
-        world: w.clone(),
-        rank,
-        state: ReqState::Queued(p),
-    }
+    SendState::Queued(rank, p)
 }
 
-/// A non-blocking send in flight. Dropping it does not cancel the send: the message still goes
-/// out, in order.
+/// A non-blocking send of an owned buffer in flight. Dropping it does not cancel the send: the
+/// message still goes out, in order.
 pub struct SendRequest {
-    pub(crate) world: World,
-    pub(crate) rank: usize,
-    pub(crate) state: ReqState,
+    world: World,
+    state: SendState,
 }
 
 impl SendRequest {
+    pub(crate) fn new(world: &World, state: SendState) -> SendRequest {
+        SendRequest {
+            world: world.clone(),
+            state,
+        }
+    }
+
     /// Makes progress and says whether the buffer may be reused.
     pub fn test(&mut self) -> Result<bool, SendError> {
-        if let ReqState::Lent(l) = &self.state {
-            // SYNC: Acquire; pairs with the Release in the progress thread.
-            if !l.done.load(std::sync::atomic::Ordering::Acquire) {
-                self.world.progress().ok();
-                return Ok(false);
-            }
-            if l.failed.load(std::sync::atomic::Ordering::Relaxed) {
-                // The thread gave up because the destination left the job.
-                let mut e = self.world.eng();
-                let lost = e.send_dead_end(self.rank).unwrap_or(crate::PeerLost {
-                    rank: e.l2g[self.rank],
-                    fate: crate::Fate::Finished,
-                });
-                return Err(SendError::PeerLost(lost));
-            }
-            let data = l.data.lock().unwrap_or_else(|p| p.into_inner()).take();
-            self.state = ReqState::Done(data);
-            return Ok(true);
-        }
-        if let ReqState::Queued(p) = &self.state {
+        if !self.state.is_complete() {
             self.world.progress().ok();
-            if !p.borrow_mut().done {
-                if let Some(l) = self.world.eng().send_dead_end(self.rank) {
-                    return Err(l.into());
-                }
-                return Ok(false);
-            }
-            if p.borrow_mut().failed {
-                return Err(SendError::SingleCopyFailed {
-                    rank: self.world.inner.l2g[self.rank],
-                });
-            }
-            let data = std::mem::take(&mut p.borrow_mut().data);
-            self.state = ReqState::Done(Some(data));
         }
-        Ok(true)
+        self.state.check(&self.world)
     }
 
     /// Whether the send had completed when last tested (does not make progress).
     pub fn is_complete(&self) -> bool {
-        match &self.state {
-            ReqState::Done(_) => true,
-            ReqState::Queued(p) => p.borrow_mut().done,
-            // SYNC: Acquire; pairs with the Release in the progress thread.
-            ReqState::Lent(l) => l.done.load(std::sync::atomic::Ordering::Acquire),
-        }
+        self.state.is_complete()
     }
 
     /// Waits until the message is in the ring and gives the buffer back.
@@ -111,9 +163,559 @@ impl SendRequest {
         while !self.test()? {
             b.snooze();
         }
-        match &mut self.state {
-            ReqState::Done(d) => Ok(d.take().unwrap_or_default()),
-            ReqState::Queued(_) | ReqState::Lent(_) => unreachable!("test() returned true"),
+        match std::mem::replace(&mut self.state, SendState::Done(Payload::default())) {
+            SendState::Done(d) => Ok(d.into_vec()),
+            SendState::Queued(..) | SendState::Lent(..) => unreachable!("test() returned true"),
+        }
+    }
+}
+
+/// A handle on a non-blocking operation in the world's request table. Plain data: a face keeps
+/// it in an `MPI_Request` or a C integer ([`RequestId::to_bits`]). A handle whose operation has
+/// been completed by test or wait is stale, and using it again is an error, never another
+/// request's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    idx: u32,
+    gen: u32,
+}
+
+impl RequestId {
+    /// The handle as one integer (never 0, so 0 can stand for "no request").
+    pub fn to_bits(self) -> u64 {
+        ((self.gen as u64) << 32) | self.idx as u64
+    }
+
+    /// A handle from [`RequestId::to_bits`]; None for 0.
+    pub fn from_bits(bits: u64) -> Option<RequestId> {
+        (bits != 0).then_some(RequestId {
+            idx: bits as u32,
+            gen: (bits >> 32) as u32,
+        })
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Send(#[from] SendError),
+    #[error(transparent)]
+    Recv(#[from] RecvError),
+    #[error("request {id:#x} is not in flight: it was already completed by a test or wait (a handle is used once), or it never existed")]
+    Stale { id: u64 },
+    #[error("the receive was cancelled before a message matched it; the message, if any, is still queued")]
+    Cancelled,
+}
+
+/// One operation in the table.
+enum Op {
+    Send(SendState, Status),
+    Recv(Pattern, RawBufMut),
+    /// A receive whose fragmented message is arriving.
+    Gathering(Pattern, RawBufMut, Status, Gathering),
+    /// A receive taken out of its slot while a pass tries to match it.
+    Matching,
+    Done(Result<Status, RequestError>),
+}
+
+struct Slot {
+    gen: u32,
+    op: Option<Op>,
+}
+
+/// The world's request table.
+#[derive(Default)]
+pub(crate) struct Requests {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Posted receives, oldest first.
+    posted: VecDeque<u32>,
+}
+
+impl Requests {
+    fn insert(&mut self, op: Op) -> RequestId {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { gen: 1, op: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[idx as usize];
+        s.op = Some(op);
+        RequestId { idx, gen: s.gen }
+    }
+
+    fn get(&mut self, id: RequestId) -> Option<&mut Op> {
+        let s = self.slots.get_mut(id.idx as usize)?;
+        if s.gen != id.gen {
+            return None;
+        }
+        s.op.as_mut()
+    }
+
+    /// Frees the slot of a completed request; its handle becomes stale.
+    fn remove(&mut self, id: RequestId) -> Option<Op> {
+        let s = self.slots.get_mut(id.idx as usize)?;
+        if s.gen != id.gen {
+            return None;
+        }
+        let op = s.op.take()?;
+        // Generation 0 never names a live slot, so a handle's bits are never 0.
+        s.gen = s.gen.checked_add(1).unwrap_or(1);
+        self.free.push(id.idx);
+        Some(op)
+    }
+}
+
+/// How one request stands after a pass.
+enum Seen {
+    Done,
+    Pending { send: bool },
+    Stale,
+}
+
+impl Endpoint {
+    /// Starts sending the lent `data` to `rank` on this endpoint's port with `tag` (MPI_Isend on
+    /// the caller's memory): no copy is made on the way to a rank of this host beyond the ring
+    /// (or none at all by single copy). The loan ends when the request completes.
+    pub fn isend_lent(&self, rank: usize, tag: u32, data: RawBuf) -> Result<RequestId, SendError> {
+        let len = data.len();
+        let state = self.isend_env(rank, self.port, tag, Payload::Lent(data))?;
+        let status = Status {
+            source: rank,
+            tag,
+            len,
+        };
+        let op = match state {
+            // Done at once: the loan ends here.
+            SendState::Done(_) => Op::Done(Ok(status)),
+            s => Op::Send(s, status),
+        };
+        Ok(self.world.inner.reqs.borrow_mut().insert(op))
+    }
+
+    /// Posts a receive into the lent `buf` of the first message on this endpoint's port from
+    /// `source` (None: any) with `tag` (None: any) (MPI_Irecv). Posted receives match in the order
+    /// posted; the message lands straight in `buf`. A message longer than `buf` fails the request
+    /// with [`RecvError::BufferTooSmall`] and stays queued.
+    pub fn irecv_lent(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+        buf: RawBufMut,
+    ) -> Result<RequestId, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let w = &self.world;
+        let id = {
+            let mut r = w.inner.reqs.borrow_mut();
+            let id = r.insert(Op::Recv(pat, buf));
+            r.posted.push_back(id.idx);
+            id
+        };
+        w.inner.nposted.fetch_add(1, Ordering::Relaxed);
+        // Match at once if the message is already here.
+        w.drive_posted();
+        Ok(id)
+    }
+}
+
+/// Lends Rust borrows to requests inside [`World::scope`].
+pub struct Scope<'scope, 'env: 'scope> {
+    lender: &'scope Lender<'scope, 'env>,
+    /// Every request started in the scope, settled when it ends.
+    /// (Shared with the settling side, which must see them also when the scope unwinds.)
+    ids: std::rc::Rc<std::cell::RefCell<Vec<RequestId>>>,
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// [`Endpoint::isend_lent`] on a borrow that lasts at least as long as the scope.
+    pub fn isend(
+        &self,
+        ep: &Endpoint,
+        rank: usize,
+        tag: u32,
+        data: &'env [u8],
+    ) -> Result<RequestId, SendError> {
+        let id = ep.isend_lent(rank, tag, self.lender.lend(data))?;
+        self.ids.borrow_mut().push(id);
+        Ok(id)
+    }
+
+    /// [`Endpoint::irecv_lent`] into a borrow that lasts at least as long as the scope.
+    pub fn irecv(
+        &self,
+        ep: &Endpoint,
+        source: Option<usize>,
+        tag: Option<u32>,
+        buf: &'env mut [u8],
+    ) -> Result<RequestId, RecvError> {
+        let id = ep.irecv_lent(source, tag, self.lender.lend_mut(buf))?;
+        self.ids.borrow_mut().push(id);
+        Ok(id)
+    }
+}
+
+impl World {
+    /// Runs `f` with a [`Scope`] whose requests may use borrowed buffers. When `f` returns (or
+    /// panics), receives it started that no message has matched yet are cancelled (their
+    /// messages, if any come, stay queued), and the scope waits until every send it started is
+    /// done, so no borrow ends while volley still uses it. Results not collected by test or wait
+    /// inside the scope are discarded.
+    pub fn scope<'env, T, F>(&self, f: F) -> T
+    where
+        F: for<'scope> FnOnce(&Scope<'scope, 'env>) -> T,
+    {
+        let ids: std::rc::Rc<std::cell::RefCell<Vec<RequestId>>> = Default::default();
+        let mut b = Backoff::new();
+        volley_sys::lend::scope(
+            || {
+                self.drive_requests();
+                ids.borrow_mut().retain(|&id| {
+                    // A receive nothing matched yet is cancelled: its message stays queued.
+                    self.cancel(id);
+                    match self.seen(id) {
+                        Seen::Pending { .. } => true,
+                        Seen::Done => {
+                            let _ = self.collect(id);
+                            false
+                        }
+                        Seen::Stale => false,
+                    }
+                });
+                if !ids.borrow().is_empty() {
+                    // Sends waiting for their receivers (a send to a peer that left fails in
+                    // `seen`, which ends its loan).
+                    b.snooze();
+                }
+            },
+            |lender| {
+                f(&Scope {
+                    lender,
+                    ids: ids.clone(),
+                })
+            },
+        )
+    }
+
+    /// Makes progress on every request: queued sends, then posted receives oldest first.
+    pub(crate) fn drive_requests(&self) {
+        self.progress().ok();
+        self.drive_posted();
+    }
+
+    /// Whether a receive posted in `context` before position `before` of the posted list
+    /// (usize::MAX: any) that no message has matched yet accepts a message with envelope `st`.
+    pub(crate) fn posted_accepts(&self, context: u32, st: &Status, before: usize) -> bool {
+        if self.inner.nposted.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let r = self.inner.reqs.borrow_mut();
+        r.posted.iter().take(before).any(|&idx| {
+            matches!(&r.slots[idx as usize].op, Some(Op::Recv(p, _))
+                if p.context == context && p.accepts_from(st.source, st.tag))
+        })
+    }
+
+    /// Offers arrived messages to the posted receives, oldest first, and moves on the
+    /// fragmented ones already matched; a receive from a peer that is gone fails. Never waits.
+    pub(crate) fn drive_posted(&self) {
+        if self.inner.nposted.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut i = 0;
+        // A message that arrives during a pass may be found by a later receive although an
+        // earlier one accepts it too: the later one then yields it (veto) and the pass starts
+        // over, so the earlier one takes it. Bounded, in case messages keep arriving.
+        let mut restarts = 0;
+        let mut waiter = Waiter::new(WaitMode::BusyPoll);
+        loop {
+            // Take the receive out of its slot while matching: the match may run active-port
+            // handlers, which may post or test requests themselves.
+            let (idx, op) = {
+                let mut r = self.inner.reqs.borrow_mut();
+                let Some(&idx) = r.posted.get(i) else { return };
+                let slot = &mut r.slots[idx as usize];
+                match slot.op.take() {
+                    Some(op @ (Op::Recv(..) | Op::Gathering(..))) => {
+                        slot.op = Some(Op::Matching);
+                        (idx, op)
+                    }
+                    other => {
+                        // Being matched further up the stack (a handler's test): leave it.
+                        slot.op = other;
+                        i += 1;
+                        continue;
+                    }
+                }
+            };
+            let (next, finished) = match op {
+                Op::Recv(pat, mut buf) => {
+                    let veto = |st: &Status| self.posted_accepts(pat.context, st, i);
+                    let mut out = Some(buf.as_mut_slice());
+                    match self.match_step(&pat, &mut out, &mut waiter, &veto, true) {
+                        Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
+                            None => (Op::Recv(pat, buf), false),
+                            Some(e) => (Op::Done(Err(e.into())), true),
+                        },
+                        Ok(Step::Vetoed) => {
+                            let mut r = self.inner.reqs.borrow_mut();
+                            r.slots[idx as usize].op = Some(Op::Recv(pat, buf));
+                            drop(r);
+                            restarts += 1;
+                            i = if restarts > 64 { i + 1 } else { 0 };
+                            continue;
+                        }
+                        Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
+                        Ok(Step::Started(st, g)) => (Op::Gathering(pat, buf, st, g), false),
+                        Err(e) => (Op::Done(Err(e.into())), true),
+                    }
+                }
+                Op::Gathering(pat, mut buf, st, mut g) => {
+                    let out = &mut buf.as_mut_slice()[..st.len];
+                    match self.more_fragments(pat.context, &mut g, out) {
+                        Ok(true) => (Op::Done(Ok(st)), true),
+                        Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
+                            None => (Op::Gathering(pat, buf, st, g), false),
+                            Some(e) => (Op::Done(Err(e.into())), true),
+                        },
+                        Err(e) => (Op::Done(Err(e.into())), true),
+                    }
+                }
+                _ => unreachable!("only receives are taken out"),
+            };
+            // A finished receive's buffer was dropped with its Op: the loan ends here.
+            let mut r = self.inner.reqs.borrow_mut();
+            r.slots[idx as usize].op = Some(next);
+            if finished {
+                r.posted.remove(i);
+                self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Where request `id` stands now (no progress made); a failed send completes with its
+    /// error.
+    fn seen(&self, id: RequestId) -> Seen {
+        let mut r = self.inner.reqs.borrow_mut();
+        let Some(op) = r.get(id) else {
+            return Seen::Stale;
+        };
+        match op {
+            Op::Done(_) => Seen::Done,
+            Op::Recv(..) | Op::Gathering(..) | Op::Matching => Seen::Pending { send: false },
+            Op::Send(s, st) => match s.check(self) {
+                Ok(true) => {
+                    *op = Op::Done(Ok(*st));
+                    Seen::Done
+                }
+                Ok(false) => Seen::Pending { send: true },
+                Err(e) => {
+                    *op = Op::Done(Err(e.into()));
+                    Seen::Done
+                }
+            },
+        }
+    }
+
+    /// Takes the result of a completed request and frees its slot.
+    fn collect(&self, id: RequestId) -> Result<Status, RequestError> {
+        match self.inner.reqs.borrow_mut().remove(id) {
+            Some(Op::Done(r)) => r,
+            _ => unreachable!("collect is called on completed requests"),
+        }
+    }
+
+    /// Makes progress and, if request `id` has completed, returns its result and frees it
+    /// (MPI_Test). For a send the status names the destination, tag and length.
+    pub fn test(&self, id: RequestId) -> Option<Result<Status, RequestError>> {
+        self.drive_requests();
+        match self.seen(id) {
+            Seen::Done => Some(self.collect(id)),
+            Seen::Pending { .. } => None,
+            Seen::Stale => Some(Err(RequestError::Stale { id: id.to_bits() })),
+        }
+    }
+
+    /// Waits for request `id` to complete and returns its result (MPI_Wait).
+    pub fn wait(&self, id: RequestId) -> Result<Status, RequestError> {
+        let mut ids = [Some(id)];
+        match self.wait_any(&mut ids) {
+            Some((_, r)) => r,
+            None => unreachable!("one request was active"),
+        }
+    }
+
+    /// Waits until one of the requests completes, returns its index and result, and sets its
+    /// entry to None (MPI_Waitany). None when every entry is None already.
+    pub fn wait_any(
+        &self,
+        ids: &mut [Option<RequestId>],
+    ) -> Option<(usize, Result<Status, RequestError>)> {
+        let mut out = None;
+        self.wait_until(ids, |i, r| {
+            out = Some((i, r));
+            false
+        });
+        out
+    }
+
+    /// Like [`World::wait_any`] without waiting: None when none of the requests has completed
+    /// (or every entry is None).
+    pub fn test_any(
+        &self,
+        ids: &mut [Option<RequestId>],
+    ) -> Option<(usize, Result<Status, RequestError>)> {
+        self.drive_requests();
+        for (i, slot) in ids.iter_mut().enumerate() {
+            let Some(id) = *slot else { continue };
+            match self.seen(id) {
+                Seen::Pending { .. } => {}
+                Seen::Done => {
+                    *slot = None;
+                    return Some((i, self.collect(id)));
+                }
+                Seen::Stale => {
+                    *slot = None;
+                    return Some((i, Err(RequestError::Stale { id: id.to_bits() })));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits until at least one of the requests completes, then reports every one that has
+    /// (index and result) to `done` and sets its entry to None (MPI_Waitsome). Returns how many
+    /// were reported: 0 only when every entry is None.
+    pub fn wait_some(
+        &self,
+        ids: &mut [Option<RequestId>],
+        mut done: impl FnMut(usize, Result<Status, RequestError>),
+    ) -> usize {
+        let mut n = 0;
+        self.wait_until(ids, |i, r| {
+            done(i, r);
+            n += 1;
+            true
+        });
+        n
+    }
+
+    /// Reports every request that has completed to `done` and sets its entry to None, without
+    /// waiting (MPI_Testsome). Returns how many were reported.
+    pub fn test_some(
+        &self,
+        ids: &mut [Option<RequestId>],
+        mut done: impl FnMut(usize, Result<Status, RequestError>),
+    ) -> usize {
+        self.drive_requests();
+        let mut n = 0;
+        for (i, slot) in ids.iter_mut().enumerate() {
+            let Some(id) = *slot else { continue };
+            let r = match self.seen(id) {
+                Seen::Pending { .. } => continue,
+                Seen::Done => self.collect(id),
+                Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
+            };
+            *slot = None;
+            done(i, r);
+            n += 1;
+        }
+        n
+    }
+
+    /// Waits until every request has completed, reporting each (index and result) to `done` as
+    /// it does, and sets every entry to None (MPI_Waitall).
+    pub fn wait_all(
+        &self,
+        ids: &mut [Option<RequestId>],
+        mut done: impl FnMut(usize, Result<Status, RequestError>),
+    ) {
+        while ids.iter().any(Option::is_some) {
+            self.wait_some(ids, &mut done);
+        }
+    }
+
+    /// If every request has completed, reports each to `done`, sets every entry to None and
+    /// returns true; otherwise completes none of them and returns false (MPI_Testall).
+    pub fn test_all(
+        &self,
+        ids: &mut [Option<RequestId>],
+        done: impl FnMut(usize, Result<Status, RequestError>),
+    ) -> bool {
+        self.drive_requests();
+        if ids
+            .iter()
+            .flatten()
+            .any(|&id| matches!(self.seen(id), Seen::Pending { .. }))
+        {
+            return false;
+        }
+        self.test_some(ids, done);
+        true
+    }
+
+    /// Cancels a posted receive that no message has matched yet (MPI_Cancel): it then completes
+    /// with [`RequestError::Cancelled`] and its buffer is untouched. Returns false for a send or
+    /// a receive already matched, which complete normally.
+    pub fn cancel(&self, id: RequestId) -> bool {
+        let mut r = self.inner.reqs.borrow_mut();
+        match r.get(id) {
+            Some(op @ Op::Recv(..)) => {
+                *op = Op::Done(Err(RequestError::Cancelled));
+                r.posted.retain(|&i| i != id.idx);
+                self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The waiting loop of wait_any and wait_some: passes until at least one request has
+    /// completed; hands each completed one to `take` (which returns whether to go on collecting
+    /// in this pass). Sleeps between passes as the world's wait mode says, except while a send
+    /// waits for room in a ring (a receiver does not ring the sender's doorbell when it frees
+    /// room), when it backs off instead.
+    fn wait_until(
+        &self,
+        ids: &mut [Option<RequestId>],
+        mut take: impl FnMut(usize, Result<Status, RequestError>) -> bool,
+    ) {
+        let mut waiter = Waiter::new(self.inner.cfg.wait);
+        let mut backoff = Backoff::new();
+        loop {
+            self.drive_requests();
+            let mut any_active = false;
+            let mut found = false;
+            let mut sends = false;
+            for (i, slot) in ids.iter_mut().enumerate() {
+                let Some(id) = *slot else { continue };
+                any_active = true;
+                let r = match self.seen(id) {
+                    Seen::Pending { send } => {
+                        sends |= send;
+                        continue;
+                    }
+                    Seen::Done => self.collect(id),
+                    Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
+                };
+                *slot = None;
+                found = true;
+                if !take(i, r) {
+                    break;
+                }
+            }
+            if found || !any_active {
+                waiter.finish(self);
+                return;
+            }
+            // pause() cannot fail (dead ends are checked per request in drive_posted).
+            if sends || waiter.pause(self).is_err() {
+                backoff.snooze();
+            }
         }
     }
 }

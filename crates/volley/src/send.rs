@@ -4,9 +4,9 @@
 use crate::backoff::Backoff;
 use crate::counters::Counter;
 use crate::endpoint::Endpoint;
-use crate::engine::{Cursor, Pending};
+use crate::engine::{Cursor, Payload, Pending};
 use crate::error::SendError;
-use crate::request::{queue, ReqState, SendRequest};
+use crate::request::{queue, SendRequest, SendState};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use volley_shm::Kind;
@@ -309,18 +309,19 @@ impl Endpoint {
         port: u32,
         data: Vec<u8>,
     ) -> Result<SendRequest, SendError> {
-        self.isend_env(rank, port, self.port, data)
+        let state = self.isend_env(rank, port, self.port, Payload::Owned(data))?;
+        Ok(SendRequest::new(&self.world, state))
     }
 
     /// Starts sending `data` to `rank` with the envelope (context, tag): the core of every
-    /// non-blocking send of an owned buffer.
+    /// non-blocking send, of an owned buffer or of lent memory.
     pub(crate) fn isend_env(
         &self,
         rank: usize,
         context: u32,
         tag: u32,
-        data: Vec<u8>,
-    ) -> Result<SendRequest, SendError> {
+        data: Payload,
+    ) -> Result<SendState, SendError> {
         let w = &self.world;
         w.check_rank(rank)?;
         let rank = match w.route(rank) {
@@ -329,11 +330,7 @@ impl Endpoint {
                 // The engine copies the message and keeps it until acknowledged: the buffer
                 // is free at once.
                 self.net_send(rank, context, tag, &data, true)?;
-                return Ok(SendRequest {
-                    world: w.clone(),
-                    rank,
-                    state: ReqState::Done(Some(data)),
-                });
+                return Ok(SendState::Done(data));
             }
         };
         let mut e = w.eng();
@@ -355,24 +352,14 @@ impl Endpoint {
                 e.ring_doorbell(rank);
             }
             if done {
-                return Ok(SendRequest {
-                    world: w.clone(),
-                    rank,
-                    state: ReqState::Done(Some(data)),
-                });
+                return Ok(SendState::Done(data));
             }
             // The rest can go on in the progress thread while the application computes.
             let data = match e.lend(rank, tag, context, data, cursor) {
-                Ok(state) => {
-                    return Ok(SendRequest {
-                        world: w.clone(),
-                        rank,
-                        state: ReqState::Lent(state),
-                    })
-                }
+                Ok(state) => return Ok(SendState::Lent(rank, state)),
                 Err(data) => data,
             };
-            return Ok(queue(&mut e, w, rank, tag, context, data, cursor));
+            return Ok(queue(&mut e, rank, tag, context, data, cursor));
         }
         let p = Arc::new(Exclusive::new(Pending {
             dst: rank,
@@ -393,11 +380,7 @@ impl Endpoint {
             e.npending += 1;
             e.counters.add(Counter::PendingSends, 1);
         }
-        Ok(SendRequest {
-            world: w.clone(),
-            rank,
-            state: ReqState::Queued(p),
-        })
+        Ok(SendState::Queued(rank, p))
     }
 
     /// Sends `data` to `rank`'s endpoint on this endpoint's own port, with `tag` in the envelope
@@ -415,6 +398,7 @@ impl Endpoint {
         tag: u32,
         data: Vec<u8>,
     ) -> Result<SendRequest, SendError> {
-        self.isend_env(rank, self.port, tag, data)
+        let state = self.isend_env(rank, self.port, tag, Payload::Owned(data))?;
+        Ok(SendRequest::new(&self.world, state))
     }
 }

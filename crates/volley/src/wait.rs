@@ -25,43 +25,23 @@ impl Waiter {
         }
     }
 
-    /// Called after a pass (that began with refresh_fates) found nothing for `port`.
+    /// Called after a pass (that began with refresh_fates) found nothing for `port`: fails if
+    /// nothing more can come, otherwise waits a little (or sleeps) before the next pass.
     pub(crate) fn idle(
         &mut self,
         w: &World,
         port: u32,
         from: Option<usize>,
     ) -> Result<(), RecvError> {
-        {
-            let e = w.eng();
-            // `from` is a job rank; the rings and fates are indexed by local rank.
-            let local = from.map(|r| w.inner.g2l[r]);
-            let dead = w
-                .net_dead_end(from)
-                .or_else(|| match local {
-                    Some(None) => None, // on another host: the network says when it is lost
-                    Some(Some(li)) => e.recv_dead_end(port, Some(li)),
-                    None => e.recv_dead_end(port, None),
-                })
-                .or_else(|| {
-                    // A message half gathered from a rank that is gone will never be completed.
-                    e.partials
-                        .iter()
-                        .filter(|p| p.port == port)
-                        .find_map(|p| {
-                            e.fates[p.src].map(|fate| crate::PeerLost {
-                                rank: e.l2g[p.src],
-                                fate,
-                            })
-                        })
-                        .map(RecvError::PeerLost)
-                });
-            if let Some(err) = dead {
-                drop(e);
-                self.finish(w);
-                return Err(err);
-            }
+        if let Some(err) = w.dead_end(port, from) {
+            self.finish(w);
+            return Err(err);
         }
+        self.pause(w)
+    }
+
+    /// Waits a little (or sleeps, depending on the mode) before the next pass.
+    pub(crate) fn pause(&mut self, w: &World) -> Result<(), RecvError> {
         self.spins = self.spins.wrapping_add(1);
         if self.blocking {
             return self.block(w);
@@ -124,5 +104,35 @@ impl Waiter {
 
     pub(crate) fn finish(&mut self, w: &World) {
         w.eng().disarm();
+    }
+}
+
+impl World {
+    /// Why nothing more can arrive on `port` from `from` (a job rank; None: any source), if so.
+    /// Call it after a pass that began with refresh_fates found nothing: the fates it reads are
+    /// then older than the pass, so a peer's last message cannot be missed.
+    pub(crate) fn dead_end(&self, port: u32, from: Option<usize>) -> Option<RecvError> {
+        let e = self.eng();
+        // `from` is a job rank; the rings and fates are indexed by local rank.
+        let local = from.map(|r| self.inner.g2l[r]);
+        self.net_dead_end(from)
+            .or_else(|| match local {
+                Some(None) => None, // on another host: the network says when it is lost
+                Some(Some(li)) => e.recv_dead_end(port, Some(li)),
+                None => e.recv_dead_end(port, None),
+            })
+            .or_else(|| {
+                // A message half gathered from a rank that is gone will never be completed.
+                e.partials
+                    .iter()
+                    .filter(|p| p.port == port)
+                    .find_map(|p| {
+                        e.fates[p.src].map(|fate| crate::PeerLost {
+                            rank: e.l2g[p.src],
+                            fate,
+                        })
+                    })
+                    .map(RecvError::PeerLost)
+            })
     }
 }

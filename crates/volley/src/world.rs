@@ -63,6 +63,11 @@ pub(crate) struct Inner {
     pub(crate) net: Option<Exclusive<crate::net::Net>>,
     /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
     pub(crate) poll_fd: Option<std::os::fd::OwnedFd>,
+    /// Non-blocking operations on the caller's memory (see `request`).
+    pub(crate) reqs: Exclusive<crate::request::Requests>,
+    /// How many receives are posted: read on every matched receive, so that one with nothing
+    /// posted pays a relaxed load, not a borrow of the table.
+    pub(crate) nposted: std::sync::atomic::AtomicUsize,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -131,6 +136,8 @@ impl World {
                 g2l,
                 net,
                 poll_fd,
+                reqs: Exclusive::new(Default::default()),
+                nposted: Default::default(),
             }),
         };
         if world.inner.cfg.progress_thread {

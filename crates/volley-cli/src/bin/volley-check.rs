@@ -783,6 +783,241 @@ fn matching(w: &World, count: u64) -> R {
     Ok(())
 }
 
+/// Requests on the caller's buffers (World::scope): posted receives match in the order posted,
+/// with exact and wildcard patterns; wait any, some and all; test all; cancel; a handle used
+/// twice; and a 3 MiB receive posted before its message arrives, and a 600 KB one after, both landing
+/// in the caller's buffer. Every byte is checked after the scope has given the buffers back.
+fn requests(w: &World, count: u64) -> R {
+    use volley::{RequestError, RequestId};
+    let n = w.size();
+    let me = w.rank();
+    if n < 2 {
+        return Err("requests needs at least 2 ranks".into());
+    }
+    let sizes = [0usize, 8, 100, 4096, 70_000, 13, 300_000];
+    let size_of = |from: usize, i: u64| sizes[(i as usize + from) % sizes.len()];
+    // The receive posted first takes a message larger than the ring; the one posted after its
+    // message arrived takes one that fits in the ring (an unreceived message holds its ring
+    // space, and a larger one would hold back the sender's later messages until received: rings
+    // are not yet drained into unexpected-message buffers).
+    let (big_len, after_len) = ((3 << 20) + 5, 600_005);
+    let ep = &w.open(41)?;
+    if me != 0 {
+        let msgs: Vec<Vec<u8>> = (0..count)
+            .map(|i| {
+                let size = size_of(me, i);
+                let mut m = vec![0u8; size];
+                fill(&mut m, seed_of(i, size, me));
+                m
+            })
+            .collect();
+        let mut big_after = vec![0u8; after_len];
+        fill(&mut big_after, seed_of(10, after_len, me));
+        let mut big_before = vec![0u8; big_len];
+        fill(&mut big_before, seed_of(9, big_len, me));
+        let mut go = [0u8; 2];
+        let go = &mut go;
+        w.scope(|s| -> R {
+            let mut ids: Vec<Option<RequestId>> = Vec::new();
+            if me == 1 {
+                // Two tag-5 messages, A then B, for the two receives rank 0 posts.
+                ids.push(Some(s.isend(ep, 0, 5, b"A-first")?));
+                ids.push(Some(s.isend(ep, 0, 5, b"B-second")?));
+            }
+            for (i, m) in msgs.iter().enumerate() {
+                ids.push(Some(s.isend(ep, 0, (i % 3) as u32, m)?));
+            }
+            if me == 1 {
+                // A large message whose receive rank 0 posts first (it says "go" once it has),
+                // then one it receives only after seeing it arrive.
+                let g = s.irecv(ep, Some(0), Some(8), go)?;
+                w.wait(g)?;
+                ids.push(Some(s.isend(ep, 0, 9, &big_before)?));
+                ids.push(Some(s.isend(ep, 0, 10, &big_after)?));
+            }
+            let mut errs = Vec::new();
+            w.wait_all(&mut ids, |i, r| {
+                if let Err(e) = r {
+                    errs.push(format!("send {i}: {e}"));
+                }
+            });
+            if !errs.is_empty() {
+                return Err(errs.join("; ").into());
+            }
+            if ids.iter().any(Option::is_some) {
+                return Err("wait_all left a request in the list".into());
+            }
+            Ok(())
+        })?;
+        // Stay until rank 0 has checked everything.
+        let mut done = [0u8; 4];
+        ep.recv_matching(Some(0), Some(7), &mut done)?;
+        return Ok(());
+    }
+    let mut bufs: Vec<Vec<Vec<u8>>> = (0..n)
+        .map(|r| {
+            if r == 0 {
+                Vec::new()
+            } else {
+                (0..count).map(|i| vec![0xEEu8; size_of(r, i)]).collect()
+            }
+        })
+        .collect();
+    let mut slots: Vec<Vec<Option<&mut [u8]>>> = bufs
+        .iter_mut()
+        .map(|v| v.iter_mut().map(|b| Some(&mut b[..])).collect())
+        .collect();
+    let (mut a, mut b, mut never) = ([0u8; 16], [0u8; 16], [0u8; 4]);
+    let (mut big9, mut big10) = (vec![0u8; big_len], vec![0u8; after_len]);
+    let (a_ref, b_ref, never_ref) = (&mut a, &mut b, &mut never);
+    let (big9_ref, big10_ref) = (&mut big9[..], &mut big10[..]);
+    let staging = |w: &World| {
+        w.counters()
+            .into_iter()
+            .find(|(k, _)| *k == "staging_copies")
+            .map(|(_, v)| v)
+            .unwrap_or(0)
+    };
+    let staging_before = staging(w);
+    let received = w.scope(move |s| -> Result<u64, Box<dyn std::error::Error>> {
+        // Posting order decides: the any-source receive, posted first, takes A; the exact one B.
+        let ra = s.irecv(ep, None, Some(5), a_ref)?;
+        let rb = s.irecv(ep, Some(1), Some(5), b_ref)?;
+        // Cancelled before anything matched it; its handle is then spent.
+        let rc = s.irecv(ep, None, Some(99), never_ref)?;
+        if !w.cancel(rc) {
+            return Err("cancel refused a receive nothing had matched".into());
+        }
+        match w.wait(rc) {
+            Err(RequestError::Cancelled) => {}
+            other => return Err(format!("a cancelled receive completed with {other:?}").into()),
+        }
+        match w.wait(rc) {
+            Err(RequestError::Stale { .. }) => {}
+            other => return Err(format!("a spent handle gave {other:?}").into()),
+        }
+        let r9 = s.irecv(ep, Some(1), Some(9), big9_ref)?;
+        ep.send_tagged(1, 8, b"go")?;
+        // Exact (source, tag) receives, posted tag by tag; for the last of 3+ senders, any-tag
+        // receives, which take its messages in the order sent.
+        let mut ids: Vec<Option<RequestId>> = Vec::new();
+        let mut what: Vec<(usize, u64)> = Vec::new();
+        for (r, slots) in slots.iter_mut().enumerate().skip(1) {
+            if r == n - 1 && n > 2 {
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    ids.push(Some(s.irecv(ep, Some(r), None, slot.take().unwrap())?));
+                    what.push((r, i as u64));
+                }
+            } else {
+                for t in 0..3u64 {
+                    for i in (t..count).step_by(3) {
+                        let buf = slots[i as usize].take().unwrap();
+                        ids.push(Some(s.irecv(ep, Some(r), Some(t as u32), buf)?));
+                        what.push((r, i));
+                    }
+                }
+            }
+        }
+        let mut seen = vec![false; ids.len()];
+        let mut check = |k: usize, res: Result<volley::Status, RequestError>| -> R {
+            let st = res.map_err(|e| format!("receive {k}: {e}"))?;
+            let (r, i) = what[k];
+            if seen[k] {
+                return Err(format!("receive {k} completed twice").into());
+            }
+            seen[k] = true;
+            if (st.source, st.tag as u64, st.len) != (r, i % 3, size_of(r, i)) {
+                return Err(format!("receive {k} for message {i} of rank {r} got {st:?}").into());
+            }
+            Ok(())
+        };
+        // A third by wait_any, a third by wait_some, the rest by wait_all.
+        for _ in 0..ids.len() / 3 {
+            let (k, res) = w.wait_any(&mut ids).ok_or("wait_any found no request")?;
+            if ids[k].is_some() {
+                return Err("wait_any left the completed request in the list".into());
+            }
+            check(k, res)?;
+        }
+        let mut errs: Vec<String> = Vec::new();
+        let mut some = 0;
+        while some < ids.len() / 3 {
+            let got = w.wait_some(&mut ids, |k, res| {
+                if let Err(e) = check(k, res) {
+                    errs.push(e.to_string());
+                }
+            });
+            if got == 0 {
+                return Err("wait_some returned with requests still active".into());
+            }
+            some += got;
+        }
+        w.wait_all(&mut ids, |k, res| {
+            if let Err(e) = check(k, res) {
+                errs.push(e.to_string());
+            }
+        });
+        if !errs.is_empty() {
+            return Err(errs.join("; ").into());
+        }
+        if seen.iter().any(|s| !s) || w.wait_any(&mut ids).is_some() {
+            return Err("a receive never completed".into());
+        }
+        // A and B by test_all.
+        let mut pair = [Some(ra), Some(rb)];
+        let mut got = [None, None];
+        while !w.test_all(&mut pair, |k, res| got[k] = Some(res)) {}
+        let sa = got[0].take().unwrap()?;
+        let sb = got[1].take().unwrap()?;
+        if (sa.source, sa.tag, sa.len, sb.source, sb.tag, sb.len) != (1, 5, 7, 1, 5, 8) {
+            return Err(format!("posting order broken: A {sa:?}, B {sb:?}").into());
+        }
+        // The large receive posted before its message, then one posted after.
+        let st = w.wait(r9)?;
+        while ep.iprobe(Some(1), Some(10))?.is_none() {}
+        let r10 = s.irecv(ep, Some(1), Some(10), big10_ref)?;
+        let st10 = w.wait(r10)?;
+        if st.len != big_len || st10.len != after_len {
+            return Err(format!("large receives got {st:?} and {st10:?}").into());
+        }
+        Ok(what.len() as u64 + 4)
+    })?;
+    let staged = staging(w) - staging_before;
+    for (r, msgs) in bufs.iter().enumerate() {
+        for (i, m) in msgs.iter().enumerate() {
+            check(
+                m,
+                size_of(r, i as u64),
+                seed_of(i as u64, m.len(), r),
+                "request",
+            )?;
+        }
+    }
+    if &a[..7] != b"A-first" || &b[..8] != b"B-second" {
+        return Err("the tag-5 pair landed in the wrong buffers".into());
+    }
+    if never != [0u8; 4] {
+        return Err("a cancelled receive wrote its buffer".into());
+    }
+    check(
+        &big9,
+        big_len,
+        seed_of(9, big_len, 1),
+        "large, posted first",
+    )?;
+    check(
+        &big10,
+        after_len,
+        seed_of(10, after_len, 1),
+        "large, posted after",
+    )?;
+    for r in 1..n {
+        ep.send_tagged(r, 7, b"done")?;
+    }
+    println!("result: requests received={received} staging={staged} ok");
+    Ok(())
+}
+
 /// A World is Send: its endpoint moves to a new thread, exchanges messages there, comes back,
 /// works on the main thread, and moves again. Every message is checked.
 fn threads(w: &World, rounds: u64) -> R {
@@ -858,6 +1093,7 @@ fn main() {
         Some("alltoall") => alltoall(&world, num(1, 100)),
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
+        Some("requests") => requests(&world, num(1, 30)),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
         Some("active") => active(&world, num(1, 500)),
@@ -886,7 +1122,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N");
             std::process::exit(2);
         }
     };
