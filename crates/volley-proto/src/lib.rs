@@ -157,8 +157,10 @@ pub enum SendError {
     Busy(Vec<u8>),
     /// The peer is lost; nothing more can be sent to it.
     PeerLost,
-    /// Larger than `max_message`, or to no such peer.
-    Invalid(&'static str),
+    /// Larger than `max_message`.
+    TooLarge { len: u64, max: u64 },
+    /// No peer with this number was added.
+    NoSuchPeer,
 }
 
 /// Credit an application hands back with [`Engine::release`] once it consumed a message.
@@ -288,14 +290,15 @@ impl Engine {
         how: Reliability,
     ) -> Result<(), SendError> {
         if data.len() as u64 > self.cfg.max_message {
-            return Err(SendError::Invalid(
-                "message larger than the largest allowed",
-            ));
+            return Err(SendError::TooLarge {
+                len: data.len() as u64,
+                max: self.cfg.max_message,
+            });
         }
         // Field borrows, so the configuration need not be copied per message.
         let cfg = &self.cfg;
         let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
-            return Err(SendError::Invalid("no such peer"));
+            return Err(SendError::NoSuchPeer);
         };
         if p.lost {
             return Err(SendError::PeerLost);
@@ -456,6 +459,28 @@ mod unit_tests {
         assert_eq!(unwrap32(0xffff_fff0, 3), 0x1_0000_0003);
         assert_eq!(unwrap32(0x1_0000_0003, 0xffff_fff0), 0xffff_fff0);
         assert_eq!(unwrap32(0, 0xffff_fff0), 0xffff_fff0);
+    }
+
+    #[test]
+    fn refused_sends_say_why() {
+        let cfg = Config {
+            max_message: 100,
+            ..Config::default()
+        };
+        let mut e = Engine::new(cfg, 0, 7);
+        e.add_peer(1, 0);
+        assert_eq!(
+            e.send(0, 1, 0, 0, vec![0; 101], Reliability::Reliable),
+            Err(SendError::TooLarge { len: 101, max: 100 })
+        );
+        assert_eq!(
+            e.send(0, 2, 0, 0, vec![0; 10], Reliability::Reliable),
+            Err(SendError::NoSuchPeer)
+        );
+        assert_eq!(
+            e.send(0, 1, 0, 0, vec![0; 100], Reliability::Reliable),
+            Ok(())
+        );
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub enum InitError {
     },
     #[error("this process already has a volley world; use World::clone() to share it")]
     AlreadyInitialised,
+    #[error("cannot start the progress thread: {0}; check the process's thread limit (`ulimit -u`), or unset VOLLEY_PROGRESS_THREAD")]
+    ProgressThread(std::io::Error),
+    #[error("cannot create the descriptor that waits on the doorbell and the network socket together: {0}; check `ulimit -n`")]
+    PollSet(std::io::Error),
+    #[error("the node agent's socket failed while trading network addresses: {0}; the agent (volley run's helper on this host) probably died: check its output, then restart the job")]
+    Agent(std::io::Error),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,10 @@ pub enum SendError {
     TooLargeForSendWith { len: usize, max: usize },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
+    #[error("a message of {len} bytes is larger than the network protocol carries to rank {rank} on another host (at most {max} bytes); send it in parts")]
+    TooLargeForNetwork { rank: usize, len: u64, max: u64 },
+    #[error("rank {rank} is on another host but is not a peer of this process's network engine; the job's address table is inconsistent, restart the job (and report it: this is a volley bug)")]
+    UnknownPeer { rank: usize },
     #[error("rank {rank} could not copy the message from this process's memory (single copy refused by the kernel at run time); run the job with VOLLEY_SINGLE_COPY=off")]
     SingleCopyFailed { rank: usize },
 }

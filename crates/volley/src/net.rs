@@ -215,6 +215,19 @@ fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
     })
 }
 
+/// Why the network engine did not take a message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The queue to the peer is full: pump (acknowledgements make room) and retry.
+    Full,
+    /// The peer is lost or said goodbye.
+    Lost,
+    /// Larger than the protocol's largest message (`ProtoConfig::max_message`).
+    TooLarge { len: u64, max: u64 },
+    /// The rank is not a peer of this process's network engine.
+    UnknownPeer,
+}
+
 impl Net {
     /// Opens the device, trades addresses with every rank through the node's agent, and makes
     /// each remote rank a peer.
@@ -233,12 +246,11 @@ impl Net {
         // The address exchange: our card out, everyone's back.
         let mut s = UnixStream::from(boot);
         let card = format!("card {} {}\n", info.rank, dev.local_addr());
-        s.write_all(card.as_bytes())
-            .map_err(|e| net_err(format!("cannot reach the node agent: {e}")))?;
+        s.write_all(card.as_bytes()).map_err(InitError::Agent)?;
         let mut line = String::new();
         BufReader::new(&s)
             .read_line(&mut line)
-            .map_err(|e| net_err(format!("no address table from the node agent: {e}")))?;
+            .map_err(InitError::Agent)?;
         let table: Vec<&str> = line
             .trim()
             .strip_prefix("table ")
@@ -355,8 +367,8 @@ impl Net {
             .transmit(&mut |buf| proto.poll_transmit(now, buf).map(|t| (t.peer, t.len)));
     }
 
-    /// Queues a message (copied). Err(true) when the peer is lost, Err(false) when the queue
-    /// to it is full (pump and retry).
+    /// Queues a message (copied). Says why not if it cannot: [`Refused::Full`] means pump and
+    /// retry.
     pub fn try_send(
         &mut self,
         dst: usize,
@@ -364,17 +376,17 @@ impl Net {
         context: u32,
         data: &[u8],
         how: Reliability,
-    ) -> Result<(), bool> {
+    ) -> Result<(), Refused> {
         if !self.proto.can_send(dst as u32, data.len()) {
             if self.proto.is_lost(dst as u32) {
-                return Err(true);
+                return Err(Refused::Lost);
             }
-            return Err(false);
+            return Err(Refused::Full);
         }
         let mut buf = self.proto.buffer(data.len());
         buf.copy_from_slice(data);
         self.send_owned(dst, tag, context, buf, how)
-            .map_err(|(_, lost)| lost)
+            .map_err(|(_, why)| why)
     }
 
     /// Queues a message the engine takes over.
@@ -385,7 +397,7 @@ impl Net {
         context: u32,
         data: Vec<u8>,
         how: Reliability,
-    ) -> Result<(), (Vec<u8>, bool)> {
+    ) -> Result<(), (Vec<u8>, Refused)> {
         let now = self.now();
         match self.proto.send(now, dst as u32, tag, context, data, how) {
             Ok(()) => {
@@ -393,9 +405,12 @@ impl Net {
                 self.transmit(now);
                 Ok(())
             }
-            Err(volley_proto::SendError::Busy(d)) => Err((d, false)),
-            Err(volley_proto::SendError::PeerLost) => Err((Vec::new(), true)),
-            Err(volley_proto::SendError::Invalid(_)) => Err((Vec::new(), true)),
+            Err(volley_proto::SendError::Busy(d)) => Err((d, Refused::Full)),
+            Err(volley_proto::SendError::PeerLost) => Err((Vec::new(), Refused::Lost)),
+            Err(volley_proto::SendError::TooLarge { len, max }) => {
+                Err((Vec::new(), Refused::TooLarge { len, max }))
+            }
+            Err(volley_proto::SendError::NoSuchPeer) => Err((Vec::new(), Refused::UnknownPeer)),
         }
     }
 

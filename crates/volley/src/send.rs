@@ -6,6 +6,7 @@ use crate::counters::Counter;
 use crate::endpoint::Endpoint;
 use crate::engine::{Cursor, Payload, Pending};
 use crate::error::SendError;
+use crate::net::Refused;
 use crate::request::{queue, SendRequest, SendState};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -117,7 +118,7 @@ impl Endpoint {
                     e.counters.add(Counter::BytesSent, data.len() as u64);
                     return Ok(());
                 }
-                Err(true) => {
+                Err(Refused::Lost) => {
                     // Lost or finished: the pump collects which from the engine's events.
                     let mut n = w.net();
                     n.pump();
@@ -128,8 +129,12 @@ impl Endpoint {
                         .map_or(crate::Fate::Unreachable, |&(_, f)| f);
                     return Err(crate::PeerLost { rank, fate }.into());
                 }
-                Err(false) if !wait => return Err(SendError::WouldBlock { rank }),
-                Err(false) => {
+                Err(Refused::TooLarge { len, max }) => {
+                    return Err(SendError::TooLargeForNetwork { rank, len, max })
+                }
+                Err(Refused::UnknownPeer) => return Err(SendError::UnknownPeer { rank }),
+                Err(Refused::Full) if !wait => return Err(SendError::WouldBlock { rank }),
+                Err(Refused::Full) => {
                     // progress() pumps the network: acknowledgements make room.
                     let _ = w.progress();
                     b.snooze();

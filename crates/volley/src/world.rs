@@ -120,7 +120,7 @@ impl World {
         let poll_fd = match &net {
             Some(n) => Some(
                 volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow_mut().fd()])
-                    .map_err(InitError::Memfd)?,
+                    .map_err(InitError::PollSet)?,
             ),
             None => None,
         };
@@ -141,7 +141,9 @@ impl World {
             }),
         };
         if world.inner.cfg.progress_thread {
-            world.start_progress_thread().map_err(InitError::Memfd)?;
+            world
+                .start_progress_thread()
+                .map_err(InitError::ProgressThread)?;
         }
         Ok(world)
     }
