@@ -68,6 +68,27 @@ fn requests_on_callers_buffers_complete_in_posting_order() {
     }
 }
 
+/// A message larger than the ring, not yet received, no longer holds back its sender's later
+/// messages: it is drained out of the ring into a buffer (within VOLLEY_UNEXPECTED_BYTES, here
+/// also with a budget just above one such message), and the small messages sent after it are
+/// received first, every byte checked.
+#[test]
+fn unexpected_large_messages_are_drained_so_later_ones_get_through() {
+    for (env, drains) in [
+        (&[][..], true),
+        (&[("VOLLEY_UNEXPECTED_BYTES", "4000000")][..], true),
+        (&[("VOLLEY_SHM_RECORD_BYTES", "256")][..], true),
+        (&[("VOLLEY_PROGRESS_THREAD", "1")][..], true),
+        // Single copy: only a descriptor enters the ring, which never fills.
+        (&[("VOLLEY_SINGLE_COPY_THRESHOLD", "4096")][..], false),
+    ] {
+        let out = ok(volley(&["-n", "4", CHECK, "unexpected", "200"], env));
+        assert_eq!(values(&out, "received"), vec!["603"], "{env:?}: {out}");
+        let drained: u64 = values(&out, "drained")[0].parse().unwrap();
+        assert_eq!(drained >= 3, drains, "{env:?}: {out}");
+    }
+}
+
 #[test]
 fn a_world_moves_to_another_thread_and_works_there() {
     let out = ok(volley(&["-n", "2", CHECK, "threads", "300"], &[]));

@@ -557,6 +557,21 @@ impl Consumer {
         }
     }
 
+    /// How many slots the ring holds from its oldest unreleased record to the end of what the
+    /// producer had published at the last scan that reached that end (a scan that found
+    /// nothing): how close the producer is to waiting for room. 0 before any such scan.
+    #[inline]
+    pub fn backlog(&self) -> u64 {
+        self.memo.map_or(0, |(_, p)| p.saturating_sub(self.tail))
+    }
+
+    /// Whether, as of the last scan that reached the end of what was published, a record of the
+    /// largest size might not fit: the producer may be waiting for room.
+    #[inline]
+    pub fn looks_full(&self) -> bool {
+        self.backlog() + slots_for(self.max_payload) > self.cap
+    }
+
     /// The first record not yet taken, if the producer has published one. Does not take it.
     #[inline]
     pub fn peek(&mut self) -> Result<Option<RecordInfo>, Corrupt> {

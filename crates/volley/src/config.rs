@@ -41,6 +41,9 @@ pub struct Config {
     pub simulate_single_copy_refusal: bool,
     /// Start a progress thread at init. VOLLEY_PROGRESS_THREAD=1.
     pub progress_thread: bool,
+    /// Bytes of unexpected messages a process may drain out of full rings into buffers of its
+    /// own; beyond it their senders wait. VOLLEY_UNEXPECTED_BYTES.
+    pub unexpected_bytes: usize,
     /// Where each setting came from: (variable, value, "default" or "environment").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
@@ -122,6 +125,7 @@ impl Config {
                 why: "must be at least 64 (smaller messages always go inline)".into(),
             });
         }
+        let unexpected_bytes = env_usize("VOLLEY_UNEXPECTED_BYTES")?.unwrap_or(16 << 20);
         let source = |v: &str| {
             if std::env::var_os(v).is_some_and(|x| !x.is_empty()) {
                 "environment"
@@ -178,6 +182,11 @@ impl Config {
                 },
                 source("VOLLEY_SINGLE_COPY_THRESHOLD"),
             ),
+            (
+                "VOLLEY_UNEXPECTED_BYTES",
+                unexpected_bytes.to_string(),
+                source("VOLLEY_UNEXPECTED_BYTES"),
+            ),
         ];
         Ok(Config {
             ring_bytes,
@@ -190,6 +199,7 @@ impl Config {
             single_copy_threshold,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
             progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
+            unexpected_bytes,
             sources,
         })
     }

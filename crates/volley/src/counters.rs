@@ -24,6 +24,8 @@ pub enum Counter {
     SingleCopyBytes,
     ProgressThreadSends,
     StagingCopies,
+    Drained,
+    DrainBudgetFull,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -111,9 +113,19 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "messages",
         "messages copied through an intermediate buffer on their way into the caller's buffer",
     ),
+    (
+        "drained",
+        "messages",
+        "unexpected messages copied out of a full ring so that their sender could go on",
+    ),
+    (
+        "drain_budget_full",
+        "events",
+        "full rings left to wait because unexpected messages already filled VOLLEY_UNEXPECTED_BYTES",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::StagingCopies as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::DrainBudgetFull as usize + 1);
 // Every counter fits the block a rank publishes them in.
 const _: () = assert!(COUNTERS.len() <= volley_shm::RANK_COUNTERS);
 

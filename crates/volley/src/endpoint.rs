@@ -19,6 +19,9 @@ pub struct Endpoint {
     /// GAMMA's best-effort mode for messages to other hosts (a property of the sending endpoint,
     /// whatever tag a message carries).
     pub(crate) best_effort: AtomicBool,
+    /// Whether this port has been received from through the matcher (its messages may then be
+    /// drained out of full rings, see `unexpected`).
+    pub(crate) matched: AtomicBool,
 }
 
 impl AsRawFd for Endpoint {
@@ -40,6 +43,7 @@ impl Drop for Endpoint {
         let mut e = self.world.eng();
         e.ports.retain(|(p, _)| *p != self.port);
         e.ports_gen += 1;
+        e.matched_contexts.retain(|&c| c != self.port);
     }
 }
 

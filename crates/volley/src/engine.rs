@@ -83,6 +83,14 @@ pub(crate) struct Partial {
     pub buf: Vec<u8>,
 }
 
+/// Where a matched message is: in its ring, or drained out of it (index into the source's
+/// drained queue).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Hit {
+    Ring(RecordInfo),
+    Drained(usize),
+}
+
 /// The outcome of one pass over the incoming rings on behalf of a port.
 pub(crate) enum Poll {
     /// A record for the port at the head of the ring from `src`.
@@ -130,6 +138,16 @@ pub(crate) struct Engine {
     /// Other ranks of the job are on other hosts: "every local peer finished" does not mean
     /// nothing more can arrive.
     pub multi_node: bool,
+    /// Unexpected messages drained out of each ring (by local source), oldest first; see
+    /// `unexpected`.
+    pub drained: Vec<VecDeque<crate::unexpected::Drained>>,
+    pub drained_bytes: usize,
+    pub drain_budget: usize,
+    /// Contexts received through the matcher: only their messages are drained (a
+    /// Directed-Point port reads its ring in arrival order).
+    pub matched_contexts: Vec<u32>,
+    /// Buffers of drained messages, for reuse.
+    pub drain_pool: Vec<Vec<u8>>,
 }
 
 impl Engine {
@@ -186,6 +204,11 @@ impl Engine {
             progress: None,
             l2g: (0..n).collect(),
             multi_node: false,
+            drained: (0..n).map(|_| VecDeque::new()).collect(),
+            drained_bytes: 0,
+            drain_budget: 16 << 20,
+            matched_contexts: Vec::new(),
+            drain_pool: Vec::new(),
         }
     }
 
@@ -458,15 +481,14 @@ impl Engine {
         Ok(Poll::Nothing)
     }
 
-    /// The first message start (a whole message, a first fragment or a single-copy descriptor)
-    /// whose envelope `pat` accepts, with the local rank of its ring: in the ring from local rank
-    /// `ring`, or with None in every ring, round-robin from the one served last. See `matching`.
-    #[inline]
+    /// The first message from ring `ring` (None: every ring, round-robin) whose envelope `pat`
+    /// accepts: among one source's messages, the drained ones (older) first, then the ring.
+    /// A ring in which nothing matches is drained if it is full (see `unexpected`).
     pub fn poll_match(
         &mut self,
         pat: &Pattern,
         ring: Option<usize>,
-    ) -> Result<Option<(usize, RecordInfo)>, RecvError> {
+    ) -> Result<Option<(usize, Hit)>, RecvError> {
         let key = pat.scan_key(true);
         let (first, count) = match ring {
             Some(li) => (li, 1),
@@ -474,6 +496,17 @@ impl Engine {
         };
         for i in 0..count {
             let src = (first + i) % self.n;
+            if !self.drained[src].is_empty() {
+                if let Some(k) = self.drained[src]
+                    .iter()
+                    .position(|d| d.context == pat.context && pat.accepts_tag(d.tag))
+                {
+                    if count > 1 {
+                        self.rr = (src + 1) % self.n;
+                    }
+                    return Ok(Some((src, Hit::Drained(k))));
+                }
+            }
             let found = self.rx[src].scan(key, |r| {
                 r.context == pat.context
                     && pat.accepts_tag(r.tag)
@@ -484,9 +517,15 @@ impl Engine {
                     if count > 1 {
                         self.rr = (src + 1) % self.n;
                     }
-                    return Ok(Some((src, info)));
+                    return Ok(Some((src, Hit::Ring(info))));
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    if self.rx[src].looks_full()
+                        || self.drained[src].back().is_some_and(|d| d.open.is_some())
+                    {
+                        self.drain(src)?;
+                    }
+                }
                 Err(e) => {
                     return Err(RecvError::Corrupt {
                         rank: self.l2g[src],

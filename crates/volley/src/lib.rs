@@ -36,6 +36,7 @@ mod progress;
 mod recv;
 mod request;
 mod send;
+mod unexpected;
 mod wait;
 mod world;
 

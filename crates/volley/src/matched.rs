@@ -4,6 +4,7 @@
 use crate::config::WaitMode;
 use crate::counters::Counter;
 use crate::endpoint::{wait_from_bits, Endpoint};
+use crate::engine::Hit;
 use crate::error::RecvError;
 use crate::matching::{Pattern, Status};
 use crate::recv::{copy_single, Dest};
@@ -114,6 +115,11 @@ impl Endpoint {
                 });
             }
         }
+        if !self.matched.load(Ordering::Relaxed) {
+            // First matched receive on this port: its messages may now be drained.
+            self.matched.store(true, Ordering::Relaxed);
+            self.world.eng().matched_contexts.push(self.port);
+        }
         Ok(Pattern::new(self.port, source, tag))
     }
 }
@@ -167,53 +173,96 @@ impl World {
                 None => e.poll_match(pat, None)?,
             }
         };
-        if let Some((src, info)) = found {
-            let st = Status {
-                source: w.inner.l2g[src],
-                tag: info.tag,
-                len: info.total_len as usize,
-            };
-            if veto(&st) {
-                return Ok(Step::Vetoed);
-            }
-            let Some(out) = buf.as_deref_mut() else {
-                return Ok(Step::Done(st));
-            };
-            if st.len > out.len() {
-                return Err(RecvError::BufferTooSmall {
-                    message: st.len,
-                    buffer: out.len(),
-                });
-            }
-            let out = &mut out[..st.len];
-            let mut e = w.eng();
-            match info.kind {
-                Kind::Whole => e.copy_whole(src, &info, out),
-                Kind::Rndv => {
-                    // Single copy: from the sender's memory straight into the caller's buffer.
-                    copy_single(&mut e, src, &info, Dest::Slice(out))?;
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, st.len as u64);
+        match found {
+            Some((src, Hit::Ring(info))) => {
+                let st = Status {
+                    source: w.inner.l2g[src],
+                    tag: info.tag,
+                    len: info.total_len as usize,
+                };
+                if veto(&st) {
+                    return Ok(Step::Vetoed);
                 }
-                _ => {
-                    // A first fragment: the rest follow in this ring, into the caller's buffer.
-                    drop(e);
-                    let mut g = Gathering {
-                        src,
-                        pos: info.pos,
-                        off: 0,
-                    };
-                    if !w.take_fragment(pat.context, &mut g, &info, out)? {
-                        if incremental {
-                            return Ok(Step::Started(st, g));
-                        }
-                        while !w.more_fragments(pat.context, &mut g, out)? {
-                            waiter.idle(w, pat.context, Some(st.source))?;
-                        }
+                let Some(out) = buf.as_deref_mut() else {
+                    return Ok(Step::Done(st));
+                };
+                if st.len > out.len() {
+                    return Err(RecvError::BufferTooSmall {
+                        message: st.len,
+                        buffer: out.len(),
+                    });
+                }
+                let out = &mut out[..st.len];
+                let mut e = w.eng();
+                match info.kind {
+                    Kind::Whole => e.copy_whole(src, &info, out),
+                    Kind::Rndv => {
+                        // Single copy: from the sender's memory straight into the caller's buffer.
+                        copy_single(&mut e, src, &info, Dest::Slice(out))?;
+                        e.counters.add(Counter::MsgsRecvd, 1);
+                        e.counters.add(Counter::BytesRecvd, st.len as u64);
+                    }
+                    _ => {
+                        // A first fragment: the rest follow in this ring, into the caller's buffer.
+                        drop(e);
+                        let g = Gathering {
+                            src,
+                            pos: info.pos,
+                            off: 0,
+                        };
+                        return w.finish_fragments(
+                            pat,
+                            st,
+                            g,
+                            Some(&info),
+                            out,
+                            waiter,
+                            incremental,
+                        );
                     }
                 }
+                return Ok(Step::Done(st));
             }
-            return Ok(Step::Done(st));
+            Some((src, Hit::Drained(k))) => {
+                // A message drained out of its full ring: copied once more, from our buffer.
+                let mut e = w.eng();
+                let d = &e.drained[src][k];
+                let st = Status {
+                    source: w.inner.l2g[src],
+                    tag: d.tag,
+                    len: d.total,
+                };
+                drop(e);
+                if veto(&st) {
+                    return Ok(Step::Vetoed);
+                }
+                let Some(out) = buf.as_deref_mut() else {
+                    return Ok(Step::Done(st));
+                };
+                if st.len > out.len() {
+                    return Err(RecvError::BufferTooSmall {
+                        message: st.len,
+                        buffer: out.len(),
+                    });
+                }
+                let out = &mut out[..st.len];
+                e = w.eng();
+                let d = e.take_drained(src, k);
+                let got = d.data.len();
+                out[..got].copy_from_slice(&d.data);
+                e.recycle_drained(d.data);
+                e.counters.add(Counter::StagingCopies, 1);
+                let Some(pos) = d.open else {
+                    e.counters.add(Counter::MsgsRecvd, 1);
+                    e.counters.add(Counter::BytesRecvd, st.len as u64);
+                    return Ok(Step::Done(st));
+                };
+                drop(e);
+                // The rest is still arriving in the ring: straight into the caller's buffer.
+                let g = Gathering { src, pos, off: got };
+                return w.finish_fragments(pat, st, g, None, out, waiter, incremental);
+            }
+            None => {}
         }
         if matches!(ring, Some(Some(_))) {
             // A sender on this host: nothing can come from the network.
@@ -247,6 +296,33 @@ impl World {
         // The protocol reassembled the message in a buffer of its own (see issue 9's network
         // path: a posted receive's buffer is not yet handed to the protocol).
         e.counters.add(Counter::StagingCopies, 1);
+        Ok(Step::Done(st))
+    }
+
+    /// Goes on with a fragmented message matched for `pat`: takes `first` if given, then the
+    /// fragments that have arrived; waits for the rest unless `incremental`.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_fragments(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        mut g: Gathering,
+        first: Option<&RecordInfo>,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        if let Some(info) = first {
+            if self.take_fragment(pat.context, &mut g, info, out)? {
+                return Ok(Step::Done(st));
+            }
+        }
+        while !self.more_fragments(pat.context, &mut g, out)? {
+            if incremental {
+                return Ok(Step::Started(st, g));
+            }
+            waiter.idle(self, pat.context, Some(st.source))?;
+        }
         Ok(Step::Done(st))
     }
 
@@ -303,7 +379,14 @@ impl World {
                 // Our own queued sends move on while we wait: the sender may be waiting for
                 // them before it writes the rest of this message.
                 e.drive_pending();
-                e.next_from(g.src, port, g.pos)?
+                let n = e.next_from(g.src, port, g.pos)?;
+                if n.is_none() {
+                    // The rest may be stuck behind a drained message's later fragments (taken
+                    // with room to spare for this one's first): drain them so the sender can go
+                    // on.
+                    e.drain(g.src)?;
+                }
+                n
             };
             match next {
                 Some(n) if n.context == port && matches!(n.kind, Kind::Middle | Kind::Last) => {

@@ -111,6 +111,7 @@ impl World {
         );
         eng.l2g = l2g.clone();
         eng.multi_node = attached.info.is_multi_node();
+        eng.drain_budget = cfg.unexpected_bytes;
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => {
                 Some(Exclusive::new(crate::net::Net::open(&attached.info, boot)?))
@@ -248,6 +249,7 @@ impl World {
             target: AtomicU64::new(NO_TARGET),
             wait: AtomicU64::new(wait_to_bits(self.inner.cfg.wait)),
             best_effort: AtomicBool::new(false),
+            matched: AtomicBool::new(false),
         })
     }
 

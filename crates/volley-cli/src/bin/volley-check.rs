@@ -878,111 +878,114 @@ fn requests(w: &World, count: u64) -> R {
             .map(|(_, v)| v)
             .unwrap_or(0)
     };
-    let staging_before = staging(w);
-    let received = w.scope(move |s| -> Result<u64, Box<dyn std::error::Error>> {
-        // Posting order decides: the any-source receive, posted first, takes A; the exact one B.
-        let ra = s.irecv(ep, None, Some(5), a_ref)?;
-        let rb = s.irecv(ep, Some(1), Some(5), b_ref)?;
-        // Cancelled before anything matched it; its handle is then spent.
-        let rc = s.irecv(ep, None, Some(99), never_ref)?;
-        if !w.cancel(rc) {
-            return Err("cancel refused a receive nothing had matched".into());
-        }
-        match w.wait(rc) {
-            Err(RequestError::Cancelled) => {}
-            other => return Err(format!("a cancelled receive completed with {other:?}").into()),
-        }
-        match w.wait(rc) {
-            Err(RequestError::Stale { .. }) => {}
-            other => return Err(format!("a spent handle gave {other:?}").into()),
-        }
-        let r9 = s.irecv(ep, Some(1), Some(9), big9_ref)?;
-        ep.send_tagged(1, 8, b"go")?;
-        // Exact (source, tag) receives, posted tag by tag; for the last of 3+ senders, any-tag
-        // receives, which take its messages in the order sent.
-        let mut ids: Vec<Option<RequestId>> = Vec::new();
-        let mut what: Vec<(usize, u64)> = Vec::new();
-        for (r, slots) in slots.iter_mut().enumerate().skip(1) {
-            if r == n - 1 && n > 2 {
-                for (i, slot) in slots.iter_mut().enumerate() {
-                    ids.push(Some(s.irecv(ep, Some(r), None, slot.take().unwrap())?));
-                    what.push((r, i as u64));
-                }
-            } else {
-                for t in 0..3u64 {
-                    for i in (t..count).step_by(3) {
-                        let buf = slots[i as usize].take().unwrap();
-                        ids.push(Some(s.irecv(ep, Some(r), Some(t as u32), buf)?));
-                        what.push((r, i));
+    let (received, staged) =
+        w.scope(move |s| -> Result<(u64, u64), Box<dyn std::error::Error>> {
+            // Posting order decides: the any-source receive, posted first, takes A; the exact one B.
+            let ra = s.irecv(ep, None, Some(5), a_ref)?;
+            let rb = s.irecv(ep, Some(1), Some(5), b_ref)?;
+            // Cancelled before anything matched it; its handle is then spent.
+            let rc = s.irecv(ep, None, Some(99), never_ref)?;
+            if !w.cancel(rc) {
+                return Err("cancel refused a receive nothing had matched".into());
+            }
+            match w.wait(rc) {
+                Err(RequestError::Cancelled) => {}
+                other => return Err(format!("a cancelled receive completed with {other:?}").into()),
+            }
+            match w.wait(rc) {
+                Err(RequestError::Stale { .. }) => {}
+                other => return Err(format!("a spent handle gave {other:?}").into()),
+            }
+            let r9 = s.irecv(ep, Some(1), Some(9), big9_ref)?;
+            // Exact (source, tag) receives, posted tag by tag; for the last of 3+ senders, any-tag
+            // receives, which take its messages in the order sent.
+            let mut ids: Vec<Option<RequestId>> = Vec::new();
+            let mut what: Vec<(usize, u64)> = Vec::new();
+            for (r, slots) in slots.iter_mut().enumerate().skip(1) {
+                if r == n - 1 && n > 2 {
+                    for (i, slot) in slots.iter_mut().enumerate() {
+                        ids.push(Some(s.irecv(ep, Some(r), None, slot.take().unwrap())?));
+                        what.push((r, i as u64));
+                    }
+                } else {
+                    for t in 0..3u64 {
+                        for i in (t..count).step_by(3) {
+                            let buf = slots[i as usize].take().unwrap();
+                            ids.push(Some(s.irecv(ep, Some(r), Some(t as u32), buf)?));
+                            what.push((r, i));
+                        }
                     }
                 }
             }
-        }
-        let mut seen = vec![false; ids.len()];
-        let mut check = |k: usize, res: Result<volley::Status, RequestError>| -> R {
-            let st = res.map_err(|e| format!("receive {k}: {e}"))?;
-            let (r, i) = what[k];
-            if seen[k] {
-                return Err(format!("receive {k} completed twice").into());
+            let mut seen = vec![false; ids.len()];
+            let mut check = |k: usize, res: Result<volley::Status, RequestError>| -> R {
+                let st = res.map_err(|e| format!("receive {k}: {e}"))?;
+                let (r, i) = what[k];
+                if seen[k] {
+                    return Err(format!("receive {k} completed twice").into());
+                }
+                seen[k] = true;
+                if (st.source, st.tag as u64, st.len) != (r, i % 3, size_of(r, i)) {
+                    return Err(
+                        format!("receive {k} for message {i} of rank {r} got {st:?}").into(),
+                    );
+                }
+                Ok(())
+            };
+            // A third by wait_any, a third by wait_some, the rest by wait_all.
+            for _ in 0..ids.len() / 3 {
+                let (k, res) = w.wait_any(&mut ids).ok_or("wait_any found no request")?;
+                if ids[k].is_some() {
+                    return Err("wait_any left the completed request in the list".into());
+                }
+                check(k, res)?;
             }
-            seen[k] = true;
-            if (st.source, st.tag as u64, st.len) != (r, i % 3, size_of(r, i)) {
-                return Err(format!("receive {k} for message {i} of rank {r} got {st:?}").into());
+            let mut errs: Vec<String> = Vec::new();
+            let mut some = 0;
+            while some < ids.len() / 3 {
+                let got = w.wait_some(&mut ids, |k, res| {
+                    if let Err(e) = check(k, res) {
+                        errs.push(e.to_string());
+                    }
+                });
+                if got == 0 {
+                    return Err("wait_some returned with requests still active".into());
+                }
+                some += got;
             }
-            Ok(())
-        };
-        // A third by wait_any, a third by wait_some, the rest by wait_all.
-        for _ in 0..ids.len() / 3 {
-            let (k, res) = w.wait_any(&mut ids).ok_or("wait_any found no request")?;
-            if ids[k].is_some() {
-                return Err("wait_any left the completed request in the list".into());
-            }
-            check(k, res)?;
-        }
-        let mut errs: Vec<String> = Vec::new();
-        let mut some = 0;
-        while some < ids.len() / 3 {
-            let got = w.wait_some(&mut ids, |k, res| {
+            w.wait_all(&mut ids, |k, res| {
                 if let Err(e) = check(k, res) {
                     errs.push(e.to_string());
                 }
             });
-            if got == 0 {
-                return Err("wait_some returned with requests still active".into());
+            if !errs.is_empty() {
+                return Err(errs.join("; ").into());
             }
-            some += got;
-        }
-        w.wait_all(&mut ids, |k, res| {
-            if let Err(e) = check(k, res) {
-                errs.push(e.to_string());
+            if seen.iter().any(|s| !s) || w.wait_any(&mut ids).is_some() {
+                return Err("a receive never completed".into());
             }
-        });
-        if !errs.is_empty() {
-            return Err(errs.join("; ").into());
-        }
-        if seen.iter().any(|s| !s) || w.wait_any(&mut ids).is_some() {
-            return Err("a receive never completed".into());
-        }
-        // A and B by test_all.
-        let mut pair = [Some(ra), Some(rb)];
-        let mut got = [None, None];
-        while !w.test_all(&mut pair, |k, res| got[k] = Some(res)) {}
-        let sa = got[0].take().unwrap()?;
-        let sb = got[1].take().unwrap()?;
-        if (sa.source, sa.tag, sa.len, sb.source, sb.tag, sb.len) != (1, 5, 7, 1, 5, 8) {
-            return Err(format!("posting order broken: A {sa:?}, B {sb:?}").into());
-        }
-        // The large receive posted before its message, then one posted after.
-        let st = w.wait(r9)?;
-        while ep.iprobe(Some(1), Some(10))?.is_none() {}
-        let r10 = s.irecv(ep, Some(1), Some(10), big10_ref)?;
-        let st10 = w.wait(r10)?;
-        if st.len != big_len || st10.len != after_len {
-            return Err(format!("large receives got {st:?} and {st10:?}").into());
-        }
-        Ok(what.len() as u64 + 4)
-    })?;
-    let staged = staging(w) - staging_before;
+            // A and B by test_all.
+            let mut pair = [Some(ra), Some(rb)];
+            let mut got = [None, None];
+            while !w.test_all(&mut pair, |k, res| got[k] = Some(res)) {}
+            let sa = got[0].take().unwrap()?;
+            let sb = got[1].take().unwrap()?;
+            if (sa.source, sa.tag, sa.len, sb.source, sb.tag, sb.len) != (1, 5, 7, 1, 5, 8) {
+                return Err(format!("posting order broken: A {sa:?}, B {sb:?}").into());
+            }
+            // The large receive posted before its message, then one posted after: rank 1 sends them
+            // once every small message is in, and neither passes through a staging buffer.
+            let staging_before = staging(w);
+            ep.send_tagged(1, 8, b"go")?;
+            let st = w.wait(r9)?;
+            while ep.iprobe(Some(1), Some(10))?.is_none() {}
+            let r10 = s.irecv(ep, Some(1), Some(10), big10_ref)?;
+            let st10 = w.wait(r10)?;
+            if st.len != big_len || st10.len != after_len {
+                return Err(format!("large receives got {st:?} and {st10:?}").into());
+            }
+            Ok((what.len() as u64 + 4, staging(w) - staging_before))
+        })?;
     for (r, msgs) in bufs.iter().enumerate() {
         for (i, m) in msgs.iter().enumerate() {
             check(
@@ -1015,6 +1018,67 @@ fn requests(w: &World, count: u64) -> R {
         ep.send_tagged(r, 7, b"done")?;
     }
     println!("result: requests received={received} staging={staged} ok");
+    Ok(())
+}
+
+/// Unexpected messages drained out of full rings: each sender first starts a 3 MiB message
+/// (tag 1, larger than its ring), then sends small ones (tag 2) with blocking sends. Rank 0
+/// receives the small ones first, which only works if the large one is moved out of the ring
+/// (as MPI requires: a pair's messages may be received in another order than sent), then the
+/// large one. Senders are taken one after the other, so the budget for drained messages
+/// (VOLLEY_UNEXPECTED_BYTES) need hold only one large message at a time.
+fn unexpected(w: &World, count: u64) -> R {
+    let n = w.size();
+    let me = w.rank();
+    let ep = w.open(42)?;
+    let big_len = (3 << 20) + 3;
+    let small = |r: usize, i: u64| {
+        let size = 1000 + (i as usize % 100);
+        let mut m = vec![0u8; size];
+        fill(&mut m, seed_of(i, size, r));
+        m
+    };
+    if me != 0 {
+        let mut big = vec![0u8; big_len];
+        fill(&mut big, seed_of(1000, big_len, me));
+        let req = ep.isend_tagged(0, 1, big)?;
+        for i in 0..count {
+            ep.send_tagged(0, 2, &small(me, i))?;
+        }
+        req.wait()?;
+        let mut done = [0u8; 4];
+        ep.recv_matching(Some(0), Some(7), &mut done)?;
+        return Ok(());
+    }
+    let mut buf = vec![0u8; big_len];
+    let mut received = 0;
+    for r in 1..n {
+        for i in 0..count {
+            let st = ep.recv_matching(Some(r), Some(2), &mut buf)?;
+            let want = small(r, i);
+            if st.len != want.len() || buf[..st.len] != want[..] {
+                return Err(format!("small message {i} of rank {r}: wrong length or bytes").into());
+            }
+            received += 1;
+        }
+        let st = ep.recv_matching(Some(r), Some(1), &mut buf)?;
+        check(
+            &buf[..st.len],
+            big_len,
+            seed_of(1000, big_len, r),
+            "drained large message",
+        )?;
+        received += 1;
+    }
+    for r in 1..n {
+        ep.send_tagged(r, 7, b"done")?;
+    }
+    let drained = w
+        .counters()
+        .into_iter()
+        .find(|(k, _)| *k == "drained")
+        .map_or(0, |(_, v)| v);
+    println!("result: unexpected received={received} drained={drained} ok");
     Ok(())
 }
 
@@ -1094,6 +1158,7 @@ fn main() {
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),
+        Some("unexpected") => unexpected(&world, num(1, 200)),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
         Some("active") => active(&world, num(1, 500)),
@@ -1122,7 +1187,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N");
             std::process::exit(2);
         }
     };
