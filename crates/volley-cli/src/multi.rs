@@ -117,6 +117,8 @@ fn parse_fate(s: &str) -> Fate {
 enum FromAgent {
     Card(usize, String),
     Exit(usize, Fate),
+    /// A rank's published counters, in the order of volley's table.
+    Counters(usize, Vec<u64>),
     Gone,
 }
 
@@ -207,6 +209,13 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                                 let _ = tx.send(FromAgent::Exit(r, parse_fate(f)));
                             }
                         }
+                        ["counters", r, v] => {
+                            let values: Option<Vec<u64>> =
+                                v.split(',').map(|x| x.parse().ok()).collect();
+                            if let (Ok(r), Some(values)) = (r.parse(), values) {
+                                let _ = tx.send(FromAgent::Counters(r, values));
+                            }
+                        }
                         _ => {}
                     }
                 } else {
@@ -230,6 +239,7 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     let mut cards: Vec<Option<String>> = vec![None; a.n];
     let mut table_sent = false;
     let mut fates: Vec<Option<Fate>> = vec![None; a.n];
+    let mut counters: Vec<Option<Vec<u64>>> = vec![None; a.n];
     let mut first_failure: Option<(usize, Fate)> = None;
     let mut stopped = false;
     let mut timed_out = false;
@@ -271,6 +281,7 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                     }
                 }
             }
+            Ok(FromAgent::Counters(r, v)) if r < a.n => counters[r] = Some(v),
             Ok(FromAgent::Gone) => gone += 1,
             Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -303,6 +314,9 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
         }
     }
     let _ = std::io::stdout().flush();
+    if a.counters {
+        crate::run::print_counters(&counters);
+    }
     if timed_out {
         return Ok(124);
     }
@@ -518,6 +532,10 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
                     first_failure = Some(fate);
                 }
                 let _g = out_lock.lock();
+                if let Some(v) = job.rank_counters(li) {
+                    let v: Vec<String> = v.iter().map(u64::to_string).collect();
+                    say(&format!("{CTL}counters {g} {}\n", v.join(",")));
+                }
                 say(&format!("{CTL}exit {g} {}\n", fate_code(fate)));
             }
         }

@@ -336,7 +336,8 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     let _ = std::io::stdout().flush();
 
     if a.counters {
-        print_counters(&job, a.n);
+        let per_rank: Vec<Option<Vec<u64>>> = (0..a.n).map(|r| job.rank_counters(r)).collect();
+        print_counters(&per_rank);
     }
     if timed_out {
         return Ok(124);
@@ -351,29 +352,31 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The table `--counters` prints: one column per rank, then the total.
-fn print_counters(job: &JobLaunch, n: usize) {
-    let per_rank: Vec<Option<Vec<u64>>> = (0..n).map(|r| job.rank_counters(r)).collect();
+/// The table `--counters` prints: one row per counter of volley's table (the network's only
+/// where some rank counted something there), one column per rank, then the total.
+pub(crate) fn print_counters(per_rank: &[Option<Vec<u64>>]) {
+    let n = per_rank.len();
     let mut s =
         String::from("volley run: counters (published by each rank when it closed its world)\n");
-    s.push_str(&format!("{:<22}", "counter"));
+    s.push_str(&format!("{:<28}", "counter"));
     for r in 0..n {
         s.push_str(&format!(" {:>12}", format!("rank {r}")));
     }
     s.push_str(&format!(" {:>14}  unit\n", "total"));
-    for (i, (name, unit, _)) in volley::COUNTERS.iter().enumerate() {
-        s.push_str(&format!("{name:<22}"));
-        let mut total = 0u64;
-        for c in &per_rank {
-            match c {
-                Some(v) => {
-                    total += v[i];
-                    s.push_str(&format!(" {:>12}", v[i]));
-                }
+    for (i, c) in volley::counter_table().iter().enumerate() {
+        let value = |v: &Vec<u64>| v.get(i).copied().unwrap_or(0);
+        let total: u64 = per_rank.iter().flatten().map(value).sum();
+        if c.layer != volley::Layer::Core && total == 0 {
+            continue;
+        }
+        s.push_str(&format!("{:<28}", c.display_name()));
+        for v in per_rank {
+            match v {
+                Some(v) => s.push_str(&format!(" {:>12}", value(v))),
                 None => s.push_str(&format!(" {:>12}", "n/a")),
             }
         }
-        s.push_str(&format!(" {total:>14}  {unit}\n"));
+        s.push_str(&format!(" {total:>14}  {}\n", c.unit));
     }
     if per_rank.iter().any(Option::is_none) {
         s.push_str(

@@ -281,6 +281,39 @@ fn requests_complete_in_posting_order_across_hosts() {
     }
 }
 
+/// `volley run --counters` over two hosts: every rank's counters come back through the agents,
+/// the network's among them (packets and messages each way, matching across the two ranks).
+#[test]
+fn counters_of_every_rank_and_the_network_come_back_from_each_host() {
+    let h = Hosts::new(2, 1500);
+    let o = h.run(
+        2,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &["--counters", CHECK, "pingpong", "0", "1", "65536"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let row = |name: &str| -> Vec<u64> {
+        err.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{err}"))
+            .split_whitespace()
+            .skip(1)
+            .take(3)
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: {v}:\n{err}")))
+            .collect()
+    };
+    let sent = row("net_messages_sent");
+    let delivered = row("net_messages_delivered");
+    assert!(sent[0] > 0 && sent[1] > 0, "{err}");
+    assert_eq!(sent[2], sent[0] + sent[1], "{err}");
+    // Rank 0's messages are delivered at rank 1 and the reverse.
+    assert_eq!((delivered[1], delivered[0]), (sent[0], sent[1]), "{err}");
+    assert!(row("net_packets_sent")[2] >= sent[2], "{err}");
+    // The core's rows are there too, and nothing reads n/a.
+    assert!(row("msgs_sent")[2] > 0 && !err.contains("n/a"), "{err}");
+}
+
 /// A World moved to another thread keeps its network side working there.
 #[test]
 fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {
@@ -325,7 +358,11 @@ fn faulty(transport: &str, env: &[(&str, &str)], kernel_loss: Option<u32>, expec
     let counted = |name: &str| -> u64 {
         err.lines()
             .filter(|l| l.contains(name))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .filter_map(|l| {
+                // "[rank]   name   value   unit": the value follows the name.
+                let mut w = l.split_whitespace().skip_while(|w| *w != name);
+                w.nth(1)?.parse::<u64>().ok()
+            })
             .sum()
     };
     for any_of in expect {
@@ -409,7 +446,11 @@ fn injected_foreign_truncated_and_corrupt_frames_are_counted_by_reason() {
         let n: u64 = err
             .lines()
             .filter(|l| l.contains(c))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .filter_map(|l| {
+                // "[rank]   name   value   unit": the value follows the name.
+                let mut w = l.split_whitespace().skip_while(|w| *w != c);
+                w.nth(1)?.parse::<u64>().ok()
+            })
             .sum();
         assert!(n > 0, "{c} not counted:\n{err}");
     }

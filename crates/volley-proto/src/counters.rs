@@ -47,6 +47,14 @@ peer_counters! {
     rto_backoffs, "events", "retransmission timer expirations (each doubles the timeout)";
 }
 
+/// (name, unit, description) of the engine's counters that belong to no peer, in the order of
+/// [`crate::Engine::engine_counters`].
+pub const ENGINE_COUNTERS: &[(&str, &str, &str)] = &[(
+    "buffer_allocs",
+    "buffers",
+    "message buffers allocated because the pool had none to reuse (none per message once warm, up to 1 MiB)",
+)];
+
 /// Why a received packet was dropped before it reached a peer's state, in the order of
 /// [`crate::Engine::drops`].
 pub const DROP_REASONS: &[(&str, &str)] = &[

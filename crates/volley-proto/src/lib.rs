@@ -30,7 +30,7 @@
 mod counters;
 mod peer;
 
-pub use counters::{PeerCounters, DROP_REASONS, PEER_COUNTERS};
+pub use counters::{PeerCounters, DROP_REASONS, ENGINE_COUNTERS, PEER_COUNTERS};
 use peer::Peer;
 use std::collections::VecDeque;
 use volley_wire::{Malformed, Repr};
@@ -206,7 +206,7 @@ pub struct Engine {
     peers: Vec<Option<Peer>>,
     events: VecDeque<Event>,
     /// Buffers given back by the application, reused for new messages.
-    pool: Vec<Vec<u8>>,
+    pool: peer::BufPool,
     /// Received packets dropped before a peer could be told, by reason (see [`DROP_REASONS`]).
     pub drops: [u64; DROP_REASONS.len()],
     rr: usize,
@@ -227,7 +227,7 @@ impl Engine {
             token,
             peers: Vec::new(),
             events: VecDeque::new(),
-            pool: Vec::new(),
+            pool: Default::default(),
             drops: [0; DROP_REASONS.len()],
             rr: 0,
         }
@@ -269,14 +269,19 @@ impl Engine {
         self.peer(rank).is_some_and(|p| p.lost)
     }
 
+    /// The engine's own counters, in the order of [`ENGINE_COUNTERS`].
+    pub fn engine_counters(&self) -> [u64; ENGINE_COUNTERS.len()] {
+        [self.pool.allocs]
+    }
+
     /// A buffer of `len` bytes (contents unspecified), from the pool when one is big enough.
     pub fn buffer(&mut self, len: usize) -> Vec<u8> {
-        peer::take_buf(&mut self.pool, len)
+        self.pool.take(len)
     }
 
     /// Gives a buffer back for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        peer::give_buf(&mut self.pool, buf)
+        self.pool.give(buf)
     }
 
     /// Queues a message to `peer`. The engine owns `data` until the peer has acknowledged it.

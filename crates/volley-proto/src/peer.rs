@@ -21,18 +21,43 @@ pub(crate) fn msg_window(cfg: &Config) -> u64 {
     2 * cfg.window as u64
 }
 
-pub(crate) fn take_buf(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
-    if len > 1 << 20 {
-        // A large buffer straight from the allocator: zeroed pages come lazily from the kernel.
-        return vec![0u8; len];
+/// Message buffers for reuse, so that a stream of messages allocates nothing once warm. Counts
+/// the allocations it could not avoid.
+#[derive(Default)]
+pub(crate) struct BufPool {
+    bufs: Vec<Vec<u8>>,
+    /// Buffers allocated because none in the pool was big enough (or the message was larger
+    /// than the pool keeps).
+    pub allocs: u64,
+}
+
+impl BufPool {
+    /// A buffer of `len` bytes (contents unspecified).
+    pub(crate) fn take(&mut self, len: usize) -> Vec<u8> {
+        if len > 1 << 20 {
+            // A large buffer straight from the allocator: zeroed pages come lazily from the
+            // kernel, cheaper than zeroing a kept one.
+            self.allocs += 1;
+            return vec![0u8; len];
+        }
+        let mut v = match self.bufs.iter().position(|b| b.capacity() >= len) {
+            Some(i) => self.bufs.swap_remove(i),
+            None => {
+                self.allocs += 1;
+                Vec::with_capacity(len)
+            }
+        };
+        v.clear();
+        v.resize(len, 0);
+        v
     }
-    let mut v = match pool.iter().position(|b| b.capacity() >= len) {
-        Some(i) => pool.swap_remove(i),
-        None => Vec::with_capacity(len),
-    };
-    v.clear();
-    v.resize(len, 0);
-    v
+
+    /// Keeps `v` for reuse (up to 64 buffers of at most 1 MiB).
+    pub(crate) fn give(&mut self, v: Vec<u8>) {
+        if self.bufs.len() < 64 && v.capacity() <= 1 << 20 && v.capacity() > 0 {
+            self.bufs.push(v);
+        }
+    }
 }
 
 /// Writes the fragment `[off, off + len)` of `m` as a DATA packet: the payload is copied once,
@@ -62,12 +87,6 @@ fn emit_fragment(
         off,
         len,
     )
-}
-
-pub(crate) fn give_buf(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
-    if pool.len() < 64 && v.capacity() <= 1 << 20 {
-        pool.push(v);
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -396,7 +415,7 @@ impl Peer {
         now: Instant,
         body: &Body<'_>,
         events: &mut VecDeque<Event>,
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Result<(), Malformed> {
         self.last_heard = now;
         self.counters.packets_received += 1;
@@ -507,7 +526,7 @@ impl Peer {
         msg_len: u64,
         offset: u64,
         payload: &[u8],
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Result<(), Malformed> {
         let idx = self.in_slot(cfg, msg)?;
         let m = &mut self.in_msgs[idx];
@@ -520,7 +539,7 @@ impl Peer {
                 m.len = msg_len;
                 m.tag = tag;
                 m.context = context;
-                m.buf = take_buf(pool, msg_len as usize);
+                m.buf = pool.take(msg_len as usize);
                 let off = offset as usize;
                 m.buf[off..off + payload.len()].copy_from_slice(payload);
                 m.got += payload.len() as u64;
@@ -551,7 +570,7 @@ impl Peer {
         tag: u32,
         context: u32,
         msg_len: u64,
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Result<(), Malformed> {
         if msg_len > cfg.max_message {
             return Err(Malformed::Field);
@@ -573,7 +592,7 @@ impl Peer {
     /// Makes room for announced messages while the budget allows, strictly in message order:
     /// a later message accepted first would hold budget that it cannot give back before the
     /// earlier one is delivered, and the two would wait for each other.
-    fn accept_rendezvous(&mut self, cfg: &Config, pool: &mut Vec<Vec<u8>>) {
+    fn accept_rendezvous(&mut self, cfg: &Config, pool: &mut BufPool) {
         if self.announced == 0 {
             return;
         }
@@ -592,7 +611,7 @@ impl Peer {
                 }
                 return;
             }
-            m.buf = take_buf(pool, m.len as usize);
+            m.buf = pool.take(m.len as usize);
             m.state = InState::Accepted;
             self.announced -= 1;
             self.rndv_outstanding += m.len;
@@ -620,7 +639,7 @@ impl Peer {
         cfg: &Config,
         body: &Body<'_>,
         events: &mut VecDeque<Event>,
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Result<(), Malformed> {
         let Body::Data {
             seq,
@@ -650,7 +669,7 @@ impl Peer {
                     return Ok(());
                 }
                 let old = self.be_in.take().map(|b| b.msg.buf);
-                give_buf(pool, old.unwrap_or_default());
+                pool.give(old.unwrap_or_default());
                 self.counters.best_effort_lost += 1;
             }
         }
@@ -666,7 +685,7 @@ impl Peer {
             m.len = msg_len;
             m.tag = tag;
             m.context = context;
-            m.buf = take_buf(pool, msg_len as usize);
+            m.buf = pool.take(msg_len as usize);
             self.be_in = Some(BeIn { id, msg: m });
         }
         let b = self.be_in.as_mut().expect("just set");
@@ -680,7 +699,7 @@ impl Peer {
         if offset > b.msg.got {
             // A fragment in between was lost (or overtaken): the message is gone.
             let old = self.be_in.take().map(|b| b.msg.buf);
-            give_buf(pool, old.unwrap_or_default());
+            pool.give(old.unwrap_or_default());
             self.counters.best_effort_lost += 1;
             self.be_delivered = Some(id);
             return Ok(());
@@ -730,7 +749,7 @@ impl Peer {
         }
     }
 
-    pub fn release(&mut self, cfg: &Config, c: Credit, pool: &mut Vec<Vec<u8>>) {
+    pub fn release(&mut self, cfg: &Config, c: Credit, pool: &mut BufPool) {
         self.eager_released += c.eager;
         self.rndv_outstanding = self.rndv_outstanding.saturating_sub(c.rndv);
         if c.rndv > 0 {
@@ -750,7 +769,7 @@ impl Peer {
         cum32: u32,
         credit: u64,
         ranges: Option<&AckRanges<'_>>,
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Result<(), Malformed> {
         if credit > self.peer_credit {
             self.peer_credit = credit;
@@ -876,13 +895,13 @@ impl Peer {
         }
     }
 
-    fn complete_messages(&mut self, pool: &mut Vec<Vec<u8>>) {
+    fn complete_messages(&mut self, pool: &mut BufPool) {
         while self.out.front().is_some_and(|m| m.done()) {
             let m = self.out.pop_front().expect("front");
             self.out_base += 1;
             self.cursor = self.cursor.saturating_sub(1);
             self.queued_bytes -= m.len();
-            give_buf(pool, m.data);
+            pool.give(m.data);
         }
     }
 
@@ -1192,7 +1211,7 @@ impl Peer {
         me: u32,
         token: u64,
         buf: &mut [u8],
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Option<usize> {
         let frag = cfg.fragment() as u64;
         let credit = self.credit_limit(cfg);
@@ -1213,7 +1232,7 @@ impl Peer {
         m.started = true;
         if m.fully_sent() {
             let m = self.be_out.pop_front().expect("front");
-            give_buf(pool, m.data);
+            pool.give(m.data);
         }
         Some(n)
     }
@@ -1226,7 +1245,7 @@ impl Peer {
         token: u64,
         now: Instant,
         buf: &mut [u8],
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Option<usize> {
         if self.lost {
             return None;
@@ -1244,7 +1263,7 @@ impl Peer {
         token: u64,
         now: Instant,
         buf: &mut [u8],
-        pool: &mut Vec<Vec<u8>>,
+        pool: &mut BufPool,
     ) -> Option<usize> {
         // 1. An acknowledgement that must carry ranges (packets arrived out of order).
         //    With no gap, a sequenced packet below carries it just as well.

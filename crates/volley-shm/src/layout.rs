@@ -12,10 +12,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 3: RankBlock::counters, published by each rank when it closes its world.
 /// 4: the record header carries an envelope (context, tag) instead of (source port, destination
 ///    port); the ring's position word is called the stamp.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Counters a rank can publish in its block.
-pub const RANK_COUNTERS: usize = 31;
+pub const RANK_COUNTERS: usize = 95;
 
 /// Bit of [`RankBlock::caps`]: the rank can read its peers' memory with process_vm_readv, so
 /// senders may hand it large messages by address (single copy) instead of through the ring.
@@ -55,7 +55,7 @@ const _: () = assert!(size_of::<JobHeader>() == 128);
 const _: () = assert!(offset_of!(JobHeader, token) == 24);
 const _: () = assert!(offset_of!(JobHeader, state_epoch) == 48);
 
-/// One per rank, 256 bytes: the lifecycle line, then the doorbell line, so that senders reading
+/// One per rank, 1024 bytes: the lifecycle line, then the doorbell line, so that senders reading
 /// the doorbell never share a cache line with state updates.
 #[repr(C, align(128))]
 pub struct RankBlock {
@@ -79,7 +79,7 @@ pub struct RankBlock {
     pub counters: [AtomicU64; RANK_COUNTERS],
 }
 
-const _: () = assert!(size_of::<RankBlock>() == 512);
+const _: () = assert!(size_of::<RankBlock>() == 1024);
 const _: () = assert!(offset_of!(RankBlock, counters_valid) == 256);
 const _: () = assert!(offset_of!(RankBlock, armed) == 128);
 const _: () = assert!(offset_of!(RankBlock, caps) == 12);

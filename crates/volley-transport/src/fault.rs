@@ -231,6 +231,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_counter_a_device_reports_is_in_the_table() {
+        let udp = crate::udp::UdpDevice::open(std::net::Ipv4Addr::LOCALHOST, 1500).unwrap();
+        let dev = FaultDevice::new(udp, "loss=0.1".parse().unwrap());
+        let names = dev.counters();
+        assert!(names.len() >= 6, "{names:?}");
+        for (name, _) in names {
+            assert!(
+                crate::DEVICE_COUNTERS.iter().any(|(n, _, _)| *n == name),
+                "{name} is missing from DEVICE_COUNTERS"
+            );
+        }
+    }
+
+    #[test]
     fn faults_parse_and_errors_name_the_fix() {
         let f: Faults = "loss=0.01, dup=0.5,delay_us=200,seed=9".parse().unwrap();
         assert_eq!((f.loss, f.dup, f.delay_ns, f.seed), (0.01, 0.5, 200_000, 9));

@@ -104,11 +104,61 @@ pub trait Device: Send {
     fn next_due(&self) -> Option<u64> {
         None
     }
-    /// Anomalies the device counted: (name, value).
+    /// Anomalies the device counted: (name, value), each name one of [`DEVICE_COUNTERS`].
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
 }
+
+/// (name, unit, description) of every counter a device may report, for volley's one table of
+/// counters. A device reports the ones that apply to it.
+pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
+    (
+        "udp_tx_full",
+        "events",
+        "times the UDP socket buffer stayed full: packets were held for the next send, none lost",
+    ),
+    (
+        "eth_rx_runts",
+        "frames",
+        "received frames too short to hold a volley packet",
+    ),
+    (
+        "eth_tx_ring_full",
+        "events",
+        "sends that found the AF_PACKET transmit ring full",
+    ),
+    (
+        "eth_tx_wrong_format",
+        "frames",
+        "transmit ring slots the kernel reported as malformed",
+    ),
+    (
+        "fault_dropped",
+        "packets",
+        "packets the fault injector dropped",
+    ),
+    (
+        "fault_duplicated",
+        "packets",
+        "packets the fault injector sent twice",
+    ),
+    (
+        "fault_reordered",
+        "packets",
+        "packets the fault injector held back to reorder",
+    ),
+    (
+        "fault_corrupted",
+        "packets",
+        "packets the fault injector corrupted",
+    ),
+    (
+        "fault_injected",
+        "packets",
+        "junk packets the fault injector made up",
+    ),
+];
 
 impl<D: Device + ?Sized> Device for Box<D> {
     fn kind(&self) -> String {

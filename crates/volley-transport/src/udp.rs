@@ -17,9 +17,12 @@ pub struct UdpDevice {
     peers: Vec<Option<SocketAddrV4>>,
     tx: MmsgBatch,
     rx: MmsgBatch,
-    /// Packets the kernel would not take (socket buffer full) and that were dropped: the
-    /// protocol sends them again.
-    tx_dropped: u64,
+    /// Packets at the front of `tx` that the kernel had no room for (socket buffer full): sent
+    /// first on the next call, before the protocol is asked for more. A packet the device took
+    /// is never dropped; back-pressure reaches the protocol as "no room", not as loss.
+    held: usize,
+    /// Times the socket buffer stayed full and packets were held for the next call.
+    tx_full: u64,
 }
 
 impl UdpDevice {
@@ -35,7 +38,8 @@ impl UdpDevice {
             peers: Vec::new(),
             tx: MmsgBatch::new(BATCH, max_packet),
             rx: MmsgBatch::new(BATCH, max_packet.max(2048)),
-            tx_dropped: 0,
+            held: 0,
+            tx_full: 0,
         })
     }
 }
@@ -87,7 +91,8 @@ impl Device for UdpDevice {
     fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
         let mut sent = 0;
         loop {
-            let mut n = 0;
+            // Packets held from an earlier call go first, in order.
+            let mut n = self.held;
             while n < BATCH {
                 let buf = self.tx.buf_mut(n);
                 let Some((peer, len)) = fill(buf) else {
@@ -113,9 +118,12 @@ impl Device for UdpDevice {
                 let k = self.tx.send(self.fd.as_raw_fd(), n - off)?;
                 if k == 0 {
                     spins += 1;
-                    if spins > 1000 {
-                        self.tx_dropped += (n - off) as u64;
-                        break;
+                    if spins > 64 {
+                        // The socket buffer stays full: keep the rest (now at the front of the
+                        // batch) for the next call, and take nothing more from the protocol.
+                        self.held = n - off;
+                        self.tx_full += 1;
+                        return Ok(sent);
                     }
                     std::thread::yield_now();
                     continue;
@@ -126,13 +134,19 @@ impl Device for UdpDevice {
                     self.tx.shift(k, n - off);
                 }
             }
+            self.held = 0;
             if n < BATCH {
                 return Ok(sent);
             }
         }
     }
 
+    fn next_due(&self) -> Option<u64> {
+        // Held packets want another try soon, whether or not anything arrives.
+        (self.held > 0).then_some(0)
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("udp_tx_dropped", self.tx_dropped)]
+        vec![("udp_tx_full", self.tx_full)]
     }
 }

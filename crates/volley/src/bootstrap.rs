@@ -350,7 +350,7 @@ impl JobLaunch {
         // The rank's process has ended (the caller reaped it), so these are final.
         let b = self.seg.rank(rank);
         (b.counters_valid.load(Ordering::Acquire) == 1).then(|| {
-            b.counters[..crate::COUNTERS.len()]
+            b.counters[..crate::TABLE_LEN]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))
                 .collect()

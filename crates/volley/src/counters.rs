@@ -126,8 +126,86 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
 ];
 
 const _: () = assert!(COUNTERS.len() == Counter::DrainBudgetFull as usize + 1);
+
+/// Where a counter is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// This process's engine: shared memory, matching, waiting ([`COUNTERS`]).
+    Core,
+    /// The network protocol: summed over the peers on other hosts, then the engine's own.
+    Net,
+    /// Packets the network protocol dropped before they reached a peer, by reason.
+    NetDrop,
+    /// The network device (UDP socket, AF_PACKET rings, fault injector).
+    Device,
+}
+
+/// One row of volley's table of counters.
+#[derive(Clone, Copy, Debug)]
+pub struct CounterInfo {
+    pub layer: Layer,
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub description: &'static str,
+}
+
+impl CounterInfo {
+    /// The name as printed: the network's counters carry `net_` in front.
+    pub fn display_name(&self) -> String {
+        match self.layer {
+            Layer::Core => self.name.to_string(),
+            _ => format!("net_{}", self.name),
+        }
+    }
+}
+
+/// How many counters the table has.
+pub const TABLE_LEN: usize = COUNTERS.len()
+    + volley_proto::PEER_COUNTERS.len()
+    + volley_proto::ENGINE_COUNTERS.len()
+    + volley_proto::DROP_REASONS.len()
+    + volley_transport::DEVICE_COUNTERS.len();
+
 // Every counter fits the block a rank publishes them in.
-const _: () = assert!(COUNTERS.len() <= volley_shm::RANK_COUNTERS);
+const _: () = assert!(TABLE_LEN <= volley_shm::RANK_COUNTERS);
+
+/// Every counter volley keeps, with its unit and meaning, in the order a rank publishes them in
+/// the job segment when it closes its world (and `volley run --counters` prints them): the
+/// core's, the network protocol's (summed over peers, then its engine's), its drops, the
+/// device's.
+pub fn counter_table() -> Vec<CounterInfo> {
+    let mut t = Vec::with_capacity(TABLE_LEN);
+    let row = |layer, (name, unit, description): &(&'static str, &'static str, &'static str)| {
+        CounterInfo {
+            layer,
+            name,
+            unit,
+            description,
+        }
+    };
+    t.extend(COUNTERS.iter().map(|c| row(Layer::Core, c)));
+    t.extend(
+        volley_proto::PEER_COUNTERS
+            .iter()
+            .map(|c| row(Layer::Net, c)),
+    );
+    t.extend(
+        volley_proto::ENGINE_COUNTERS
+            .iter()
+            .map(|c| row(Layer::Net, c)),
+    );
+    t.extend(
+        volley_proto::DROP_REASONS
+            .iter()
+            .map(|&(name, description)| row(Layer::NetDrop, &(name, "packets", description))),
+    );
+    t.extend(
+        volley_transport::DEVICE_COUNTERS
+            .iter()
+            .map(|c| row(Layer::Device, c)),
+    );
+    t
+}
 
 #[derive(Default, Clone)]
 pub(crate) struct Counters([u64; COUNTERS.len()]);
@@ -147,12 +225,24 @@ impl Counters {
     pub fn values(&self) -> &[u64] {
         &self.0
     }
+}
 
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        COUNTERS
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_every_counter_once_in_publishing_order() {
+        let t = counter_table();
+        assert_eq!(t.len(), TABLE_LEN);
+        let names: std::collections::HashSet<String> =
+            t.iter().map(CounterInfo::display_name).collect();
+        assert_eq!(names.len(), TABLE_LEN, "a name appears twice");
+        assert_eq!(t[0].display_name(), "msgs_sent");
+        assert_eq!(t[COUNTERS.len()].display_name(), "net_packets_sent");
+        assert_eq!(t[TABLE_LEN - 1].display_name(), "net_fault_injected");
+        assert!(t
             .iter()
-            .zip(self.0.iter())
-            .map(|((name, _, _), v)| (*name, *v))
-            .collect()
+            .all(|c| !c.unit.is_empty() && !c.description.is_empty()));
     }
 }

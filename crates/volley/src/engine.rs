@@ -644,10 +644,11 @@ impl Engine {
         &self.doorbells[self.me]
     }
 
-    pub fn mark_finalized(&mut self) {
+    /// Says this rank is done, publishing its counters (`values`, in the order of
+    /// `counters::counter_table`) once, for `volley run --counters` to read after the job.
+    pub fn mark_finalized(&mut self, values: &[u64]) {
         let b = self.seg.rank(self.me);
-        // Publish the counters once, for `volley run --counters` to read after the job.
-        for (slot, v) in b.counters.iter().zip(self.counters.values()) {
+        for (slot, v) in b.counters.iter().zip(values) {
             slot.store(*v, Ordering::Relaxed);
         }
         b.counters_valid.store(1, Ordering::Relaxed);

@@ -43,7 +43,7 @@ mod world;
 pub use active::ActivePort;
 pub use bootstrap::{JobInfo, JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};
 pub use config::{Config, WaitMode, DEFAULT_SPIN};
-pub use counters::{Counter, COUNTERS};
+pub use counters::{counter_table, Counter, CounterInfo, Layer, COUNTERS, TABLE_LEN};
 pub use endpoint::Endpoint;
 pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
 pub use matching::{Pattern, Status};

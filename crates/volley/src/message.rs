@@ -17,6 +17,8 @@ pub(crate) enum Body {
         held: Option<SharedHeld>,
     },
     Owned(Vec<u8>),
+    /// A message from another host, in the network engine's buffer (given back to its pool).
+    Net(Vec<u8>),
 }
 
 /// A received message. Dereferences to its bytes; for messages up to [`World::max_inline`] those
@@ -40,7 +42,7 @@ impl Message {
     /// The bytes as an owned vector (a copy for in-place messages).
     pub fn into_vec(mut self) -> Vec<u8> {
         match &mut self.body {
-            Body::Owned(v) => std::mem::take(v),
+            Body::Owned(v) | Body::Net(v) => std::mem::take(v),
             Body::Ring { .. } => self.deref().to_vec(),
         }
     }
@@ -52,7 +54,7 @@ impl Deref for Message {
         match &self.body {
             Body::Ring { held: Some(h), .. } => h.as_slice(),
             Body::Ring { held: None, .. } => &[],
-            Body::Owned(v) => v,
+            Body::Owned(v) | Body::Net(v) => v,
         }
     }
 }
@@ -86,6 +88,14 @@ impl Drop for Message {
                 let mut e = self.world.eng();
                 if e.spare.as_ref().is_none_or(|s| s.capacity() < v.capacity()) {
                     e.spare = Some(v);
+                }
+            }
+            Body::Net(v) => {
+                // Back to the network engine's pool: a receiver streaming from another host
+                // allocates nothing per message.
+                let v = std::mem::take(v);
+                if let Some(net) = self.world.inner.net.as_ref() {
+                    net.borrow_mut().recycle(v);
                 }
             }
         }

@@ -492,25 +492,47 @@ impl Net {
         }
     }
 
-    /// Protocol and device counters, summed over the peers: (name, value).
-    pub fn counters(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = volley_proto::PEER_COUNTERS
-            .iter()
-            .map(|(n, _, _)| (format!("net_{n}"), 0))
-            .collect();
-        for r in &self.remote {
-            if let Some(c) = self.proto.peer_counters(*r as u32) {
-                for (o, v) in out.iter_mut().zip(c.values()) {
-                    o.1 += v;
-                }
+    /// The network's part of volley's counters table (after the core's, see
+    /// `counters::counter_table`): the protocol's counters summed over peers, its engine's own,
+    /// its drops by reason, the device's counters by name.
+    pub fn table_values(&self) -> Vec<u64> {
+        use volley_proto::{DROP_REASONS, ENGINE_COUNTERS, PEER_COUNTERS};
+        let np = PEER_COUNTERS.len() + ENGINE_COUNTERS.len();
+        let nd = DROP_REASONS.len();
+        let mut out = vec![0; np + nd + volley_transport::DEVICE_COUNTERS.len()];
+        for (_, values) in self.per_peer() {
+            for (o, v) in out.iter_mut().zip(values) {
+                *o += v;
             }
         }
-        for (i, (n, _)) in volley_proto::DROP_REASONS.iter().enumerate() {
-            out.push((format!("net_{n}"), self.proto.drops[i]));
-        }
-        for (n, v) in self.dev.counters() {
-            out.push((format!("net_{n}"), v));
+        out[PEER_COUNTERS.len()..np].copy_from_slice(&self.proto.engine_counters());
+        out[np..np + nd].copy_from_slice(&self.proto.drops);
+        for (name, v) in self.dev.counters() {
+            if let Some(i) = volley_transport::DEVICE_COUNTERS
+                .iter()
+                .position(|(n, _, _)| *n == name)
+            {
+                out[np + nd + i] += v;
+            }
         }
         out
+    }
+
+    /// Each remote rank's protocol counters, in the order of `volley_proto::PEER_COUNTERS`.
+    pub fn per_peer(&self) -> Vec<(usize, Vec<u64>)> {
+        self.remote
+            .iter()
+            .filter_map(|&r| Some((r, self.proto.peer_counters(r as u32)?.values())))
+            .collect()
+    }
+
+    /// The network counters by printed name (`net_...`), in table order.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let core = crate::COUNTERS.len();
+        crate::counter_table()[core..]
+            .iter()
+            .zip(self.table_values())
+            .map(|(c, v)| (c.display_name(), v))
+            .collect()
     }
 }

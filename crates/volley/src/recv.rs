@@ -144,7 +144,7 @@ impl Endpoint {
                 rank: m.src,
                 port: m.tag,
             },
-            body: Body::Owned(m.data),
+            body: Body::Net(m.data),
         })
     }
 

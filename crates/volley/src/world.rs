@@ -17,6 +17,7 @@ use crate::active::ActivePort;
 use crate::backoff::Backoff;
 use crate::bootstrap::{self, JobInfo};
 use crate::config::Config;
+use crate::counters::CounterInfo;
 use crate::endpoint::{wait_to_bits, Endpoint, NO_TARGET};
 use crate::engine::{Engine, Poll, PortKind};
 use crate::error::{InitError, OpenError, RecvError, SendError};
@@ -220,9 +221,29 @@ impl World {
         self.eng().max_payload
     }
 
-    /// The process's counters, by name, in the order of [`crate::COUNTERS`].
-    pub fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.eng().counters.snapshot()
+    /// The process's counters, by printed name, in the order of [`crate::counter_table`] (the
+    /// network's are 0 in a job on one host).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        crate::counter_table()
+            .iter()
+            .map(CounterInfo::display_name)
+            .zip(self.counter_values())
+            .collect()
+    }
+
+    /// The process's counters in the order of [`crate::counter_table`].
+    pub fn counter_values(&self) -> Vec<u64> {
+        let mut v = self.eng().counters.values().to_vec();
+        v.extend(self.net_table_values());
+        v
+    }
+
+    /// The network's part of the counters table (zeros without a network).
+    fn net_table_values(&self) -> Vec<u64> {
+        match self.inner.net.as_ref() {
+            Some(n) => n.borrow_mut().table_values(),
+            None => vec![0; crate::TABLE_LEN - crate::COUNTERS.len()],
+        }
     }
 
     pub(crate) fn eng(&self) -> ExclusiveGuard<'_, Engine> {
@@ -407,16 +428,33 @@ impl Drop for Inner {
             n.flush(std::time::Duration::from_secs(30));
             n.close();
         }
-        e.mark_finalized();
+        let mut values = e.counters.values().to_vec();
+        let mut per_peer = Vec::new();
+        match self.net.as_ref() {
+            Some(n) => {
+                let n = n.borrow_mut();
+                values.extend(n.table_values());
+                per_peer = n.per_peer();
+            }
+            None => values.resize(crate::TABLE_LEN, 0),
+        }
+        e.mark_finalized(&values);
         if self.cfg.print_counters {
             let mut s = format!("volley counters, rank {}:\n", self.info.rank);
-            for ((name, unit, _), (_, v)) in crate::COUNTERS.iter().zip(e.counters.snapshot()) {
-                s.push_str(&format!("  {name:<22} {v:>14} {unit}\n"));
-            }
-            if let Some(net) = self.net.as_ref() {
-                for (name, v) in net.borrow_mut().counters() {
-                    s.push_str(&format!("  {name:<22} {v:>14}\n"));
+            for (c, v) in crate::counter_table().iter().zip(&values) {
+                // The network's rows only where there is a network.
+                if c.layer == crate::Layer::Core || self.net.is_some() {
+                    s.push_str(&format!("  {:<22} {v:>14} {}\n", c.display_name(), c.unit));
                 }
+            }
+            for (peer, v) in per_peer {
+                let nonzero: Vec<String> = volley_proto::PEER_COUNTERS
+                    .iter()
+                    .zip(v)
+                    .filter(|(_, v)| *v > 0)
+                    .map(|((name, _, _), v)| format!("{name}={v}"))
+                    .collect();
+                s.push_str(&format!("  peer rank {peer}: {}\n", nonzero.join(" ")));
             }
             eprint!("{s}");
         }
