@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use volley::{Config, Fate, JobLaunch};
+use volley::launch::JobLaunch;
+use volley::{Config, Fate};
 
 const CTL: &str = "\x01volley ";
 

@@ -1,6 +1,6 @@
 //! `volley run`: the launcher.
 //!
-//! It creates the job's shared state (see volley::JobLaunch), starts the ranks with their
+//! It creates the job's shared state (see volley::launch::JobLaunch), starts the ranks with their
 //! environment, forwards their output and the signals it gets, and supervises them: when a rank
 //! ends it writes the rank's fate into the job segment and rings every doorbell, so the survivors'
 //! waiting operations fail with a peer-lost error at once instead of hanging.
@@ -12,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use volley::{Config, Fate, JobLaunch};
+use volley::launch::JobLaunch;
+use volley::{Config, Fate};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {

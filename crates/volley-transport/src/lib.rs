@@ -1,11 +1,13 @@
 //! volley's network devices (layer 1: depends on volley-sys and volley-wire; no unsafe).
 //!
 //! GAMMA's BIND idea: a handful of device operations under a device-independent protocol. A
-//! [`Device`] moves whole volley packets; it knows nothing of sequence numbers or messages. Three
+//! [`Device`] moves whole volley packets; it knows nothing of sequence numbers or messages. Four
 //! implementations: [`udp::UdpDevice`] (batched with sendmmsg/recvmmsg), [`eth::EthDevice`] (raw
-//! Ethernet frames of EtherType 0x88B5 through AF_PACKET rings mapped into the process), and
-//! [`fault::FaultDevice`], which wraps any device and loses, duplicates, reorders, delays and
-//! corrupts what it receives, and injects foreign frames (smoltcp's FaultInjector).
+//! Ethernet frames of EtherType 0x88B5 through AF_PACKET rings mapped into the process),
+//! [`loopback::LoopbackDevice`] (in-memory queues in one process, for tests that need no root),
+//! and [`fault::FaultDevice`], which wraps any device and loses, duplicates, reorders, delays and
+//! corrupts what it receives, and injects foreign frames (smoltcp's FaultInjector). One
+//! conformance suite (tests/conformance.rs) runs against each.
 //!
 //! A ring-based kernel-bypass device (AF_XDP) fits the same shape: `transmit` fills slots of a
 //! ring in place, `receive` lends slots of another.
@@ -14,6 +16,7 @@
 
 pub mod eth;
 pub mod fault;
+pub mod loopback;
 pub mod udp;
 
 use std::fmt;
@@ -30,6 +33,8 @@ pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Option<(u32, usize)> + 'a;
 pub enum Addr {
     Udp(SocketAddrV4),
     Eth([u8; 6]),
+    /// An endpoint of an in-memory [`loopback::Hub`].
+    Mem(u32),
 }
 
 impl fmt::Display for Addr {
@@ -41,6 +46,7 @@ impl fmt::Display for Addr {
                 "eth:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
                 m[0], m[1], m[2], m[3], m[4], m[5]
             ),
+            Addr::Mem(e) => write!(f, "mem:{e}"),
         }
     }
 }
@@ -66,8 +72,14 @@ impl FromStr for Addr {
             }
             return Ok(Addr::Eth(mac));
         }
+        if let Some(e) = s.strip_prefix("mem:") {
+            return e
+                .parse()
+                .map(Addr::Mem)
+                .map_err(|e| format!("bad in-memory endpoint {s:?}: {e}"));
+        }
         Err(format!(
-            "bad address {s:?}: expected udp:IP:PORT or eth:MAC"
+            "bad address {s:?}: expected udp:IP:PORT, eth:MAC or mem:N"
         ))
     }
 }
@@ -77,9 +89,10 @@ impl FromStr for Addr {
 /// Contract (NNG's habit: who owns what after each call):
 /// - [`Device::transmit`] lends the caller free transmit buffers one at a time; the caller writes
 ///   a packet into the front of the buffer and says which rank it is for and how long it is; the
-///   device owns the bytes from then on and sends them before returning (one system call per
-///   batch). The caller may call again at any time; a full device simply takes fewer packets (the
-///   protocol retransmits what a device had to drop, and the device counts it).
+///   device owns the bytes from then on and sends them (one system call per batch). A full
+///   device says so by taking fewer packets (it stops calling `fill`); a packet it took is
+///   never dropped: one the medium refused is held and sent first on the next call, and
+///   [`Device::next_due`] asks for that call. The caller may call again at any time.
 /// - [`Device::receive`] lends each received packet to the callback for the length of the call
 ///   only; the callback must copy what it keeps. It never blocks.
 /// - [`Device::fd`] becomes readable when packets wait, for poll/epoll-based waiting.
@@ -117,6 +130,11 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "udp_tx_full",
         "events",
         "times the UDP socket buffer stayed full: packets were held for the next send, none lost",
+    ),
+    (
+        "loopback_tx_full",
+        "events",
+        "times an in-memory queue was full: the packet was held for the next send, none lost",
     ),
     (
         "eth_rx_runts",
@@ -230,7 +248,7 @@ mod tests {
 
     #[test]
     fn addresses_round_trip_through_text() {
-        for s in ["udp:198.18.0.1:4000", "eth:02:00:c6:12:00:01"] {
+        for s in ["udp:198.18.0.1:4000", "eth:02:00:c6:12:00:01", "mem:3"] {
             assert_eq!(s.parse::<Addr>().unwrap().to_string(), s);
         }
         assert!("tcp:1.2.3.4:5"

@@ -225,7 +225,7 @@ pub fn bench(args: BenchArgs) -> i32 {
         }
         None => Vec::new(),
     };
-    if std::env::var_os(volley::ENV_RANK).is_none() {
+    if std::env::var_os(volley::launch::ENV_RANK).is_none() {
         return relaunch(&args);
     }
     match run(args, sizes, vs) {

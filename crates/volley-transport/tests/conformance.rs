@@ -1,0 +1,375 @@
+//! One conformance suite for every device (../shared/STYLE.md: "one conformance suite, generic
+//! over the transport, runs against every implementation"). Each check takes a pair of connected
+//! devices (rank 0 and rank 1) from every kind below and holds it to the contract written on
+//! `Device`, then drives the protocol engine over it. The in-memory device needs nothing; UDP
+//! runs on 127.0.0.1; raw Ethernet needs root and a veth pair, so it runs where the test may make
+//! one (as root; the pair is removed afterwards, also when a check fails).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use volley_transport::fault::FaultDevice;
+use volley_transport::loopback::{Hub, QUEUE_PACKETS};
+use volley_transport::udp::UdpDevice;
+use volley_transport::{Device, DEVICE_COUNTERS};
+
+type Dev = Box<dyn Device>;
+
+/// A kind of device under test, and what it promises beyond the contract.
+struct Kind {
+    name: &'static str,
+    make: fn() -> (Dev, Dev),
+    /// Every packet it took arrives, however slowly the other side receives (true of an
+    /// in-memory queue; not of UDP, whose receiving socket drops when full).
+    lossless: bool,
+    /// Packets from one sender arrive in the order sent.
+    ordered: bool,
+}
+
+fn connect(mut a: Dev, mut b: Dev) -> (Dev, Dev) {
+    a.set_peer(1, b.local_addr()).unwrap();
+    b.set_peer(0, a.local_addr()).unwrap();
+    (a, b)
+}
+
+fn loopback() -> (Dev, Dev) {
+    let hub = Hub::new();
+    connect(
+        Box::new(hub.device(1400).unwrap()),
+        Box::new(hub.device(1400).unwrap()),
+    )
+}
+
+fn udp() -> (Dev, Dev) {
+    let ip = std::net::Ipv4Addr::LOCALHOST;
+    connect(
+        Box::new(UdpDevice::open(ip, 1500).unwrap()),
+        Box::new(UdpDevice::open(ip, 1500).unwrap()),
+    )
+}
+
+/// A veth pair in this namespace for the Ethernet device, removed on drop.
+struct Veth(String);
+
+impl Veth {
+    fn new() -> Option<Veth> {
+        // Checks run in parallel threads: one pair each.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("vc{}x{n}", std::process::id() % 100_000);
+        let ok = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !ok(&[
+            "link",
+            "add",
+            &name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{name}p"),
+        ]) {
+            return None;
+        }
+        let v = Veth(name);
+        for n in [v.0.clone(), format!("{}p", v.0)] {
+            if !ok(&["link", "set", &n, "up"]) {
+                return None;
+            }
+        }
+        Some(v)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
+    }
+}
+
+fn eth_on(v: &Veth) -> (Dev, Dev) {
+    let find = |n: &str| {
+        volley_sys::net::interfaces()
+            .unwrap()
+            .into_iter()
+            .find(|i| i.name == n)
+            .unwrap()
+    };
+    let a = volley_transport::eth::EthDevice::open(&find(&v.0)).unwrap();
+    let b = volley_transport::eth::EthDevice::open(&find(&format!("{}p", v.0))).unwrap();
+    connect(Box::new(a), Box::new(b))
+}
+
+fn kinds() -> Vec<Kind> {
+    vec![
+        Kind {
+            name: "loopback",
+            make: loopback,
+            lossless: true,
+            ordered: true,
+        },
+        Kind {
+            name: "udp",
+            make: udp,
+            lossless: false,
+            ordered: true,
+        },
+    ]
+}
+
+/// Runs `check` on every kind, and on raw Ethernet over a fresh veth pair where one can be made.
+fn for_each_kind(check: impl Fn(&str, &mut dyn FnMut() -> (Dev, Dev), bool, bool)) {
+    for k in kinds() {
+        check(k.name, &mut || (k.make)(), k.lossless, k.ordered);
+    }
+    if let Some(v) = Veth::new() {
+        // AF_PACKET on a veth pair: a frame the receiving ring has no room for is dropped.
+        check("eth", &mut || eth_on(&v), false, true);
+    } else {
+        eprintln!("conformance: no veth pair (not root?): raw Ethernet not checked here");
+    }
+}
+
+/// Sends `pkts` from `from` to rank `to`; returns how many the device took.
+fn send(from: &mut Dev, to: u32, pkts: &[Vec<u8>]) -> usize {
+    let mut i = 0;
+    from.transmit(&mut |buf: &mut [u8]| {
+        let p = pkts.get(i)?;
+        buf[..p.len()].copy_from_slice(p);
+        i += 1;
+        Some((to, p.len()))
+    })
+    .unwrap();
+    i
+}
+
+/// Receives on `dev` until `want` packets have come or 5 s passed (a watchdog, not a timing
+/// assertion), waiting on the device's descriptor; sends held packets of `other` meanwhile.
+fn receive(dev: &mut Dev, other: &mut Dev, want: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < want && t.elapsed() < Duration::from_secs(5) {
+        send(other, 1, &[]);
+        volley_sys::poll_readable(dev.fd(), Duration::from_millis(20));
+        dev.receive(0, &mut |p| got.push(p.to_vec())).unwrap();
+    }
+    got
+}
+
+fn packet(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+#[test]
+fn addresses_round_trip_through_text() {
+    for_each_kind(|name, make, _, _| {
+        let (a, b) = make();
+        for d in [&a, &b] {
+            let addr = d.local_addr();
+            assert_eq!(addr.to_string().parse(), Ok(addr), "{name}");
+        }
+        assert_ne!(a.local_addr(), b.local_addr(), "{name}");
+    });
+}
+
+#[test]
+fn packets_of_every_size_arrive_intact() {
+    for_each_kind(|name, make, _, ordered| {
+        let (mut a, mut b) = make();
+        let max = a.max_packet();
+        let pkts: Vec<Vec<u8>> = [1, 7, 100, 1000, max - 1, max]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| packet(i, n))
+            .collect();
+        assert_eq!(send(&mut a, 1, &pkts), pkts.len(), "{name}: a few packets");
+        let mut got = receive(&mut b, &mut a, pkts.len());
+        if !ordered {
+            got.sort();
+        }
+        let mut want = pkts.clone();
+        if !ordered {
+            want.sort();
+        }
+        assert_eq!(got, want, "{name}: 0 -> 1");
+        // And back.
+        assert_eq!(send(&mut b, 0, &pkts[..2]), 2, "{name}");
+        assert_eq!(
+            receive(&mut a, &mut b, 2),
+            pkts[..2].to_vec(),
+            "{name}: 1 -> 0"
+        );
+    });
+}
+
+#[test]
+fn the_descriptor_is_readable_exactly_while_packets_wait() {
+    for_each_kind(|name, make, _, _| {
+        let (mut a, mut b) = make();
+        b.receive(0, &mut |_| {}).unwrap();
+        assert!(
+            !volley_sys::poll_readable(b.fd(), Duration::ZERO),
+            "{name}: readable with nothing sent"
+        );
+        send(&mut a, 1, &[packet(0, 64)]);
+        assert!(
+            volley_sys::poll_readable(b.fd(), Duration::from_secs(2)),
+            "{name}: not readable after a packet was sent"
+        );
+        assert_eq!(receive(&mut b, &mut a, 1).len(), 1, "{name}");
+    });
+}
+
+#[test]
+fn a_rank_without_an_address_is_an_error_not_a_panic() {
+    for_each_kind(|name, make, _, _| {
+        let (mut a, _b) = make();
+        let r = a.transmit(&mut |_buf: &mut [u8]| Some((9, 10)));
+        assert_eq!(
+            r.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::NotFound),
+            "{name}"
+        );
+    });
+}
+
+#[test]
+fn a_full_device_takes_fewer_packets_and_loses_none_it_took() {
+    for_each_kind(|name, make, lossless, _| {
+        if !lossless {
+            return;
+        }
+        let (mut a, mut b) = make();
+        let pkts: Vec<Vec<u8>> = (0..4 * QUEUE_PACKETS).map(|i| packet(i, 200)).collect();
+        let took = send(&mut a, 1, &pkts);
+        assert!(
+            took < pkts.len(),
+            "{name}: took all {took} packets with nobody receiving"
+        );
+        // What it took arrives, in order, the held packet included.
+        let got = receive(&mut b, &mut a, took);
+        assert_eq!(got, pkts[..took].to_vec(), "{name}");
+        let c: BTreeMap<_, _> = a.counters().into_iter().collect();
+        assert!(c.values().any(|&v| v > 0), "{name}: fullness not counted");
+    });
+}
+
+#[test]
+fn every_counter_a_device_reports_is_in_the_table() {
+    for_each_kind(|name, make, _, _| {
+        let (a, _b) = make();
+        let wrapped = FaultDevice::new(a, "loss=0.1".parse().unwrap());
+        for (c, _) in wrapped.counters() {
+            assert!(
+                DEVICE_COUNTERS.iter().any(|(n, _, _)| *n == c),
+                "{name}: {c} is missing from DEVICE_COUNTERS"
+            );
+        }
+    });
+}
+
+/// The protocol engine over each device, also with faults injected under it: messages of every
+/// size class (one packet, fragments, rendezvous) both ways, each arriving once, intact, in order.
+#[test]
+fn the_protocol_delivers_every_message_over_each_device() {
+    for_each_kind(|name, make, _, _| {
+        for faults in [
+            None,
+            Some("loss=0.05,dup=0.05,reorder=0.1,corrupt=0.02,seed=3"),
+        ] {
+            let (a, b) = make();
+            let (a, b): (Dev, Dev) = match faults {
+                None => (a, b),
+                Some(f) => (
+                    Box::new(FaultDevice::new(a, f.parse().unwrap())),
+                    Box::new(FaultDevice::new(b, f.parse().unwrap())),
+                ),
+            };
+            protocol_over(&format!("{name} faults={faults:?}"), a, b);
+        }
+    });
+}
+
+fn protocol_over(name: &str, a: Dev, b: Dev) {
+    use volley_proto::{Config, Engine, Event, Reliability};
+    let cfg = Config {
+        max_packet: a.max_packet(),
+        initial_rto: 2_000_000,
+        min_rto: 1_000_000,
+        ..Config::default()
+    };
+    cfg.validate().unwrap();
+    let t0 = Instant::now();
+    let now = || t0.elapsed().as_nanos() as u64;
+    let mut side: Vec<(Engine, Dev)> = vec![
+        (Engine::new(cfg.clone(), 0, 77), a),
+        (Engine::new(cfg.clone(), 1, 77), b),
+    ];
+    side[0].0.add_peer(1, now());
+    side[1].0.add_peer(0, now());
+    let sizes = [0usize, 1, 1400, 9000, 65536, 300_000, 1_500_000];
+    for (me, (e, _)) in side.iter_mut().enumerate() {
+        for (i, &n) in sizes.iter().enumerate() {
+            let data = packet(i + 10 * me, n);
+            e.send(
+                now(),
+                1 - me as u32,
+                i as u32,
+                5,
+                data,
+                Reliability::Reliable,
+            )
+            .unwrap();
+        }
+    }
+    let mut got: Vec<Vec<(u32, Vec<u8>)>> = vec![Vec::new(), Vec::new()];
+    while got.iter().any(|g| g.len() < sizes.len()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{name}: watchdog: only {} and {} of {} messages after 60 s",
+            got[0].len(),
+            got[1].len(),
+            sizes.len()
+        );
+        for (me, (e, d)) in side.iter_mut().enumerate() {
+            let t = now();
+            d.transmit(&mut |buf: &mut [u8]| e.poll_transmit(t, buf).map(|x| (x.peer, x.len)))
+                .unwrap();
+            d.receive(t, &mut |p| {
+                let _ = e.handle(t, p);
+            })
+            .unwrap();
+            if e.poll_timeout().is_some_and(|due| due <= t) {
+                e.handle_timeout(t);
+            }
+            while let Some(ev) = e.poll_event() {
+                match ev {
+                    Event::Message {
+                        tag, data, credit, ..
+                    } => {
+                        got[me].push((tag, data));
+                        e.release(credit);
+                    }
+                    other => panic!("{name}: unexpected {other:?}"),
+                }
+            }
+        }
+    }
+    for (me, g) in got.iter().enumerate() {
+        for (i, (tag, data)) in g.iter().enumerate() {
+            assert_eq!(
+                *tag, i as u32,
+                "{name}: rank {me}: message {i} out of order"
+            );
+            assert_eq!(
+                *data,
+                packet(i + 10 * (1 - me), sizes[i]),
+                "{name}: rank {me}: message {i} damaged"
+            );
+        }
+    }
+}
