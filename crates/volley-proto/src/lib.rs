@@ -308,10 +308,7 @@ impl Engine {
         if p.lost {
             return Err(SendError::PeerLost);
         }
-        if how == Reliability::Reliable
-            && p.queued_bytes > 0
-            && p.queued_bytes + data.len() as u64 > cfg.send_budget
-        {
+        if how == Reliability::Reliable && !p.has_room(cfg, data.len()) {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
@@ -337,9 +334,7 @@ impl Engine {
 
     /// Whether `send` would take `len` more bytes to `peer` now.
     pub fn can_send(&self, peer: u32, len: usize) -> bool {
-        self.peer(peer).is_some_and(|p| {
-            p.queued_bytes == 0 || p.queued_bytes + len as u64 <= self.cfg.send_budget
-        })
+        self.peer(peer).is_some_and(|p| p.has_room(&self.cfg, len))
     }
 
     /// Takes one received packet. An error says why it was dropped (it is also counted).
@@ -500,5 +495,67 @@ mod unit_tests {
             ..Config::default()
         };
         assert!(c.validate().unwrap_err().contains("too small"));
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::*;
+
+    /// A stream of small messages allocates no buffer per message once warm.
+    #[test]
+    fn a_stream_of_small_messages_reuses_its_buffers() {
+        let cfg = Config::default();
+        let mut a = Engine::new(cfg.clone(), 0, 1);
+        let mut b = Engine::new(cfg, 1, 1);
+        a.add_peer(1, 0);
+        b.add_peer(0, 0);
+        let mut buf = vec![0u8; 2048];
+        let mut now = 0;
+        let mut sent = 0u64;
+        let mut got = 0u64;
+        let total = 200_000u64;
+        let allocs = |a: &Engine, b: &Engine| a.engine_counters()[0] + b.engine_counters()[0];
+        let mut warm = None;
+        while got < total {
+            if warm.is_none() && got >= total / 4 {
+                warm = Some(allocs(&a, &b));
+            }
+            now += 1_000;
+            while sent < total && a.can_send(1, 8) {
+                let mut d = a.buffer(8);
+                d.copy_from_slice(&sent.to_le_bytes());
+                a.send(now, 1, 0, 0, d, Reliability::Reliable).unwrap();
+                sent += 1;
+            }
+            for (from, to) in [(0, 1), (1, 0)] {
+                let (src, dst) = if from == 0 {
+                    (&mut a, &mut b)
+                } else {
+                    (&mut b, &mut a)
+                };
+                while let Some(t) = src.poll_transmit(now, &mut buf) {
+                    assert_eq!(t.peer, to);
+                    dst.handle(now, &buf[..t.len]).unwrap();
+                }
+                let _ = from;
+            }
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+            while let Some(ev) = b.poll_event() {
+                if let Event::Message { data, credit, .. } = ev {
+                    got += 1;
+                    b.recycle(data);
+                    b.release(credit);
+                }
+            }
+        }
+        // Filling the window allocates (a few thousand buffers); after that, nothing.
+        let (warm, end) = (warm.unwrap(), allocs(&a, &b));
+        assert!(
+            warm > 0 && warm <= 3 * 8192,
+            "{warm} allocations to warm up"
+        );
+        assert_eq!(end, warm, "allocations after warm-up, for 150,000 messages");
     }
 }

@@ -26,6 +26,8 @@ pub(crate) fn msg_window(cfg: &Config) -> u64 {
 #[derive(Default)]
 pub(crate) struct BufPool {
     bufs: Vec<Vec<u8>>,
+    /// Capacity of the buffers kept, in bytes.
+    bytes: usize,
     /// Buffers allocated because none in the pool was big enough (or the message was larger
     /// than the pool keeps).
     pub allocs: u64,
@@ -40,8 +42,13 @@ impl BufPool {
             self.allocs += 1;
             return vec![0u8; len];
         }
-        let mut v = match self.bufs.iter().position(|b| b.capacity() >= len) {
-            Some(i) => self.bufs.swap_remove(i),
+        // Most recently given back first: a stream of equal messages finds one at once.
+        let mut v = match self.bufs.iter().rposition(|b| b.capacity() >= len) {
+            Some(i) => {
+                let v = self.bufs.swap_remove(i);
+                self.bytes -= v.capacity();
+                v
+            }
             None => {
                 self.allocs += 1;
                 Vec::with_capacity(len)
@@ -52,9 +59,13 @@ impl BufPool {
         v
     }
 
-    /// Keeps `v` for reuse (up to 64 buffers of at most 1 MiB).
+    /// Keeps `v` for reuse: buffers of at most 1 MiB, up to 16 MiB and 8192 buffers in all
+    /// (a window of small messages in flight is thousands of buffers, all given back at once
+    /// when an acknowledgement covers them).
     pub(crate) fn give(&mut self, v: Vec<u8>) {
-        if self.bufs.len() < 64 && v.capacity() <= 1 << 20 && v.capacity() > 0 {
+        let cap = v.capacity();
+        if cap > 0 && cap <= 1 << 20 && self.bufs.len() < 8192 && self.bytes + cap <= 16 << 20 {
+            self.bytes += cap;
             self.bufs.push(v);
         }
     }
@@ -261,6 +272,15 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// Whether the send queue takes another reliable message of `len` bytes: within the byte
+    /// budget, and fewer messages than can be in flight at once (more would only wait here,
+    /// each holding a buffer: a stream of small messages would allocate one per message).
+    pub(crate) fn has_room(&self, cfg: &Config, len: usize) -> bool {
+        self.queued_bytes == 0
+            || (self.queued_bytes + len as u64 <= cfg.send_budget
+                && (self.out.len() as u64) < msg_window(cfg))
+    }
+
     pub fn new(rank: u32, cfg: &Config, now: Instant) -> Peer {
         Peer {
             rank,
