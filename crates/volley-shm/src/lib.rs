@@ -1,15 +1,19 @@
 //! volley-shm: the job's shared-memory segment and the lock-free rings inside it.
 //!
 //! Layer 1, above `volley-sys` (which maps the memory) and below `volley` (which gives the rings
-//! meaning: ports, messages, endpoints). Nothing here knows about ranks' lifetimes or launchers.
+//! meaning: ports, messages, endpoints). The control protocol that runs over the layout lives
+//! here too (`control`): rank states, the doorbell handshake, how a message is laid over records,
+//! the single-copy descriptor; what they mean to an application is `volley`'s business.
 //!
 //! The segment is a file format: `#[repr(C)]` structures at fixed offsets, a magic number, a
 //! version and the job's random token, checked by [`Segment::attach`]. `docs/shm-layout.md`
 //! draws it. Every atomic says what it pairs with.
 
+mod control;
 mod layout;
 mod ring;
 
+pub use control::{Cursor, Pushed, RankState};
 pub use layout::{
     JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
     RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,

@@ -344,33 +344,23 @@ impl JobLaunch {
     }
 
     /// The counters rank `rank` published when it closed its world (None if it never did, e.g.
-    /// because it was killed), in the order of [`crate::COUNTERS`].
+    /// because it was killed), in the order of [`crate::counter_table`].
     pub fn rank_counters(&self, rank: usize) -> Option<Vec<u64>> {
-        use std::sync::atomic::Ordering;
         // The rank's process has ended (the caller reaped it), so these are final.
-        let b = self.seg.rank(rank);
-        (b.counters_valid.load(Ordering::Acquire) == 1).then(|| {
-            b.counters[..crate::TABLE_LEN]
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect()
-        })
+        self.seg.published_counters(rank, crate::TABLE_LEN)
     }
 
     /// Records that a rank's process ended, and wakes every rank so that those waiting on it
     /// notice at once.
     pub fn rank_ended(&self, rank: usize, fate: crate::Fate) {
-        use std::sync::atomic::Ordering;
-        let (state, detail) = match fate {
-            crate::Fate::Finished => (volley_shm::RANK_FINALIZED, 0),
-            crate::Fate::Exited(c) => (volley_shm::RANK_EXITED, c),
-            crate::Fate::Killed(s) => (volley_shm::RANK_KILLED, s),
-            crate::Fate::Unreachable => (volley_shm::RANK_EXITED, 255),
+        use volley_shm::RankState;
+        let state = match fate {
+            crate::Fate::Finished => RankState::Finalized,
+            crate::Fate::Exited(c) => RankState::Exited(c),
+            crate::Fate::Killed(s) => RankState::Killed(s),
+            crate::Fate::Unreachable => RankState::Exited(255),
         };
-        let b = self.seg.rank(rank);
-        b.detail.store(detail, Ordering::Relaxed);
-        b.state.store(state, Ordering::Relaxed);
-        self.seg.bump_epoch();
+        self.seg.set_rank_state(rank, state);
         for d in &self.doorbells {
             d.notify();
         }

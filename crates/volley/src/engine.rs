@@ -6,9 +6,8 @@ use crate::counters::{Counter, Counters};
 use crate::error::{Fate, PeerLost, RecvError};
 use crate::matching::Pattern;
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use volley_shm::{Consumer, Kind, Meta, Producer, RecordInfo, Segment};
+use volley_shm::{Consumer, Kind, Producer, RankState, RecordInfo, Segment};
 use volley_sys::EventFd;
 
 /// What a local port is bound to.
@@ -18,12 +17,7 @@ pub(crate) enum PortKind {
     Active,
 }
 
-/// How far a message has been written into its ring.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Cursor {
-    pub off: usize,
-    pub started: bool,
-}
+pub(crate) use volley_shm::Cursor;
 
 /// The bytes of a non-blocking send: a buffer the request owns and gives back, or the caller's
 /// memory lent for the length of the request (the loan ends when this is dropped).
@@ -165,19 +159,7 @@ impl Engine {
         let ring_payload_capacity =
             (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
         let tx = tx.into_iter().map(Some).collect();
-        let b = seg.rank(me);
-        b.pid.store(std::process::id(), Ordering::Relaxed);
-        b.caps.store(
-            if single_copy {
-                volley_shm::CAP_SINGLE_COPY
-            } else {
-                0
-            },
-            Ordering::Relaxed,
-        );
-        // The Release in bump_epoch publishes pid and caps with the state.
-        b.state.store(volley_shm::RANK_RUNNING, Ordering::Relaxed);
-        seg.bump_epoch();
+        seg.announce(me, std::process::id(), single_copy);
         Engine {
             seg,
             me,
@@ -219,7 +201,7 @@ impl Engine {
         self.single_copy
             && len >= self.single_copy_threshold
             && dst != self.me
-            && self.seg.rank(dst).caps.load(Ordering::Relaxed) & volley_shm::CAP_SINGLE_COPY != 0
+            && self.seg.can_single_copy(dst)
     }
 
     /// Writes a single-copy descriptor for `data` into the ring to `dst`. Returns its position,
@@ -232,18 +214,10 @@ impl Engine {
         context: u32,
         data: &[u8],
     ) -> Option<u64> {
-        let mut desc = [0u8; volley_shm::RNDV_DESC];
-        desc[0..8].copy_from_slice(&(data.as_ptr() as u64).to_ne_bytes());
-        desc[8..16].copy_from_slice(&(data.len() as u64).to_ne_bytes());
-        let meta = Meta {
-            kind: Kind::Rndv,
-            tag,
-            context,
-            total_len: data.len() as u64,
-        };
+        let (addr, len) = (data.as_ptr() as u64, data.len() as u64);
         let pos = self.tx[dst]
             .as_mut()
-            .and_then(|tx| tx.try_push_pos(meta, &desc));
+            .and_then(|tx| tx.push_rndv(tag, context, addr, len));
         match pos {
             Some(_) => {
                 self.counters.add(Counter::SingleCopySends, 1);
@@ -314,8 +288,7 @@ impl Engine {
         }
     }
 
-    /// Wakes `dst` if it said it is asleep. The fence orders our record's publication before the
-    /// read of its doorbell flag, against the receiver's arm-then-recheck (see `arm`).
+    /// Wakes `dst` if it said it is asleep (the handshake is `Segment::arm` / `wants_wake`).
     #[inline]
     pub fn ring_doorbell(&mut self, dst: usize) {
         ring_doorbell_of(&self.seg, &self.doorbells, self.me, dst, &mut self.counters);
@@ -567,13 +540,11 @@ impl Engine {
             if r == self.me {
                 continue;
             }
-            let b = self.seg.rank(r);
-            let detail = b.detail.load(Ordering::Relaxed);
-            self.fates[r] = match b.state.load(Ordering::Relaxed) {
-                volley_shm::RANK_FINALIZED => Some(Fate::Finished),
-                volley_shm::RANK_EXITED => Some(Fate::Exited(detail)),
-                volley_shm::RANK_KILLED => Some(Fate::Killed(detail)),
-                _ => None,
+            self.fates[r] = match self.seg.rank_state(r) {
+                RankState::Alive => None,
+                RankState::Finalized => Some(Fate::Finished),
+                RankState::Exited(c) => Some(Fate::Exited(c)),
+                RankState::Killed(sig) => Some(Fate::Killed(sig)),
             };
         }
     }
@@ -620,9 +591,7 @@ impl Engine {
     /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings
     /// once more after this before sleeping.
     pub fn arm(&mut self) {
-        // SYNC: SeqCst swap + fence; pairs with the fence in `ring_doorbell`.
-        self.seg.rank(self.me).armed.swap(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        self.seg.arm(self.me);
         self.armed = true;
     }
 
@@ -631,7 +600,7 @@ impl Engine {
     pub fn disarm(&mut self) {
         if self.armed {
             self.armed = false;
-            self.seg.rank(self.me).armed.store(0, Ordering::Relaxed);
+            self.seg.disarm(self.me);
         }
     }
 
@@ -647,13 +616,7 @@ impl Engine {
     /// Says this rank is done, publishing its counters (`values`, in the order of
     /// `counters::counter_table`) once, for `volley run --counters` to read after the job.
     pub fn mark_finalized(&mut self, values: &[u64]) {
-        let b = self.seg.rank(self.me);
-        for (slot, v) in b.counters.iter().zip(values) {
-            slot.store(*v, Ordering::Relaxed);
-        }
-        b.counters_valid.store(1, Ordering::Relaxed);
-        b.state.store(volley_shm::RANK_FINALIZED, Ordering::Relaxed);
-        self.seg.bump_epoch();
+        self.seg.finalize(self.me, values);
         for r in 0..self.n {
             if r != self.me {
                 self.doorbells[r].notify();
@@ -662,8 +625,9 @@ impl Engine {
     }
 }
 
-/// Writes as much of `data` into `tx` as fits now. Returns true when the whole message is in the
-/// ring. Never waits. A free function: the progress thread writes with it too.
+/// Writes as much of `data` into `tx` as fits now (see `Producer::push_message`) and counts
+/// what it wrote. Returns true when the whole message is in the ring. Never waits. A free
+/// function: the progress thread writes with it too.
 #[inline]
 pub(crate) fn push_records(
     tx: &mut Producer,
@@ -673,59 +637,27 @@ pub(crate) fn push_records(
     data: &[u8],
     c: &mut Cursor,
 ) -> bool {
-    let total = data.len();
-    let max = tx.max_payload();
-    if !c.started && total <= max {
-        let meta = Meta {
-            kind: Kind::Whole,
-            tag,
-            context,
-            total_len: total as u64,
-        };
-        if !tx.try_push(meta, data) {
-            counters.add(Counter::BackPressure, 1);
-            return false;
-        }
-        c.started = true;
-        c.off = total;
+    let p = tx.push_message(tag, context, data, c);
+    if p.started {
         counters.add(Counter::MsgsSent, 1);
-        counters.add(Counter::InlineSends, 1);
-        counters.add(Counter::BytesSent, total as u64);
-        return true;
+        counters.add(
+            if p.inline {
+                Counter::InlineSends
+            } else {
+                Counter::PipelinedSends
+            },
+            1,
+        );
     }
-    while c.off < total || !c.started {
-        let end = (c.off + max).min(total);
-        let kind = if !c.started {
-            Kind::First
-        } else if end == total {
-            Kind::Last
-        } else {
-            Kind::Middle
-        };
-        let meta = Meta {
-            kind,
-            tag,
-            context,
-            total_len: total as u64,
-        };
-        if !tx.try_push(meta, &data[c.off..end]) {
-            counters.add(Counter::BackPressure, 1);
-            return false;
-        }
-        if !c.started {
-            counters.add(Counter::MsgsSent, 1);
-            counters.add(Counter::PipelinedSends, 1);
-        }
-        counters.add(Counter::Fragments, 1);
-        counters.add(Counter::BytesSent, (end - c.off) as u64);
-        c.started = true;
-        c.off = end;
+    counters.add(Counter::Fragments, p.fragments as u64);
+    counters.add(Counter::BytesSent, p.bytes);
+    if p.full {
+        counters.add(Counter::BackPressure, 1);
     }
-    true
+    p.done
 }
 
-/// Wakes `dst` if it said it is asleep. The fence orders the record's publication before the
-/// read of its doorbell flag, against the receiver's arm-then-recheck (see Engine::arm).
+/// Wakes `dst` if it said it is asleep (the handshake is `Segment::arm` / `wants_wake`).
 #[inline]
 pub(crate) fn ring_doorbell_of(
     seg: &Segment,
@@ -737,11 +669,8 @@ pub(crate) fn ring_doorbell_of(
     if dst == me {
         return;
     }
-    // SYNC: SeqCst fence; pairs with the SeqCst fence in Engine::arm. Either the receiver's
-    // re-check sees our record, or we see its armed flag and wake it.
-    fence(Ordering::SeqCst);
-    let b = seg.rank(dst);
-    if b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1 {
+    // The handshake with the receiver's arm-then-recheck: Segment::wants_wake.
+    if seg.wants_wake(dst) {
         doorbells[dst].notify();
         counters.add(Counter::DoorbellsRung, 1);
     }

@@ -35,11 +35,7 @@ pub(crate) fn copy_single(
         }
     };
     let len = len as usize;
-    let pid = e
-        .seg
-        .rank(src)
-        .pid
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let pid = e.seg.pid(src);
     let r = match dest {
         Dest::Slice(buf) => volley_sys::process_vm_read(pid, &mut buf[..len], addr),
         Dest::Vec(v) => volley_sys::process_vm_read_to_vec(pid, addr, len, v),

@@ -1,0 +1,328 @@
+//! The control protocol over the segment, beside the layout it runs on (`docs/shm-layout.md`):
+//! how a rank says it runs, finished or ended and how the others learn it; how a receiver about
+//! to sleep and a sender that just published a record agree on a wake-up; how a message is laid
+//! over records (whole, or fragments) and how a single-copy descriptor is written. The `volley`
+//! crate gives these meaning (fates, counters, endpoints); the bytes and the orderings are here.
+
+use crate::layout::{CAP_SINGLE_COPY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING};
+use crate::ring::{Kind, Meta, Producer, RNDV_DESC};
+use crate::Segment;
+use std::sync::atomic::{fence, Ordering};
+
+/// What the rank table says about a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankState {
+    /// Not started yet, or running.
+    Alive,
+    /// It closed its world normally.
+    Finalized,
+    /// Its process exited with this code (written by the launcher).
+    Exited(i32),
+    /// Its process was killed by this signal (written by the launcher).
+    Killed(i32),
+}
+
+impl Segment {
+    /// Says rank `me` runs, with its process id and whether peers may hand it messages by
+    /// address (single copy).
+    pub fn announce(&self, me: usize, pid: u32, single_copy: bool) {
+        let b = self.rank(me);
+        b.pid.store(pid, Ordering::Relaxed);
+        let caps = if single_copy { CAP_SINGLE_COPY } else { 0 };
+        b.caps.store(caps, Ordering::Relaxed);
+        b.state.store(RANK_RUNNING, Ordering::Relaxed);
+        // The Release in bump_epoch publishes pid and caps with the state.
+        self.bump_epoch();
+    }
+
+    /// Whether rank `r` said it can be handed messages by address.
+    #[inline]
+    pub fn can_single_copy(&self, r: usize) -> bool {
+        // Relaxed: written before the rank's RUNNING, which the caller saw through the epoch.
+        self.rank(r).caps.load(Ordering::Relaxed) & CAP_SINGLE_COPY != 0
+    }
+
+    /// The process id rank `r` announced.
+    pub fn pid(&self, r: usize) -> u32 {
+        // Relaxed: as caps, published with the rank's RUNNING through the epoch.
+        self.rank(r).pid.load(Ordering::Relaxed)
+    }
+
+    /// Rank `r`'s state as last written. Read it after [`Segment::state_epoch`] changed: the
+    /// Acquire there makes the state written before the matching bump visible.
+    pub fn rank_state(&self, r: usize) -> RankState {
+        let b = self.rank(r);
+        let detail = b.detail.load(Ordering::Relaxed);
+        match b.state.load(Ordering::Relaxed) {
+            RANK_FINALIZED => RankState::Finalized,
+            RANK_EXITED => RankState::Exited(detail),
+            RANK_KILLED => RankState::Killed(detail),
+            _ => RankState::Alive,
+        }
+    }
+
+    /// Records how rank `r` ended (the launcher, once it reaped the process; or the rank itself
+    /// through [`Segment::finalize`]).
+    pub fn set_rank_state(&self, r: usize, state: RankState) {
+        let (s, detail) = match state {
+            RankState::Alive => (RANK_RUNNING, 0),
+            RankState::Finalized => (RANK_FINALIZED, 0),
+            RankState::Exited(c) => (RANK_EXITED, c),
+            RankState::Killed(s) => (RANK_KILLED, s),
+        };
+        let b = self.rank(r);
+        b.detail.store(detail, Ordering::Relaxed);
+        b.state.store(s, Ordering::Relaxed);
+        // SYNC: the Release in bump_epoch publishes detail and state; pairs with the Acquire in
+        // state_epoch, after which rank_state reads them.
+        self.bump_epoch();
+    }
+
+    /// Rank `me` closes its world: publishes its counters once (never per message), then says
+    /// it finished. The caller then rings the other ranks' doorbells.
+    pub fn finalize(&self, me: usize, counters: &[u64]) {
+        let b = self.rank(me);
+        for (slot, v) in b.counters.iter().zip(counters) {
+            slot.store(*v, Ordering::Relaxed);
+        }
+        // SYNC: Release; pairs with the Acquire in published_counters.
+        b.counters_valid.store(1, Ordering::Release);
+        self.set_rank_state(me, RankState::Finalized);
+    }
+
+    /// The first `n` counters rank `r` published when it closed its world, if it did.
+    pub fn published_counters(&self, r: usize, n: usize) -> Option<Vec<u64>> {
+        let b = self.rank(r);
+        // SYNC: Acquire; pairs with the Release in finalize.
+        (b.counters_valid.load(Ordering::Acquire) == 1).then(|| {
+            b.counters[..n.min(b.counters.len())]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect()
+        })
+    }
+
+    /// Rank `me` is about to sleep on its eventfd: from now on senders wake it. The caller must
+    /// poll its rings once more after this and before sleeping.
+    pub fn arm(&self, me: usize) {
+        // SYNC: SeqCst swap + fence; pairs with the fence in `wants_wake`. Either the
+        // receiver's re-check sees the sender's record, or the sender sees the armed flag.
+        self.rank(me).armed.swap(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Rank `me` spins or runs again: senders stop paying for wake-ups.
+    #[inline]
+    pub fn disarm(&self, me: usize) {
+        // Relaxed: a stale 1 costs a sender one needless wake-up, never a lost one.
+        self.rank(me).armed.store(0, Ordering::Relaxed);
+    }
+
+    /// After publishing records for `dst`: whether `dst` asked to be woken. Clears its flag, so
+    /// that of several senders one rings its eventfd.
+    #[inline]
+    pub fn wants_wake(&self, dst: usize) -> bool {
+        // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`: it orders the record's
+        // publication before the read of the flag.
+        fence(Ordering::SeqCst);
+        let b = self.rank(dst);
+        // SYNC: AcqRel swap; pairs with the swap in `arm` (only one sender wins the 1).
+        b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1
+    }
+}
+
+/// How far a message has been written into its ring.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cursor {
+    /// Payload bytes written so far.
+    pub off: usize,
+    /// The first record (whole or first fragment) is in.
+    pub started: bool,
+}
+
+/// What one call of [`Producer::push_message`] wrote, for the caller's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pushed {
+    /// The whole message is in the ring.
+    pub done: bool,
+    /// The message started in this call: as one whole record (`inline`) or a first fragment.
+    pub started: bool,
+    pub inline: bool,
+    /// Fragment records written in this call.
+    pub fragments: u32,
+    /// Payload bytes written in this call.
+    pub bytes: u64,
+    /// The ring ran out of room before the message was all in.
+    pub full: bool,
+}
+
+impl Producer {
+    /// Writes as much of the message (`tag`, `context`, `data`) as fits now, from `c` on: one
+    /// whole record when it fits in one, else a first fragment, middle ones and a last one, each
+    /// up to [`Producer::max_payload`]. Never waits; call again with the same cursor to go on.
+    /// A message's records are consecutive in the ring, so no other message of this producer
+    /// may start before this one is done. On every send: inlined into the caller.
+    #[inline]
+    pub fn push_message(&mut self, tag: u32, context: u32, data: &[u8], c: &mut Cursor) -> Pushed {
+        let total = data.len();
+        let max = self.max_payload();
+        let mut out = Pushed::default();
+        if !c.started && total <= max {
+            let meta = Meta {
+                kind: Kind::Whole,
+                tag,
+                context,
+                total_len: total as u64,
+            };
+            if !self.try_push(meta, data) {
+                out.full = true;
+                return out;
+            }
+            *c = Cursor {
+                off: total,
+                started: true,
+            };
+            return Pushed {
+                done: true,
+                started: true,
+                inline: true,
+                bytes: total as u64,
+                ..out
+            };
+        }
+        while c.off < total || !c.started {
+            let end = (c.off + max).min(total);
+            let kind = if !c.started {
+                Kind::First
+            } else if end == total {
+                Kind::Last
+            } else {
+                Kind::Middle
+            };
+            let meta = Meta {
+                kind,
+                tag,
+                context,
+                total_len: total as u64,
+            };
+            if !self.try_push(meta, &data[c.off..end]) {
+                out.full = true;
+                return out;
+            }
+            out.started |= !c.started;
+            out.fragments += 1;
+            out.bytes += (end - c.off) as u64;
+            c.started = true;
+            c.off = end;
+        }
+        out.done = true;
+        out
+    }
+
+    /// Writes a single-copy descriptor: the receiver will copy `len` bytes from address `addr`
+    /// of this process, then say so in the record (see `Consumer::rndv_finish`). Returns the
+    /// record's position for [`Producer::rndv_state`], or None if the ring has no room now. The
+    /// sender must keep the bytes untouched until the state is no longer pending.
+    pub fn push_rndv(&mut self, tag: u32, context: u32, addr: u64, len: u64) -> Option<u64> {
+        // The descriptor: address, length, then the completion flag the receiver sets.
+        let mut desc = [0u8; RNDV_DESC];
+        desc[0..8].copy_from_slice(&addr.to_ne_bytes());
+        desc[8..16].copy_from_slice(&len.to_ne_bytes());
+        let meta = Meta {
+            kind: Kind::Rndv,
+            tag,
+            context,
+            total_len: len,
+        };
+        self.try_push_pos(meta, &desc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SegmentParams;
+    use std::sync::Arc;
+
+    fn seg(nranks: usize) -> Arc<Segment> {
+        let fd = volley_sys::memfd_create("volley-test").unwrap();
+        Segment::create(fd, SegmentParams::new(nranks, 8192, 512, 7), "memfd").unwrap()
+    }
+
+    #[test]
+    fn a_message_is_laid_over_records_and_resumes_where_the_ring_filled() {
+        let s = seg(2);
+        let (mut tx, mut rx) = (s.producer(0, 1), s.consumer(0, 1));
+        let max = tx.max_payload();
+        // One record when it fits.
+        let mut c = Cursor::default();
+        let p = tx.push_message(3, 4, &[7u8; 10], &mut c);
+        assert!(p.done && p.started && p.inline && p.fragments == 0 && p.bytes == 10);
+        let r = rx.peek().unwrap().unwrap();
+        assert_eq!((r.kind, r.tag, r.context, r.len), (Kind::Whole, 3, 4, 10));
+        let h = rx.take(&r);
+        rx.release(h);
+        // Larger than the ring: first, middle, last, across calls as the receiver drains.
+        let data: Vec<u8> = (0..20_000).map(|i| i as u8).collect();
+        let mut c = Cursor::default();
+        let mut got = Vec::new();
+        let mut kinds = Vec::new();
+        loop {
+            let p = tx.push_message(3, 4, &data, &mut c);
+            while let Some(r) = rx.peek().unwrap() {
+                let h = rx.take(&r);
+                got.extend_from_slice(rx.payload(&h));
+                kinds.push(r.kind);
+                assert_eq!(r.total_len, data.len() as u64);
+                rx.release(h);
+            }
+            if p.done {
+                break;
+            }
+            assert!(p.full, "an unfinished push says the ring was full");
+        }
+        assert_eq!(got, data);
+        assert_eq!(kinds[0], Kind::First);
+        assert_eq!(*kinds.last().unwrap(), Kind::Last);
+        assert!(kinds[1..kinds.len() - 1].iter().all(|k| *k == Kind::Middle));
+        assert_eq!(kinds.len(), data.len().div_ceil(max));
+    }
+
+    #[test]
+    fn a_single_copy_descriptor_carries_address_and_length() {
+        let s = seg(2);
+        let (mut tx, mut rx) = (s.producer(0, 1), s.consumer(0, 1));
+        let pos = tx.push_rndv(5, 6, 0xdead_beef, 12345).unwrap();
+        let r = rx.peek().unwrap().unwrap();
+        assert_eq!((r.kind, r.pos, r.total_len), (Kind::Rndv, pos, 12345));
+        let h = rx.take(&r);
+        assert_eq!(rx.rndv_desc(&h).unwrap(), (0xdead_beef, 12345));
+        assert_eq!(tx.rndv_state(pos), crate::RndvState::Pending);
+        rx.rndv_finish(h, true);
+        assert_eq!(tx.rndv_state(pos), crate::RndvState::Done);
+    }
+
+    #[test]
+    fn rank_states_counters_and_the_doorbell_handshake() {
+        let s = seg(2);
+        assert_eq!(s.rank_state(1), RankState::Alive);
+        s.announce(1, 4242, true);
+        assert!(s.can_single_copy(1) && s.pid(1) == 4242);
+        let e = s.state_epoch();
+        s.set_rank_state(1, RankState::Killed(9));
+        assert!(s.state_epoch() > e, "a state change bumps the epoch");
+        assert_eq!(s.rank_state(1), RankState::Killed(9));
+        assert_eq!(s.published_counters(0, 3), None);
+        s.finalize(0, &[1, 2, 3]);
+        assert_eq!(s.rank_state(0), RankState::Finalized);
+        assert_eq!(s.published_counters(0, 3), Some(vec![1, 2, 3]));
+        // Nobody asleep: no wake-up. Armed: exactly one sender wins it.
+        assert!(!s.wants_wake(1));
+        s.arm(1);
+        assert!(s.wants_wake(1));
+        assert!(!s.wants_wake(1), "the flag is taken by the first sender");
+        s.arm(1);
+        s.disarm(1);
+        assert!(!s.wants_wake(1));
+    }
+}
