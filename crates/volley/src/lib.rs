@@ -32,6 +32,7 @@ mod matching;
 mod message;
 mod modes;
 mod net;
+mod path;
 mod progress;
 mod recv;
 mod request;

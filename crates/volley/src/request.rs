@@ -74,13 +74,20 @@ impl SendState {
                 };
                 if !done {
                     let mut e = w.eng();
-                    if let Some(l) = e.send_dead_end(*rank) {
+                    let Some(l) = e.send_dead_end(*rank) else {
+                        return Ok(false);
+                    };
+                    // The receiver may have finished right after completing this send (a
+                    // single copy it read, then left): look once more, now that its fate is
+                    // known, before calling the send failed.
+                    e.check_inflight();
+                    if !p.borrow_mut().done {
                         // The engine lets go of the message (and so of a lent buffer's loan).
                         e.forget_send(*rank, p);
                         return Err(l.into());
                     }
-                    return Ok(false);
                 }
+                let failed = failed || p.borrow_mut().failed;
                 if failed {
                     return Err(SendError::SingleCopyFailed {
                         rank: w.inner.l2g[*rank],

@@ -359,25 +359,6 @@ impl World {
         }
         Ok(())
     }
-
-    /// Waits until every queued non-blocking send to `dst` is in its ring.
-    pub(crate) fn flush_pending_to(&self, dst: usize) -> Result<(), SendError> {
-        let mut b = Backoff::new();
-        loop {
-            {
-                let mut e = self.eng();
-                e.drive_pending();
-                if e.pending[dst].is_empty() {
-                    return Ok(());
-                }
-                if let Some(l) = e.send_dead_end(dst) {
-                    return Err(l.into());
-                }
-            }
-            let _ = self.progress();
-            b.snooze();
-        }
-    }
 }
 
 impl Drop for Inner {

@@ -1,0 +1,365 @@
+//! The two paths a message can take, behind one interface: the ring to a rank of this host, or
+//! the network engine to a rank on another. Every send (`send.rs`) is written once above it, as
+//! UCX's protocol layer sits above its transports' table of operations: a step answers Done,
+//! Partial or Busy (back-pressure is a value: make progress and step again), or an error that
+//! says why the message cannot go.
+
+use crate::counters::Counter;
+use crate::engine::{Cursor, Payload, Pending};
+use crate::error::SendError;
+use crate::net::Refused;
+use crate::request::{queue, SendState};
+use crate::world::World;
+use std::sync::Arc;
+use volley_proto::Reliability;
+use volley_shm::{Kind, RndvState};
+use volley_sys::Exclusive;
+
+/// What one step of a send did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The caller's bytes may be reused.
+    Done,
+    /// Some of the message went; step again.
+    Partial,
+    /// Nothing could go now (full ring or queue, a receiver still copying): make progress and
+    /// step again.
+    Busy,
+}
+
+/// A message on its way through a path: its envelope, its bytes and how far it got.
+pub(crate) struct Out<'a> {
+    pub context: u32,
+    pub tag: u32,
+    pub data: &'a [u8],
+    /// Best effort (GAMMA): for the network; a ring is always reliable.
+    pub how: Reliability,
+    /// May go by single copy (the receiver reads the sender's memory) where both sides can.
+    pub single_copy: bool,
+    cursor: Cursor,
+    /// Where the single-copy descriptor sits, once written.
+    rndv: Option<u64>,
+}
+
+impl<'a> Out<'a> {
+    pub fn new(context: u32, tag: u32, data: &'a [u8], how: Reliability) -> Out<'a> {
+        Out {
+            context,
+            tag,
+            data,
+            how,
+            single_copy: true,
+            cursor: Cursor::default(),
+            rndv: None,
+        }
+    }
+}
+
+/// The path to one rank.
+#[derive(Clone, Copy)]
+pub(crate) enum Path<'w> {
+    /// Through the ring to local rank `dst`.
+    Ring { w: &'w World, dst: usize },
+    /// Through the network engine to job rank `dst`.
+    Net { w: &'w World, dst: usize },
+}
+
+impl World {
+    /// The path to job rank `rank`.
+    #[inline]
+    pub(crate) fn path(&self, rank: usize) -> Result<Path<'_>, SendError> {
+        self.check_rank(rank)?;
+        Ok(match self.route(rank) {
+            Some(dst) => Path::Ring { w: self, dst },
+            None => Path::Net { w: self, dst: rank },
+        })
+    }
+}
+
+impl Path<'_> {
+    /// One non-blocking step of a send that is done when the caller's bytes may be reused:
+    /// in the ring (or read by the receiver, for single copy), or copied by the network engine.
+    #[inline]
+    pub fn step(&self, out: &mut Out<'_>) -> Result<Step, SendError> {
+        match *self {
+            Path::Ring { w, dst } => {
+                // One borrow for every check (each borrow is an atomic swap on the hot path).
+                let mut e = w.eng();
+                if let Some(pos) = out.rndv {
+                    // The receiver copies from our memory; the bytes are free once it has.
+                    // Asked before its fate: it may read, then leave.
+                    match e.seg.rndv_state(e.me, dst, pos) {
+                        RndvState::Done => return Ok(Step::Done),
+                        RndvState::Failed => {
+                            return Err(SendError::SingleCopyFailed {
+                                rank: w.inner.l2g[dst],
+                            })
+                        }
+                        RndvState::Pending => {}
+                    }
+                }
+                if let Some(l) = e.send_dead_end(dst) {
+                    return Err(l.into());
+                }
+                if !out.cursor.started && out.rndv.is_none() {
+                    // Behind the queued sends to the same rank, in order.
+                    if !e.pending[dst].is_empty() {
+                        e.drive_pending();
+                        if !e.pending[dst].is_empty() {
+                            return Ok(Step::Busy);
+                        }
+                    }
+                    if out.single_copy && e.use_single_copy(dst, out.data.len()) {
+                        match e.push_descriptor(dst, out.tag, out.context, out.data) {
+                            Some(pos) => {
+                                e.ring_doorbell(dst);
+                                out.rndv = Some(pos);
+                            }
+                            None => return Ok(Step::Busy),
+                        }
+                    }
+                }
+                if out.rndv.is_some() {
+                    // Written now or before: done when the receiver has read it (above).
+                    return Ok(Step::Busy);
+                }
+                let before = out.cursor.off;
+                let done = e.push(dst, out.tag, out.context, out.data, &mut out.cursor);
+                let moved = out.cursor.off != before;
+                if done || moved {
+                    e.ring_doorbell(dst);
+                }
+                Ok(match (done, moved) {
+                    (true, _) => Step::Done,
+                    (false, true) => Step::Partial,
+                    (false, false) => Step::Busy,
+                })
+            }
+            Path::Net { w, dst } => {
+                // No pump first: a message that fits goes out at once, one system call.
+                let r = w
+                    .net()
+                    .try_send(dst, out.tag, out.context, out.data, out.how);
+                match r {
+                    Ok(()) => {
+                        let mut e = w.eng();
+                        e.counters.add(Counter::MsgsSent, 1);
+                        e.counters.add(Counter::BytesSent, out.data.len() as u64);
+                        Ok(Step::Done)
+                    }
+                    Err(why) => self.net_refused(why),
+                }
+            }
+        }
+    }
+
+    /// What a refusal of the network engine means to a send.
+    fn net_refused(&self, why: Refused) -> Result<Step, SendError> {
+        let Path::Net { w, dst } = *self else {
+            unreachable!("network refusals come from the network path")
+        };
+        match why {
+            // progress() pumps the network: acknowledgements make room.
+            Refused::Full => Ok(Step::Busy),
+            Refused::Lost => {
+                // Lost or finished: the pump collects which from the engine's events.
+                let mut n = w.net();
+                n.pump();
+                let fate = n
+                    .lost
+                    .iter()
+                    .find(|(x, _)| *x == dst)
+                    .map_or(crate::Fate::Unreachable, |&(_, f)| f);
+                Err(crate::PeerLost { rank: dst, fate }.into())
+            }
+            Refused::TooLarge { len, max } => Err(SendError::TooLargeForNetwork {
+                rank: dst,
+                len,
+                max,
+            }),
+            Refused::UnknownPeer => Err(SendError::UnknownPeer { rank: dst }),
+        }
+    }
+
+    /// Whether a whole message of `len` bytes would go at once now (try_send's question). A
+    /// message that can never go at once is an error.
+    pub fn can_take(&self, len: usize) -> Result<bool, SendError> {
+        match *self {
+            Path::Ring { w, dst } => {
+                let mut e = w.eng();
+                if len > e.ring_payload_capacity {
+                    return Err(SendError::TooLargeForTrySend {
+                        len,
+                        max: e.ring_payload_capacity,
+                    });
+                }
+                if let Some(l) = e.send_dead_end(dst) {
+                    return Err(l.into());
+                }
+                e.drive_pending();
+                let room = e.pending[dst].is_empty()
+                    && e.tx[dst].as_mut().is_some_and(|tx| tx.can_fit_message(len));
+                if !room {
+                    e.counters.add(Counter::BackPressure, 1);
+                }
+                Ok(room)
+            }
+            // The network engine takes a message whole or not at all: step says.
+            Path::Net { .. } => Ok(true),
+        }
+    }
+
+    /// One step of a send of `len` bytes that `fill` writes in place: into a ring record (no
+    /// copy on the sending side), or into a network buffer that `staged` keeps until it goes.
+    /// `fill` runs once.
+    pub fn step_with(
+        &self,
+        context: u32,
+        tag: u32,
+        len: usize,
+        how: Reliability,
+        fill: &mut Option<impl FnOnce(&mut [u8])>,
+        staged: &mut Option<Vec<u8>>,
+    ) -> Result<Step, SendError> {
+        match *self {
+            Path::Ring { w, dst } => {
+                let max = w.max_inline();
+                if len > max {
+                    return Err(SendError::TooLargeForSendWith { len, max });
+                }
+                let mut e = w.eng();
+                if let Some(l) = e.send_dead_end(dst) {
+                    return Err(l.into());
+                }
+                if !e.pending[dst].is_empty() {
+                    e.drive_pending();
+                    if !e.pending[dst].is_empty() {
+                        return Ok(Step::Busy);
+                    }
+                }
+                let meta = volley_shm::Meta {
+                    kind: Kind::Whole,
+                    tag,
+                    context,
+                    total_len: len as u64,
+                };
+                let sent = match e.tx[dst].as_mut() {
+                    Some(tx) => tx.try_push_with(meta, len, |buf| {
+                        (fill.take().expect("fill runs once"))(buf)
+                    }),
+                    None => false,
+                };
+                if !sent {
+                    e.counters.add(Counter::BackPressure, 1);
+                    return Ok(Step::Busy);
+                }
+                e.counters.add(Counter::MsgsSent, 1);
+                e.counters.add(Counter::InlineSends, 1);
+                e.counters.add(Counter::BytesSent, len as u64);
+                e.ring_doorbell(dst);
+                Ok(Step::Done)
+            }
+            Path::Net { w, .. } => {
+                let buf = staged.get_or_insert_with(|| {
+                    let mut b = w.net().buffer(len);
+                    (fill.take().expect("fill runs once"))(&mut b);
+                    b
+                });
+                let mut out = Out::new(context, tag, buf, how);
+                let r = self.step(&mut out)?;
+                if r == Step::Done {
+                    if let Some(b) = staged.take() {
+                        w.net().recycle(b);
+                    }
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    /// Starts a non-blocking send of `data`: what can go now goes, the rest is handed over to
+    /// go on while the caller does other things (queued in order behind earlier sends, or lent
+    /// to the progress thread). The network engine copies at once (waiting while its queue to
+    /// the rank is full).
+    pub fn start(
+        &self,
+        context: u32,
+        tag: u32,
+        data: Payload,
+        how: Reliability,
+    ) -> Result<SendState, SendError> {
+        let (w, rank) = match *self {
+            Path::Ring { w, dst } => (w, dst),
+            Path::Net { w, .. } => {
+                let mut out = Out::new(context, tag, &data, how);
+                w.wait_steps(self, &mut out)?;
+                return Ok(SendState::Done(data));
+            }
+        };
+        let mut e = w.eng();
+        if let Some(l) = e.send_dead_end(rank) {
+            return Err(l.into());
+        }
+        e.drive_pending();
+        let rndv = e.use_single_copy(rank, data.len());
+        let mut cursor = Cursor::default();
+        let mut rndv_pos = None;
+        if e.pending[rank].is_empty() && rndv {
+            rndv_pos = e.push_descriptor(rank, tag, context, &data);
+            if rndv_pos.is_some() {
+                e.ring_doorbell(rank);
+            }
+        } else if e.pending[rank].is_empty() {
+            let done = e.push(rank, tag, context, &data, &mut cursor);
+            if done || cursor.off > 0 {
+                e.ring_doorbell(rank);
+            }
+            if done {
+                return Ok(SendState::Done(data));
+            }
+            // The rest can go on in the progress thread while the application computes.
+            let data = match e.lend(rank, tag, context, data, cursor) {
+                Ok(state) => return Ok(SendState::Lent(rank, state)),
+                Err(data) => data,
+            };
+            return Ok(queue(&mut e, rank, tag, context, data, cursor));
+        }
+        let p = Arc::new(Exclusive::new(Pending {
+            dst: rank,
+            tag,
+            context,
+            data,
+            cursor,
+            rndv,
+            rndv_pos,
+            done: false,
+            failed: false,
+        }));
+        if rndv_pos.is_some() {
+            // The descriptor is out; the data waits here until the receiver has copied it.
+            e.inflight.push(p.clone());
+        } else {
+            e.pending[rank].push_back(p.clone());
+            e.npending += 1;
+            e.counters.add(Counter::PendingSends, 1);
+        }
+        Ok(SendState::Queued(rank, p))
+    }
+}
+
+impl World {
+    /// Steps `out` along `path` until done, making progress while it is busy (a full ring or
+    /// queue waits for the receiver; handlers and queued sends run meanwhile).
+    pub(crate) fn wait_steps(&self, path: &Path<'_>, out: &mut Out<'_>) -> Result<(), SendError> {
+        let mut b = crate::backoff::Backoff::new();
+        loop {
+            match path.step(out)? {
+                Step::Done => return Ok(()),
+                Step::Partial => b.reset(),
+                Step::Busy => {}
+            }
+            let _ = self.progress();
+            b.snooze();
+        }
+    }
+}
