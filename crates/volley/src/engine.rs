@@ -1,6 +1,8 @@
 //! The progress engine: the state of one process's side of the job and the non-blocking steps
-//! that move messages. It never waits and never calls user code; `world.rs` builds the waiting
-//! operations and the handler calls on top, outside any borrow of the engine.
+//! that move messages. It never waits and never calls user code; the modules above it (`path`,
+//! `send`, `recv`, `matched`, `request`, `active`, `wait`) build the waiting operations and the
+//! handler calls on top, outside any borrow of the engine. The shared-memory protocol it follows
+//! (rank states, doorbells, records of a message) is `volley_shm::control`.
 
 use crate::counters::{Counter, Counters};
 use crate::error::{Fate, PeerLost, RecvError};
