@@ -2,10 +2,10 @@
 //! from the rings and from the network, whenever the process makes progress.
 
 use crate::counters::Counter;
+use crate::engine::Dest;
 use crate::engine::PortKind;
 use crate::error::{OpenError, RecvError};
 use crate::message::Source;
-use crate::recv::{copy_single, gather, Dest};
 use crate::world::{Handler, World};
 use std::sync::Arc;
 use volley_shm::{Kind, RecordInfo};
@@ -25,10 +25,7 @@ impl ActivePort {
 
 impl Drop for ActivePort {
     fn drop(&mut self) {
-        let mut e = self.world.eng();
-        e.ports.retain(|(p, _)| *p != self.port);
-        e.ports_gen += 1;
-        drop(e);
+        self.world.eng().release_port(self.port);
         self.world
             .inner
             .handlers
@@ -70,24 +67,24 @@ impl World {
         };
         let depth = &self.inner.dispatch_depth;
         if info.kind == Kind::Whole {
-            let held = self.eng().rx[src].take_shared(&info);
+            let held = self.eng().rx(src).take_shared(&info);
             depth.set(depth.get() + 1);
             (handler.borrow_mut())(held.as_slice(), source);
             depth.set(depth.get() - 1);
             let mut e = self.eng();
-            e.rx[src].release(held);
-            e.counters.add(Counter::ActiveDispatches, 1);
-            e.counters.add(Counter::MsgsRecvd, 1);
-            e.counters.add(Counter::BytesRecvd, info.len as u64);
+            e.rx(src).release(held);
+            e.count(Counter::ActiveDispatches, 1);
+            e.count(Counter::MsgsRecvd, 1);
+            e.count(Counter::BytesRecvd, info.len as u64);
             return Ok(1);
         }
         let done = if info.kind == Kind::Rndv {
             let mut e = self.eng();
-            let mut buf = e.spare.take().unwrap_or_default();
-            copy_single(&mut e, src, &info, Dest::Vec(&mut buf))?;
+            let mut buf = e.take_spare();
+            e.copy_single(src, &info, Dest::Vec(&mut buf))?;
             Some((buf, info.tag))
         } else {
-            gather(&mut self.eng(), info.context, src, &info)?
+            self.eng().gather(info.context, src, &info)?
         };
         if let Some((buf, tag)) = done {
             depth.set(depth.get() + 1);
@@ -100,10 +97,10 @@ impl World {
             );
             depth.set(depth.get() - 1);
             let mut e = self.eng();
-            e.counters.add(Counter::ActiveDispatches, 1);
-            e.counters.add(Counter::MsgsRecvd, 1);
-            e.counters.add(Counter::BytesRecvd, buf.len() as u64);
-            e.spare = Some(buf);
+            e.count(Counter::ActiveDispatches, 1);
+            e.count(Counter::MsgsRecvd, 1);
+            e.count(Counter::BytesRecvd, buf.len() as u64);
+            e.give_spare(buf);
             return Ok(1);
         }
         Ok(0)

@@ -40,10 +40,7 @@ impl AsRawFd for Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        let mut e = self.world.eng();
-        e.ports.retain(|(p, _)| *p != self.port);
-        e.ports_gen += 1;
-        e.matched_contexts.retain(|&c| c != self.port);
+        self.world.eng().release_port(self.port);
     }
 }
 

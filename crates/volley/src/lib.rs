@@ -37,7 +37,6 @@ mod progress;
 mod recv;
 mod request;
 mod send;
-mod unexpected;
 mod wait;
 mod world;
 

@@ -4,10 +4,10 @@
 use crate::config::WaitMode;
 use crate::counters::Counter;
 use crate::endpoint::{wait_from_bits, Endpoint};
+use crate::engine::Dest;
 use crate::engine::Hit;
 use crate::error::RecvError;
 use crate::matching::{Pattern, Status};
-use crate::recv::{copy_single, Dest};
 use crate::wait::Waiter;
 use crate::world::World;
 use std::sync::atomic::Ordering;
@@ -118,7 +118,7 @@ impl Endpoint {
         if !self.matched.load(Ordering::Relaxed) {
             // First matched receive on this port: its messages may now be drained.
             self.matched.store(true, Ordering::Relaxed);
-            self.world.eng().matched_contexts.push(self.port);
+            self.world.eng().note_matched_context(self.port);
         }
         Ok(Pattern::new(self.port, source, tag))
     }
@@ -198,9 +198,9 @@ impl World {
                     Kind::Whole => e.copy_whole(src, &info, out),
                     Kind::Rndv => {
                         // Single copy: from the sender's memory straight into the caller's buffer.
-                        copy_single(&mut e, src, &info, Dest::Slice(out))?;
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::BytesRecvd, st.len as u64);
+                        e.copy_single(src, &info, Dest::Slice(out))?;
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, st.len as u64);
                     }
                     _ => {
                         // A first fragment: the rest follow in this ring, into the caller's buffer.
@@ -225,14 +225,12 @@ impl World {
             }
             Some((src, Hit::Drained(k))) => {
                 // A message drained out of its full ring: copied once more, from our buffer.
-                let mut e = w.eng();
-                let d = &e.drained[src][k];
+                let (tag, len) = w.eng().drained_envelope(src, k);
                 let st = Status {
                     source: w.inner.l2g[src],
-                    tag: d.tag,
-                    len: d.total,
+                    tag,
+                    len,
                 };
-                drop(e);
                 if veto(&st) {
                     return Ok(Step::Vetoed);
                 }
@@ -246,15 +244,15 @@ impl World {
                     });
                 }
                 let out = &mut out[..st.len];
-                e = w.eng();
+                let mut e = w.eng();
                 let d = e.take_drained(src, k);
                 let got = d.data.len();
                 out[..got].copy_from_slice(&d.data);
                 e.recycle_drained(d.data);
-                e.counters.add(Counter::StagingCopies, 1);
+                e.count(Counter::StagingCopies, 1);
                 let Some(pos) = d.open else {
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, st.len as u64);
+                    e.count(Counter::MsgsRecvd, 1);
+                    e.count(Counter::BytesRecvd, st.len as u64);
                     return Ok(Step::Done(st));
                 };
                 drop(e);
@@ -291,11 +289,11 @@ impl World {
         out[..len].copy_from_slice(&m.data);
         net.borrow_mut().recycle(m.data);
         let mut e = w.eng();
-        e.counters.add(Counter::MsgsRecvd, 1);
-        e.counters.add(Counter::BytesRecvd, len as u64);
+        e.count(Counter::MsgsRecvd, 1);
+        e.count(Counter::BytesRecvd, len as u64);
         // The protocol reassembled the message in a buffer of its own (see issue 9's network
         // path: a posted receive's buffer is not yet handed to the protocol).
-        e.counters.add(Counter::StagingCopies, 1);
+        e.count(Counter::StagingCopies, 1);
         Ok(Step::Done(st))
     }
 
@@ -344,10 +342,10 @@ impl World {
                 why: format!("fragments exceed the message length {}", out.len()),
             });
         }
-        let held = e.rx[src].take(info);
-        out[g.off..end].copy_from_slice(e.rx[src].payload(&held));
-        e.rx[src].release(held);
-        e.counters.add(Counter::Fragments, 1);
+        let held = e.rx(src).take(info);
+        out[g.off..end].copy_from_slice(e.rx(src).payload(&held));
+        e.rx(src).release(held);
+        e.count(Counter::Fragments, 1);
         g.off = end;
         g.pos = info.pos;
         if info.kind == Kind::Last || g.off == out.len() {
@@ -357,8 +355,8 @@ impl World {
                     why: format!("message on port {port} ended without a last fragment"),
                 });
             }
-            e.counters.add(Counter::MsgsRecvd, 1);
-            e.counters.add(Counter::BytesRecvd, out.len() as u64);
+            e.count(Counter::MsgsRecvd, 1);
+            e.count(Counter::BytesRecvd, out.len() as u64);
             return Ok(true);
         }
         Ok(false)

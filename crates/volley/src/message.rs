@@ -80,15 +80,13 @@ impl Drop for Message {
         match &mut self.body {
             Body::Ring { ring, held } => {
                 if let Some(h) = held.take() {
-                    self.world.eng().rx[*ring].release(h);
+                    self.world.eng().rx(*ring).release(h);
                 }
             }
             Body::Owned(v) => {
                 let v = std::mem::take(v);
                 let mut e = self.world.eng();
-                if e.spare.as_ref().is_none_or(|s| s.capacity() < v.capacity()) {
-                    e.spare = Some(v);
-                }
+                e.give_spare(v);
             }
             Body::Net(v) => {
                 // Back to the network engine's pool: a receiver streaming from another host

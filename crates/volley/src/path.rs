@@ -5,15 +5,13 @@
 //! says why the message cannot go.
 
 use crate::counters::Counter;
-use crate::engine::{Cursor, Payload, Pending};
+use crate::engine::{Cursor, Payload};
 use crate::error::SendError;
 use crate::net::Refused;
-use crate::request::{queue, SendState};
+use crate::request::SendState;
 use crate::world::World;
-use std::sync::Arc;
 use volley_proto::Reliability;
 use volley_shm::{Kind, RndvState};
-use volley_sys::Exclusive;
 
 /// What one step of a send did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +86,7 @@ impl Path<'_> {
                 if let Some(pos) = out.rndv {
                     // The receiver copies from our memory; the bytes are free once it has.
                     // Asked before its fate: it may read, then leave.
-                    match e.seg.rndv_state(e.me, dst, pos) {
+                    match e.rndv_state(dst, pos) {
                         RndvState::Done => return Ok(Step::Done),
                         RndvState::Failed => {
                             return Err(SendError::SingleCopyFailed {
@@ -103,9 +101,9 @@ impl Path<'_> {
                 }
                 if !out.cursor.started && out.rndv.is_none() {
                     // Behind the queued sends to the same rank, in order.
-                    if !e.pending[dst].is_empty() {
+                    if e.has_pending(dst) {
                         e.drive_pending();
-                        if !e.pending[dst].is_empty() {
+                        if e.has_pending(dst) {
                             return Ok(Step::Busy);
                         }
                     }
@@ -143,8 +141,8 @@ impl Path<'_> {
                 match r {
                     Ok(()) => {
                         let mut e = w.eng();
-                        e.counters.add(Counter::MsgsSent, 1);
-                        e.counters.add(Counter::BytesSent, out.data.len() as u64);
+                        e.count(Counter::MsgsSent, 1);
+                        e.count(Counter::BytesSent, out.data.len() as u64);
                         Ok(Step::Done)
                     }
                     Err(why) => self.net_refused(why),
@@ -187,20 +185,17 @@ impl Path<'_> {
         match *self {
             Path::Ring { w, dst } => {
                 let mut e = w.eng();
-                if len > e.ring_payload_capacity {
-                    return Err(SendError::TooLargeForTrySend {
-                        len,
-                        max: e.ring_payload_capacity,
-                    });
+                let max = e.ring_payload_capacity();
+                if len > max {
+                    return Err(SendError::TooLargeForTrySend { len, max });
                 }
                 if let Some(l) = e.send_dead_end(dst) {
                     return Err(l.into());
                 }
                 e.drive_pending();
-                let room = e.pending[dst].is_empty()
-                    && e.tx[dst].as_mut().is_some_and(|tx| tx.can_fit_message(len));
+                let room = e.can_fit(dst, len);
                 if !room {
-                    e.counters.add(Counter::BackPressure, 1);
+                    e.count(Counter::BackPressure, 1);
                 }
                 Ok(room)
             }
@@ -231,9 +226,9 @@ impl Path<'_> {
                 if let Some(l) = e.send_dead_end(dst) {
                     return Err(l.into());
                 }
-                if !e.pending[dst].is_empty() {
+                if e.has_pending(dst) {
                     e.drive_pending();
-                    if !e.pending[dst].is_empty() {
+                    if e.has_pending(dst) {
                         return Ok(Step::Busy);
                     }
                 }
@@ -243,19 +238,16 @@ impl Path<'_> {
                     context,
                     total_len: len as u64,
                 };
-                let sent = match e.tx[dst].as_mut() {
-                    Some(tx) => tx.try_push_with(meta, len, |buf| {
-                        (fill.take().expect("fill runs once"))(buf)
-                    }),
-                    None => false,
-                };
+                let sent = e.try_push_with(dst, meta, len, |buf| {
+                    (fill.take().expect("fill runs once"))(buf)
+                });
                 if !sent {
-                    e.counters.add(Counter::BackPressure, 1);
+                    e.count(Counter::BackPressure, 1);
                     return Ok(Step::Busy);
                 }
-                e.counters.add(Counter::MsgsSent, 1);
-                e.counters.add(Counter::InlineSends, 1);
-                e.counters.add(Counter::BytesSent, len as u64);
+                e.count(Counter::MsgsSent, 1);
+                e.count(Counter::InlineSends, 1);
+                e.count(Counter::BytesSent, len as u64);
                 e.ring_doorbell(dst);
                 Ok(Step::Done)
             }
@@ -296,54 +288,7 @@ impl Path<'_> {
                 return Ok(SendState::Done(data));
             }
         };
-        let mut e = w.eng();
-        if let Some(l) = e.send_dead_end(rank) {
-            return Err(l.into());
-        }
-        e.drive_pending();
-        let rndv = e.use_single_copy(rank, data.len());
-        let mut cursor = Cursor::default();
-        let mut rndv_pos = None;
-        if e.pending[rank].is_empty() && rndv {
-            rndv_pos = e.push_descriptor(rank, tag, context, &data);
-            if rndv_pos.is_some() {
-                e.ring_doorbell(rank);
-            }
-        } else if e.pending[rank].is_empty() {
-            let done = e.push(rank, tag, context, &data, &mut cursor);
-            if done || cursor.off > 0 {
-                e.ring_doorbell(rank);
-            }
-            if done {
-                return Ok(SendState::Done(data));
-            }
-            // The rest can go on in the progress thread while the application computes.
-            let data = match e.lend(rank, tag, context, data, cursor) {
-                Ok(state) => return Ok(SendState::Lent(rank, state)),
-                Err(data) => data,
-            };
-            return Ok(queue(&mut e, rank, tag, context, data, cursor));
-        }
-        let p = Arc::new(Exclusive::new(Pending {
-            dst: rank,
-            tag,
-            context,
-            data,
-            cursor,
-            rndv,
-            rndv_pos,
-            done: false,
-            failed: false,
-        }));
-        if rndv_pos.is_some() {
-            // The descriptor is out; the data waits here until the receiver has copied it.
-            e.inflight.push(p.clone());
-        } else {
-            e.pending[rank].push_back(p.clone());
-            e.npending += 1;
-            e.counters.add(Counter::PendingSends, 1);
-        }
-        Ok(SendState::Queued(rank, p))
+        w.eng().start_send(rank, tag, context, data)
     }
 }
 

@@ -3,128 +3,12 @@
 
 use crate::counters::Counter;
 use crate::endpoint::{wait_from_bits, Endpoint};
-use crate::engine::{Engine, Partial, Poll};
+use crate::engine::{Dest, Poll};
 use crate::error::RecvError;
 use crate::message::{Body, Message, Source};
 use crate::wait::Waiter;
 use std::sync::atomic::Ordering;
-use volley_shm::{Kind, RecordInfo};
-
-/// Where a single-copy message goes.
-pub(crate) enum Dest<'a> {
-    Slice(&'a mut [u8]),
-    Vec(&'a mut Vec<u8>),
-}
-
-/// Takes the descriptor `info` from the ring from `src` and copies the message it describes
-/// straight out of the sender's memory, then tells the sender it may reuse its buffer.
-pub(crate) fn copy_single(
-    e: &mut Engine,
-    src: usize,
-    info: &RecordInfo,
-    dest: Dest<'_>,
-) -> Result<usize, RecvError> {
-    let held = e.rx[src].take(info);
-    let (addr, len) = match e.rx[src].rndv_desc(&held) {
-        Ok(d) => d,
-        Err(c) => {
-            return Err(RecvError::Corrupt {
-                rank: e.l2g[src],
-                why: c.0,
-            })
-        }
-    };
-    let len = len as usize;
-    let pid = e.seg.pid(src);
-    let r = match dest {
-        Dest::Slice(buf) => volley_sys::process_vm_read(pid, &mut buf[..len], addr),
-        Dest::Vec(v) => volley_sys::process_vm_read_to_vec(pid, addr, len, v),
-    };
-    match r {
-        Ok(()) => {
-            e.rx[src].rndv_finish(held, true);
-            e.counters.add(Counter::SingleCopyRecvs, 1);
-            e.counters.add(Counter::SingleCopyBytes, len as u64);
-            Ok(len)
-        }
-        Err(err) => {
-            e.rx[src].rndv_finish(held, false);
-            e.refresh_fates();
-            if err.raw_os_error() == Some(3) {
-                // ESRCH: the sender is gone.
-                if let Some(fate) = e.fates[src] {
-                    return Err(RecvError::PeerLost(crate::PeerLost {
-                        rank: e.l2g[src],
-                        fate,
-                    }));
-                }
-            }
-            Err(RecvError::SingleCopy {
-                rank: e.l2g[src],
-                len,
-                why: err.to_string(),
-            })
-        }
-    }
-}
-
-/// Adds the record `info` (from `src`, for `port`) to the message being gathered, taking and
-/// releasing it. Returns the whole message once its last fragment is in.
-pub(crate) fn gather(
-    e: &mut Engine,
-    port: u32,
-    src: usize,
-    info: &RecordInfo,
-) -> Result<Option<(Vec<u8>, u32)>, RecvError> {
-    let idx = e
-        .partials
-        .iter()
-        .position(|p| p.port == port && p.src == src);
-    let held = e.rx[src].take(info);
-    let result = match (info.kind, idx) {
-        (Kind::First, None) => {
-            let total = info.total_len as usize;
-            let mut buf = e.spare.take().unwrap_or_default();
-            buf.clear();
-            buf.reserve_exact(total);
-            buf.extend_from_slice(e.rx[src].payload(&held));
-            e.partials.push(Partial {
-                port,
-                src,
-                tag: info.tag,
-                total,
-                buf,
-            });
-            Ok(None)
-        }
-        (Kind::Middle | Kind::Last, Some(i)) => {
-            let p = &mut e.partials[i];
-            p.buf.extend_from_slice(e.rx[src].payload(&held));
-            if p.buf.len() > p.total || (info.kind == Kind::Last) != (p.buf.len() == p.total) {
-                Err(RecvError::Corrupt {
-                    rank: e.l2g[src],
-                    why: format!(
-                        "fragments add up to {} bytes, message is {}",
-                        p.buf.len(),
-                        p.total
-                    ),
-                })
-            } else if info.kind == Kind::Last {
-                let p = e.partials.swap_remove(i);
-                Ok(Some((p.buf, p.tag)))
-            } else {
-                Ok(None)
-            }
-        }
-        (kind, _) => Err(RecvError::Corrupt {
-            rank: e.l2g[src],
-            why: format!("unexpected {kind:?} record for port {port}"),
-        }),
-    };
-    e.rx[src].release(held);
-    e.counters.add(Counter::Fragments, 1);
-    result
-}
+use volley_shm::Kind;
 
 impl Endpoint {
     /// A message from another host for this endpoint, if one has arrived.
@@ -132,8 +16,8 @@ impl Endpoint {
         let w = &self.world;
         let m = w.net_poll()?.borrow_mut().take(self.port)?;
         let mut e = w.eng();
-        e.counters.add(Counter::MsgsRecvd, 1);
-        e.counters.add(Counter::BytesRecvd, m.data.len() as u64);
+        e.count(Counter::MsgsRecvd, 1);
+        e.count(Counter::BytesRecvd, m.data.len() as u64);
         Some(Message {
             world: w.clone(),
             src: Source {
@@ -191,12 +75,12 @@ impl Endpoint {
                 let p = e.poll_port(self.port, dispatch)?;
                 if let Poll::Found(src, info) = p {
                     if info.kind == Kind::Whole {
-                        took = Some(e.rx[src].take_shared(&info));
+                        took = Some(e.rx(src).take_shared(&info));
                         // What Waiter::finish would do, without another borrow.
                         e.disarm();
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::ZeroCopyRecvs, 1);
-                        e.counters.add(Counter::BytesRecvd, info.len as u64);
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::ZeroCopyRecvs, 1);
+                        e.count(Counter::BytesRecvd, info.len as u64);
                     }
                 }
                 p
@@ -222,10 +106,10 @@ impl Endpoint {
                 }
                 Poll::Found(src, info) if info.kind == Kind::Rndv => {
                     let mut e = w.eng();
-                    let mut buf = e.spare.take().unwrap_or_default();
-                    let n = copy_single(&mut e, src, &info, Dest::Vec(&mut buf))?;
-                    e.counters.add(Counter::MsgsRecvd, 1);
-                    e.counters.add(Counter::BytesRecvd, n as u64);
+                    let mut buf = e.take_spare();
+                    let n = e.copy_single(src, &info, Dest::Vec(&mut buf))?;
+                    e.count(Counter::MsgsRecvd, 1);
+                    e.count(Counter::BytesRecvd, n as u64);
                     return Ok(Some(Message {
                         world: w.clone(),
                         src: Source {
@@ -237,9 +121,9 @@ impl Endpoint {
                 }
                 Poll::Found(src, info) => {
                     let mut e = w.eng();
-                    if let Some((buf, tag)) = gather(&mut e, self.port, src, &info)? {
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::BytesRecvd, buf.len() as u64);
+                    if let Some((buf, tag)) = e.gather(self.port, src, &info)? {
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, buf.len() as u64);
                         return Ok(Some(Message {
                             world: w.clone(),
                             src: Source {
@@ -301,9 +185,9 @@ impl Endpoint {
                             };
                             net.borrow_mut().recycle(m.data);
                             let mut e = w.eng();
-                            e.counters.add(Counter::MsgsRecvd, 1);
-                            e.counters.add(Counter::BytesRecvd, len as u64);
-                            e.counters.add(Counter::StagingCopies, 1);
+                            e.count(Counter::MsgsRecvd, 1);
+                            e.count(Counter::BytesRecvd, len as u64);
+                            e.count(Counter::StagingCopies, 1);
                             drop(e);
                             waiter.finish(w);
                             return Ok((len, src));
@@ -325,12 +209,7 @@ impl Endpoint {
             let total = {
                 let e = w.eng();
                 match info.kind {
-                    Kind::Middle | Kind::Last => e
-                        .partials
-                        .iter()
-                        .find(|p| p.port == self.port && p.src == src)
-                        .map(|p| p.total)
-                        .unwrap_or(0),
+                    Kind::Middle | Kind::Last => e.partial_total(self.port, src).unwrap_or(0),
                     _ => info.total_len as usize,
                 }
             };
@@ -348,10 +227,10 @@ impl Endpoint {
                 }
                 Kind::Rndv => {
                     // Single copy: straight from the sender's memory into the caller's buffer.
-                    let n = copy_single(&mut e, src, &info, Dest::Slice(&mut buf[..total]));
+                    let n = e.copy_single(src, &info, Dest::Slice(&mut buf[..total]));
                     if let Ok(n) = n {
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::BytesRecvd, n as u64);
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, n as u64);
                     }
                     drop(e);
                     waiter.finish(w);
@@ -372,13 +251,13 @@ impl Endpoint {
                 }
                 _ => {
                     // A message that try_recv() began gathering: finish it there, then copy.
-                    if let Some((v, tag)) = gather(&mut e, self.port, src, &info)? {
+                    if let Some((v, tag)) = e.gather(self.port, src, &info)? {
                         buf[..v.len()].copy_from_slice(&v);
                         let n = v.len();
-                        e.counters.add(Counter::StagingCopies, 1);
-                        e.counters.add(Counter::MsgsRecvd, 1);
-                        e.counters.add(Counter::BytesRecvd, n as u64);
-                        e.spare = Some(v);
+                        e.count(Counter::StagingCopies, 1);
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, n as u64);
+                        e.give_spare(v);
                         drop(e);
                         waiter.finish(w);
                         return Ok((

@@ -17,9 +17,8 @@
 
 use crate::backoff::Backoff;
 use crate::config::WaitMode;
-use crate::counters::Counter;
 use crate::endpoint::Endpoint;
-use crate::engine::{Cursor, Engine, Payload, Pending};
+use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
 use crate::matched::{Gathering, Step};
 use crate::matching::{Pattern, Status};
@@ -58,7 +57,7 @@ impl SendState {
                     // The thread gave up because the destination left the job.
                     let mut e = w.eng();
                     let lost = e.send_dead_end(*rank).unwrap_or(crate::PeerLost {
-                        rank: e.l2g[*rank],
+                        rank: e.job_rank(*rank),
                         fate: crate::Fate::Finished,
                     });
                     return Err(SendError::PeerLost(lost));
@@ -108,32 +107,6 @@ impl SendState {
             SendState::Lent(_, l) => l.done.load(Ordering::Acquire),
         }
     }
-}
-
-/// Queues the rest of a non-blocking send behind the earlier ones to `rank`.
-pub(crate) fn queue(
-    e: &mut Engine,
-    rank: usize,
-    tag: u32,
-    context: u32,
-    data: Payload,
-    cursor: Cursor,
-) -> SendState {
-    let p = Arc::new(Exclusive::new(Pending {
-        dst: rank,
-        tag,
-        context,
-        data,
-        cursor,
-        rndv: false,
-        rndv_pos: None,
-        done: false,
-        failed: false,
-    }));
-    e.pending[rank].push_back(p.clone());
-    e.npending += 1;
-    e.counters.add(Counter::PendingSends, 1);
-    SendState::Queued(rank, p)
 }
 
 /// A non-blocking send of an owned buffer in flight. Dropping it does not cancel the send: the

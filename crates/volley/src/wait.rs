@@ -60,7 +60,7 @@ impl Waiter {
                     let now = Instant::now();
                     let since = *self.since.get_or_insert(now);
                     if now - since >= limit {
-                        w.eng().counters.add(Counter::SpinsEndedInSleep, 1);
+                        w.eng().count(Counter::SpinsEndedInSleep, 1);
                         self.blocking = true;
                     }
                 }
@@ -77,7 +77,7 @@ impl Waiter {
             e.arm();
             return Ok(());
         }
-        e.counters.add(Counter::Sleeps, 1);
+        e.count(Counter::Sleeps, 1);
         let fd = e.doorbell().raw();
         let timeout = w.inner.cfg.liveness_poll;
         drop(e);
@@ -123,16 +123,7 @@ impl World {
             })
             .or_else(|| {
                 // A message half gathered from a rank that is gone will never be completed.
-                e.partials
-                    .iter()
-                    .filter(|p| p.port == port)
-                    .find_map(|p| {
-                        e.fates[p.src].map(|fate| crate::PeerLost {
-                            rank: e.l2g[p.src],
-                            fate,
-                        })
-                    })
-                    .map(RecvError::PeerLost)
+                e.partial_dead_end(port).map(RecvError::PeerLost)
             })
     }
 }

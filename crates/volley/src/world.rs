@@ -14,7 +14,6 @@
 //!
 
 use crate::active::ActivePort;
-use crate::backoff::Backoff;
 use crate::bootstrap::{self, JobInfo};
 use crate::config::Config;
 use crate::counters::CounterInfo;
@@ -110,9 +109,11 @@ impl World {
             single_copy_off.is_none(),
             cfg.single_copy_threshold,
         );
-        eng.l2g = l2g.clone();
-        eng.multi_node = attached.info.is_multi_node();
-        eng.drain_budget = cfg.unexpected_bytes;
+        eng.set_job(
+            l2g.clone(),
+            attached.info.is_multi_node(),
+            cfg.unexpected_bytes,
+        );
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => {
                 Some(Exclusive::new(crate::net::Net::open(&attached.info, boot)?))
@@ -183,11 +184,7 @@ impl World {
     /// send that cannot finish at once is finished by that thread while the application
     /// computes. Idempotent.
     pub fn start_progress_thread(&self) -> std::io::Result<()> {
-        let mut e = self.eng();
-        if e.progress.is_none() {
-            let t = crate::progress::ProgressThread::start(e.seg.clone(), e.me, &e.doorbells)?;
-            e.progress = Some(t);
-        }
+        self.eng().start_progress_thread()?;
         Ok(())
     }
 
@@ -208,7 +205,7 @@ impl World {
 
     /// Whether the progress thread runs.
     pub fn progress_thread(&self) -> bool {
-        self.eng().progress.is_some()
+        self.eng().has_progress_thread()
     }
 
     /// Why this process cannot use single copy, or None if it can.
@@ -218,7 +215,7 @@ impl World {
 
     /// Largest message that travels as one record (lent in place by recv()).
     pub fn max_inline(&self) -> usize {
-        self.eng().max_payload
+        self.eng().max_payload()
     }
 
     /// The process's counters, by printed name, in the order of [`crate::counter_table`] (the
@@ -233,7 +230,7 @@ impl World {
 
     /// The process's counters in the order of [`crate::counter_table`].
     pub fn counter_values(&self) -> Vec<u64> {
-        let mut v = self.eng().counters.values().to_vec();
+        let mut v = self.eng().counter_values().to_vec();
         v.extend(self.net_table_values());
         v
     }
@@ -251,12 +248,9 @@ impl World {
     }
 
     pub(crate) fn claim_port(&self, port: u32, kind: PortKind) -> Result<(), OpenError> {
-        let mut e = self.eng();
-        if port == NO_PORT || e.port_kind(port).is_some() {
+        if port == NO_PORT || !self.eng().claim_port(port, kind) {
             return Err(OpenError::PortInUse { port });
         }
-        e.ports.push((port, kind));
-        e.ports_gen += 1;
         Ok(())
     }
 
@@ -364,44 +358,7 @@ impl World {
 impl Drop for Inner {
     fn drop(&mut self) {
         let e = self.eng.get_mut();
-        // Nothing is lost: queued sends go out before we say we are finished.
-        let mut b = Backoff::new();
-        while e.npending > 0
-            || !e.inflight.is_empty()
-            || e.progress.as_ref().is_some_and(|p| p.lent > 0)
-        {
-            e.refresh_fates();
-            e.collect_returns();
-            e.drive_pending();
-            // Buffers of single copies in flight must outlive the receivers' reads.
-            e.inflight.retain(|p| {
-                let d = p.borrow_mut().dst;
-                e.fates[d].is_none()
-            });
-            let stuck: Vec<usize> = (0..e.n)
-                .filter(|&d| !e.pending[d].is_empty() && e.send_dead_end(d).is_some())
-                .collect();
-            for d in stuck {
-                let lost = e.pending[d].len();
-                eprintln!(
-                    "volley: rank {}: {lost} queued message(s) to rank {d} not delivered: {}",
-                    self.info.rank,
-                    e.send_dead_end(d).expect("checked")
-                );
-                e.npending -= lost;
-                e.pending[d].clear();
-            }
-            b.snooze();
-        }
-        if let Some(mut p) = e.progress.take() {
-            let _ = p.to.send(crate::progress::ToThread::Stop);
-            if let Some(h) = p.handle.take() {
-                let _ = h.join();
-            }
-            while let Ok(r) = p.from.try_recv() {
-                e.counters.merge(&r.counters);
-            }
-        }
+        e.finish_sends(self.info.rank);
         // Everything sent over the network is acknowledged before we leave, then the peers are
         // told we finished (so our silence is not taken for a failure).
         if let Some(net) = self.net.as_ref() {
@@ -409,7 +366,7 @@ impl Drop for Inner {
             n.flush(std::time::Duration::from_secs(30));
             n.close();
         }
-        let mut values = e.counters.values().to_vec();
+        let mut values = e.counter_values().to_vec();
         let mut per_peer = Vec::new();
         match self.net.as_ref() {
             Some(n) => {

@@ -21,6 +21,12 @@ pub(crate) enum PortKind {
 
 pub(crate) use volley_shm::Cursor;
 
+mod gather;
+mod send;
+mod unexpected;
+
+pub(crate) use gather::Dest;
+
 /// The bytes of a non-blocking send: a buffer the request owns and gives back, or the caller's
 /// memory lent for the length of the request (the loan ends when this is dropped).
 pub(crate) enum Payload {
@@ -97,56 +103,258 @@ pub(crate) enum Poll {
 }
 
 pub(crate) struct Engine {
-    pub seg: Arc<Segment>,
-    pub me: usize,
-    pub n: usize,
+    seg: Arc<Segment>,
+    me: usize,
+    n: usize,
     /// Producer ends of the rings to each rank; None while lent to the progress thread.
-    pub tx: Vec<Option<Producer>>,
-    pub rx: Vec<Consumer>,
-    pub doorbells: Vec<EventFd>,
-    pub ports: Vec<(u32, PortKind)>,
+    tx: Vec<Option<Producer>>,
+    rx: Vec<Consumer>,
+    doorbells: Vec<EventFd>,
+    ports: Vec<(u32, PortKind)>,
     /// Bumped whenever `ports` changes (invalidates the rings' scan memos).
-    pub ports_gen: u64,
-    pub pending: Vec<VecDeque<std::sync::Arc<volley_sys::Exclusive<Pending>>>>,
-    pub npending: usize,
+    ports_gen: u64,
+    pending: Vec<VecDeque<std::sync::Arc<volley_sys::Exclusive<Pending>>>>,
+    npending: usize,
     /// Single-copy sends whose descriptor is in a ring and whose data the receiver has not
     /// copied yet. They keep their buffers alive.
-    pub inflight: Vec<std::sync::Arc<volley_sys::Exclusive<Pending>>>,
-    pub partials: Vec<Partial>,
-    pub counters: Counters,
-    pub max_payload: usize,
-    pub ring_payload_capacity: usize,
+    inflight: Vec<std::sync::Arc<volley_sys::Exclusive<Pending>>>,
+    partials: Vec<Partial>,
+    counters: Counters,
+    max_payload: usize,
+    ring_payload_capacity: usize,
     /// Fates of the other ranks as last read from the segment.
-    pub fates: Vec<Option<Fate>>,
+    fates: Vec<Option<Fate>>,
     seen_epoch: u64,
     /// Whether our doorbell is armed (we are about to sleep or an fd user waits).
     armed: bool,
     rr: usize,
     /// Assembly buffers returned by dropped messages, reused by the next large recv().
-    pub spare: Option<Vec<u8>>,
+    spare: Option<Vec<u8>>,
     /// This process can use single copy (as sender and receiver).
-    pub single_copy: bool,
-    pub single_copy_threshold: usize,
+    single_copy: bool,
+    single_copy_threshold: usize,
     /// The progress thread, when this process started one.
-    pub progress: Option<crate::progress::ProgressThread>,
+    progress: Option<crate::progress::ProgressThread>,
     /// The job rank of each local rank (the rings are indexed by local rank).
-    pub l2g: Vec<usize>,
+    l2g: Vec<usize>,
     /// Other ranks of the job are on other hosts: "every local peer finished" does not mean
     /// nothing more can arrive.
-    pub multi_node: bool,
+    multi_node: bool,
     /// Unexpected messages drained out of each ring (by local source), oldest first; see
     /// `unexpected`.
-    pub drained: Vec<VecDeque<crate::unexpected::Drained>>,
-    pub drained_bytes: usize,
-    pub drain_budget: usize,
+    drained: Vec<VecDeque<unexpected::Drained>>,
+    drained_bytes: usize,
+    drain_budget: usize,
     /// Contexts received through the matcher: only their messages are drained (a
     /// Directed-Point port reads its ring in arrival order).
-    pub matched_contexts: Vec<u32>,
+    matched_contexts: Vec<u32>,
     /// Buffers of drained messages, for reuse.
-    pub drain_pool: Vec<Vec<u8>>,
+    drain_pool: Vec<Vec<u8>>,
 }
 
 impl Engine {
+    /// Adds `n` to counter `c` (a plain add: the engine has one owner at a time).
+    #[inline]
+    pub fn count(&mut self, c: Counter, n: u64) {
+        self.counters.add(c, n);
+    }
+
+    /// The counters' values, in the order of `counters::COUNTERS`.
+    pub fn counter_values(&self) -> &[u64] {
+        self.counters.values()
+    }
+
+    /// The job rank of local rank `li`.
+    #[inline]
+    pub fn job_rank(&self, li: usize) -> usize {
+        self.l2g[li]
+    }
+
+    /// The consumer end of the ring from local rank `src`.
+    #[inline]
+    pub fn rx(&mut self, src: usize) -> &mut Consumer {
+        &mut self.rx[src]
+    }
+
+    /// Whether sends to `dst` wait in the queue (they go first, in order).
+    #[inline]
+    pub fn has_pending(&self, dst: usize) -> bool {
+        !self.pending[dst].is_empty()
+    }
+
+    /// Whether the ring to `dst` takes a whole message of `len` bytes now (none queued before
+    /// it, and room).
+    pub fn can_fit(&mut self, dst: usize, len: usize) -> bool {
+        self.pending[dst].is_empty()
+            && self.tx[dst]
+                .as_mut()
+                .is_some_and(|tx| tx.can_fit_message(len))
+    }
+
+    /// Writes one record of `len` bytes that `fill` writes in place into the ring to `dst`, or
+    /// returns false (without calling `fill`) if there is no room now.
+    pub fn try_push_with(
+        &mut self,
+        dst: usize,
+        meta: volley_shm::Meta,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        match self.tx[dst].as_mut() {
+            Some(tx) => tx.try_push_with(meta, len, fill),
+            None => false,
+        }
+    }
+
+    /// Where the single-copy send whose descriptor sits at `pos` in the ring to `dst` stands.
+    pub fn rndv_state(&self, dst: usize, pos: u64) -> volley_shm::RndvState {
+        self.seg.rndv_state(self.me, dst, pos)
+    }
+
+    /// Largest message of one record; largest message try_send takes.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+    pub fn ring_payload_capacity(&self) -> usize {
+        self.ring_payload_capacity
+    }
+
+    /// A spare assembly buffer, if one was given back.
+    pub fn take_spare(&mut self) -> Vec<u8> {
+        self.spare.take().unwrap_or_default()
+    }
+
+    /// Keeps `v` as the spare assembly buffer if it is larger than the one kept.
+    pub fn give_spare(&mut self, v: Vec<u8>) {
+        if self
+            .spare
+            .as_ref()
+            .is_none_or(|s| s.capacity() < v.capacity())
+        {
+            self.spare = Some(v);
+        }
+    }
+
+    /// Claims `port` for an endpoint or an active port; false if it is taken.
+    pub fn claim_port(&mut self, port: u32, kind: PortKind) -> bool {
+        if self.port_kind(port).is_some() {
+            return false;
+        }
+        self.ports.push((port, kind));
+        self.ports_gen += 1;
+        true
+    }
+
+    /// Gives `port` back (its messages wait in their rings for the next owner).
+    pub fn release_port(&mut self, port: u32) {
+        self.ports.retain(|(p, _)| *p != port);
+        self.ports_gen += 1;
+        self.matched_contexts.retain(|&c| c != port);
+    }
+
+    /// Says that `context` is received through the matcher (its messages may be drained).
+    pub fn note_matched_context(&mut self, context: u32) {
+        if !self.matched_contexts.contains(&context) {
+            self.matched_contexts.push(context);
+        }
+    }
+
+    /// Why nothing more can come for a message half gathered for `port` from a rank that is
+    /// gone, if so.
+    pub fn partial_dead_end(&self, port: u32) -> Option<PeerLost> {
+        self.partials
+            .iter()
+            .filter(|p| p.port == port)
+            .find_map(|p| {
+                self.fates[p.src].map(|fate| PeerLost {
+                    rank: self.l2g[p.src],
+                    fate,
+                })
+            })
+    }
+
+    /// Length of the message being gathered for `port` from `src`, if one is.
+    pub fn partial_total(&self, port: u32, src: usize) -> Option<usize> {
+        self.partials
+            .iter()
+            .find(|p| p.port == port && p.src == src)
+            .map(|p| p.total)
+    }
+
+    /// The envelope of drained message `k` of `src`: (tag, length).
+    pub fn drained_envelope(&self, src: usize, k: usize) -> (u32, usize) {
+        let d = &self.drained[src][k];
+        (d.tag, d.total)
+    }
+
+    /// Before the world closes: every queued send goes out, single copies in flight are read
+    /// (or their receivers gone), the progress thread gives its rings back and stops. Sends to
+    /// a rank that left are reported on stderr (rank `my_rank` says so), never silently lost.
+    pub fn finish_sends(&mut self, my_rank: usize) {
+        // Nothing is lost: queued sends go out before we say we are finished.
+        let mut b = crate::backoff::Backoff::new();
+        while self.npending > 0
+            || !self.inflight.is_empty()
+            || self.progress.as_ref().is_some_and(|p| p.lent > 0)
+        {
+            self.refresh_fates();
+            self.collect_returns();
+            self.drive_pending();
+            // Buffers of single copies in flight must outlive the receivers' reads.
+            let fates = &self.fates;
+            self.inflight.retain(|p| {
+                let d = p.borrow_mut().dst;
+                fates[d].is_none()
+            });
+            let stuck: Vec<usize> = (0..self.n)
+                .filter(|&d| !self.pending[d].is_empty() && self.send_dead_end(d).is_some())
+                .collect();
+            for d in stuck {
+                let lost = self.pending[d].len();
+                eprintln!(
+                    "volley: rank {}: {lost} queued message(s) to rank {d} not delivered: {}",
+                    my_rank,
+                    self.send_dead_end(d).expect("checked")
+                );
+                self.npending -= lost;
+                self.pending[d].clear();
+            }
+            b.snooze();
+        }
+        if let Some(mut p) = self.progress.take() {
+            let _ = p.to.send(crate::progress::ToThread::Stop);
+            if let Some(h) = p.handle.take() {
+                let _ = h.join();
+            }
+            while let Ok(r) = p.from.try_recv() {
+                self.counters.merge(&r.counters);
+            }
+        }
+    }
+
+    /// The job as the world sees it: job rank of each local rank, whether ranks live on other
+    /// hosts, and the budget for drained unexpected messages.
+    pub fn set_job(&mut self, l2g: Vec<usize>, multi_node: bool, drain_budget: usize) {
+        self.l2g = l2g;
+        self.multi_node = multi_node;
+        self.drain_budget = drain_budget;
+    }
+
+    /// Whether the progress thread runs.
+    pub fn has_progress_thread(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// Starts the progress thread if it is not running.
+    pub fn start_progress_thread(&mut self) -> std::io::Result<()> {
+        if self.progress.is_none() {
+            let t =
+                crate::progress::ProgressThread::start(self.seg.clone(), self.me, &self.doorbells)?;
+            self.progress = Some(t);
+        }
+        Ok(())
+    }
+
     pub fn new(
         seg: Arc<Segment>,
         me: usize,

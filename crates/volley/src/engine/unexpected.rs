@@ -18,9 +18,9 @@
 //! in arrival order.
 
 use crate::counters::Counter;
+use crate::engine::Dest;
 use crate::engine::Engine;
 use crate::error::RecvError;
-use crate::recv::{copy_single, Dest};
 use volley_shm::Kind;
 
 /// A message (or the first part of one) copied out of its ring.
@@ -97,7 +97,7 @@ impl Engine {
             data.clear();
             let open = match info.kind {
                 Kind::Rndv => {
-                    copy_single(self, src, &info, Dest::Vec(&mut data))?;
+                    self.copy_single(src, &info, Dest::Vec(&mut data))?;
                     None
                 }
                 _ => {

@@ -1,0 +1,95 @@
+//! Starting a non-blocking send through a ring: what fits goes now, the rest is queued in order
+//! behind earlier sends to the same rank, lent to the progress thread, or (single copy) waits
+//! for the receiver to read it.
+
+use super::{Cursor, Engine, Payload, Pending};
+use crate::counters::Counter;
+use crate::error::SendError;
+use crate::request::SendState;
+use std::sync::Arc;
+use volley_sys::Exclusive;
+
+impl Engine {
+    /// Starts sending `data` to local rank `rank` with the envelope (context, tag).
+    pub fn start_send(
+        &mut self,
+        rank: usize,
+        tag: u32,
+        context: u32,
+        data: Payload,
+    ) -> Result<SendState, SendError> {
+        if let Some(l) = self.send_dead_end(rank) {
+            return Err(l.into());
+        }
+        self.drive_pending();
+        let rndv = self.use_single_copy(rank, data.len());
+        let mut cursor = Cursor::default();
+        let mut rndv_pos = None;
+        if self.pending[rank].is_empty() && rndv {
+            rndv_pos = self.push_descriptor(rank, tag, context, &data);
+            if rndv_pos.is_some() {
+                self.ring_doorbell(rank);
+            }
+        } else if self.pending[rank].is_empty() {
+            let done = self.push(rank, tag, context, &data, &mut cursor);
+            if done || cursor.off > 0 {
+                self.ring_doorbell(rank);
+            }
+            if done {
+                return Ok(SendState::Done(data));
+            }
+            // The rest can go on in the progress thread while the application computes.
+            let data = match self.lend(rank, tag, context, data, cursor) {
+                Ok(state) => return Ok(SendState::Lent(rank, state)),
+                Err(data) => data,
+            };
+            return Ok(self.queue_send(rank, tag, context, data, cursor));
+        }
+        let p = Arc::new(Exclusive::new(Pending {
+            dst: rank,
+            tag,
+            context,
+            data,
+            cursor,
+            rndv,
+            rndv_pos,
+            done: false,
+            failed: false,
+        }));
+        if rndv_pos.is_some() {
+            // The descriptor is out; the data waits here until the receiver has copied it.
+            self.inflight.push(p.clone());
+        } else {
+            self.pending[rank].push_back(p.clone());
+            self.npending += 1;
+            self.count(Counter::PendingSends, 1);
+        }
+        Ok(SendState::Queued(rank, p))
+    }
+
+    /// Queues the rest of a non-blocking send behind the earlier ones to `rank`.
+    pub fn queue_send(
+        &mut self,
+        rank: usize,
+        tag: u32,
+        context: u32,
+        data: Payload,
+        cursor: Cursor,
+    ) -> SendState {
+        let p = Arc::new(Exclusive::new(Pending {
+            dst: rank,
+            tag,
+            context,
+            data,
+            cursor,
+            rndv: false,
+            rndv_pos: None,
+            done: false,
+            failed: false,
+        }));
+        self.pending[rank].push_back(p.clone());
+        self.npending += 1;
+        self.count(Counter::PendingSends, 1);
+        SendState::Queued(rank, p)
+    }
+}
