@@ -314,6 +314,35 @@ fn counters_of_every_rank_and_the_network_come_back_from_each_host() {
     assert!(row("msgs_sent")[2] > 0 && !err.contains("n/a"), "{err}");
 }
 
+/// A rank that computes (here: sleeps) for 3.5 peer timeouts without calling volley is not taken
+/// for dead: the liveness thread answers the network for it, and its message then arrives.
+/// Without the thread (VOLLEY_LIVENESS_THREAD=0) the peer gives up, which shows what the test
+/// catches.
+#[test]
+fn a_long_computation_is_not_taken_for_a_death() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let env = [("VOLLEY_TRANSPORT", t), ("VOLLEY_PEER_TIMEOUT_MS", "1000")];
+        let out = ok(h.run(2, &env, &[CHECK, "idle", "3500"]));
+        let waited: u64 = values(&out, "waited_ms")[0].parse().unwrap();
+        assert!(waited >= 3400, "{t}: {out}");
+    }
+    let o = h.run(
+        2,
+        &[
+            ("VOLLEY_TRANSPORT", "udp"),
+            ("VOLLEY_PEER_TIMEOUT_MS", "1000"),
+            ("VOLLEY_LIVENESS_THREAD", "0"),
+        ],
+        &[CHECK, "idle", "3500"],
+    );
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("stopped answering"),
+        "{err}"
+    );
+}
+
 /// A World moved to another thread keeps its network side working there.
 #[test]
 fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {

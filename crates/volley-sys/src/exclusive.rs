@@ -4,20 +4,30 @@
 //! A `Mutex` waits when the value is taken; `Exclusive` never waits: a second borrow while the
 //! first is alive fails at once. That fits progress with one owner at a time (MPI's
 //! MPI_THREAD_SERIALIZED): a failed borrow is a caller that broke the contract, not contention
-//! to wait out. The cost of a borrow is one atomic swap and the release one plain store, where a
-//! mutex pays two read-modify-write instructions; no system call either way.
+//! to wait out. The cost of a borrow is one atomic compare-and-swap and the release one plain
+//! store, where a mutex pays two read-modify-write instructions; no system call either way.
+//!
+//! One exception is waited out: a *keeper* ([`Exclusive::keep`]) may take the cell for a short
+//! moment while its owner is away (volley's liveness thread answering the network while the
+//! application computes). An owner that finds the cell kept spins until it is given back; an
+//! owner that finds it borrowed by an owner panics as before.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const FREE: u8 = 0;
+const OWNED: u8 = 1;
+const KEPT: u8 = 2;
 
 pub struct Exclusive<T> {
-    busy: AtomicBool,
+    /// FREE, OWNED (a borrow_mut guard lives) or KEPT (a keep guard lives).
+    state: AtomicU8,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a guard, and at most one guard exists at a time
-// (the swap in try_borrow_mut), so sharing the cell shares no `&T` between threads: `T: Send` is
+// (the compare-and-swap in `take`), so sharing the cell shares no `&T` between threads: `T: Send` is
 // enough, as for Mutex.
 unsafe impl<T: Send> Sync for Exclusive<T> {}
 // SAFETY: moving the cell moves the value; T: Send allows that.
@@ -26,30 +36,64 @@ unsafe impl<T: Send> Send for Exclusive<T> {}
 impl<T> Exclusive<T> {
     pub const fn new(value: T) -> Exclusive<T> {
         Exclusive {
-            busy: AtomicBool::new(false),
+            state: AtomicU8::new(FREE),
             value: UnsafeCell::new(value),
         }
+    }
+
+    /// Takes the cell from `FREE` to `to`; the state found otherwise.
+    #[inline]
+    fn take(&self, to: u8) -> Result<ExclusiveGuard<'_, T>, u8> {
+        // SYNC: Acquire; pairs with the Release store in ExclusiveGuard::drop, so what the last
+        // owner wrote is visible to the next one, whichever thread it runs on.
+        self.state
+            .compare_exchange(FREE, to, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| ExclusiveGuard { cell: self })
     }
 
     /// The value, or None if a borrow is alive (on this thread or another).
     #[inline]
     pub fn try_borrow_mut(&self) -> Option<ExclusiveGuard<'_, T>> {
-        // SYNC: Acquire; pairs with the Release store in ExclusiveGuard::drop, so what the last
-        // owner wrote is visible to the next one, whichever thread it runs on.
-        if self.busy.swap(true, Ordering::Acquire) {
-            return None;
-        }
-        Some(ExclusiveGuard { cell: self })
+        self.take(OWNED).ok()
     }
 
-    /// The value. Panics with `why` if a borrow is alive.
+    /// The value. Waits while a keeper has it (a short moment); panics if another borrow is
+    /// alive.
     #[inline]
     #[track_caller]
     pub fn borrow_mut(&self) -> ExclusiveGuard<'_, T> {
-        match self.try_borrow_mut() {
-            Some(g) => g,
-            None => already_borrowed(),
+        match self.take(OWNED) {
+            Ok(g) => g,
+            Err(KEPT) => self.wait_for_keeper(),
+            Err(_) => already_borrowed(),
         }
+    }
+
+    #[cold]
+    #[track_caller]
+    fn wait_for_keeper(&self) -> ExclusiveGuard<'_, T> {
+        let mut spins = 0u32;
+        loop {
+            match self.take(OWNED) {
+                Ok(g) => return g,
+                Err(KEPT) => {
+                    spins += 1;
+                    if spins.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                Err(_) => already_borrowed(),
+            }
+        }
+    }
+
+    /// The value for a keeper, only if nobody has it now: a keeper never waits and never makes
+    /// an owner fail, only wait (see the module's comment).
+    #[inline]
+    pub fn keep(&self) -> Option<ExclusiveGuard<'_, T>> {
+        self.take(KEPT).ok()
     }
 
     /// The value, through the unique reference that proves no borrow is alive.
@@ -93,8 +137,8 @@ impl<T> DerefMut for ExclusiveGuard<'_, T> {
 impl<T> Drop for ExclusiveGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        // SYNC: Release; pairs with the Acquire swap in try_borrow_mut.
-        self.cell.busy.store(false, Ordering::Release);
+        // SYNC: Release; pairs with the Acquire compare-and-swap in `take`.
+        self.cell.state.store(FREE, Ordering::Release);
     }
 }
 
@@ -127,5 +171,25 @@ mod tests {
         let c = Exclusive::new(1);
         let _g = c.borrow_mut();
         let _h = c.borrow_mut();
+    }
+
+    #[test]
+    fn an_owner_waits_for_a_keeper_and_a_keeper_never_waits() {
+        let c = Arc::new(Exclusive::new(0u64));
+        let owned = c.borrow_mut();
+        assert!(c.keep().is_none(), "a keeper does not take an owned cell");
+        drop(owned);
+        let kept = c.keep().expect("free");
+        assert!(c.keep().is_none());
+        let c2 = c.clone();
+        let owner = std::thread::spawn(move || {
+            // Finds the cell kept: waits, then sees what the keeper wrote.
+            *c2.borrow_mut()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut kept = kept;
+        *kept = 7;
+        drop(kept);
+        assert_eq!(owner.join().unwrap(), 7);
     }
 }

@@ -74,7 +74,7 @@ pub enum InitError {
     },
     #[error("this process already has a volley world; use World::clone() to share it")]
     AlreadyInitialised,
-    #[error("cannot start the progress thread: {0}; check the process's thread limit (`ulimit -u`), or unset VOLLEY_PROGRESS_THREAD")]
+    #[error("cannot start the progress or liveness thread: {0}; check the process's thread limit (`ulimit -u`), or unset VOLLEY_PROGRESS_THREAD (set VOLLEY_LIVENESS_THREAD=0 to go without the liveness thread)")]
     ProgressThread(std::io::Error),
     #[error("cannot create the descriptor that waits on the doorbell and the network socket together: {0}; check `ulimit -n`")]
     PollSet(std::io::Error),

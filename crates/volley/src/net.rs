@@ -12,7 +12,10 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use volley_proto::{Config as ProtoConfig, Credit, Engine as Proto, Event, Reliability};
+use volley_sys::Exclusive;
 use volley_transport::eth::EthDevice;
 use volley_transport::fault::{FaultDevice, Faults};
 use volley_transport::udp::UdpDevice;
@@ -37,6 +40,8 @@ pub struct NetConfig {
     pub interface: Option<String>,
     pub faults: Option<Faults>,
     pub proto: ProtoConfig,
+    /// Run the liveness thread (see `Keeper`). VOLLEY_LIVENESS_THREAD, default on.
+    pub keeper: bool,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -89,11 +94,23 @@ impl NetConfig {
         if let Some(w) = env_u64("VOLLEY_NET_WINDOW")? {
             proto.window = w as u32;
         }
+        let keeper = match env("VOLLEY_LIVENESS_THREAD").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(o) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_LIVENESS_THREAD",
+                    value: o.into(),
+                    why: "must be 1 (the default) or 0".into(),
+                })
+            }
+        };
         Ok(NetConfig {
             transport,
             interface: env("VOLLEY_NET_IF"),
             faults,
             proto,
+            keeper,
         })
     }
 }
@@ -177,6 +194,10 @@ pub(crate) struct Net {
     proto: Proto,
     dev: Box<dyn Device>,
     t0: std::time::Instant,
+    /// When the application last pumped (ns since t0), for the liveness thread.
+    owner_seen: Arc<AtomicU64>,
+    /// Start the liveness thread (VOLLEY_LIVENESS_THREAD).
+    pub keeper: bool,
     inbox: Vec<(u32, VecDeque<NetMsg>)>,
     /// Ranks that left: lost (Unreachable) or said goodbye (Finished).
     pub lost: Vec<(usize, crate::Fate)>,
@@ -284,6 +305,8 @@ impl Net {
             proto,
             dev,
             t0,
+            owner_seen: Arc::new(AtomicU64::new(0)),
+            keeper: cfg.keeper,
             inbox: Vec::new(),
             lost: Vec::new(),
             remote,
@@ -313,7 +336,14 @@ impl Net {
     }
 
     /// One round of I/O. Returns how many messages or losses it delivered.
+    /// Receives, handles timers and sends what is due, on behalf of the application.
     pub fn pump(&mut self) -> usize {
+        // Relaxed: a hint for the liveness thread, which only decides whether to help.
+        self.owner_seen.store(self.now(), Ordering::Relaxed);
+        self.pump_inner()
+    }
+
+    fn pump_inner(&mut self) -> usize {
         let now = self.now();
         let proto = &mut self.proto;
         // A device error here is a broken socket; the engine will declare the peers lost.
@@ -534,5 +564,59 @@ impl Net {
             .zip(self.table_values())
             .map(|(c, v)| (c.display_name(), v))
             .collect()
+    }
+}
+
+/// The liveness thread: while the application computes without calling volley, it answers the
+/// network for it (acknowledgements, heartbeats, retransmissions; arriving messages wait in the
+/// inbox), so that peers do not take a long computation for a death. It takes the network only
+/// when the application has not pumped for a while, and only with `Exclusive::keep`, which never
+/// makes the application fail: at worst the application waits for one pump. It runs no user
+/// code: active-port handlers still run in the application's calls.
+pub(crate) struct Keeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Keeper {
+    pub fn start(net: Arc<Exclusive<Net>>) -> std::io::Result<Keeper> {
+        let (seen, t0, heartbeat) = {
+            let n = net.borrow_mut();
+            (n.owner_seen.clone(), n.t0, n.proto.config().heartbeat)
+        };
+        // Well within a heartbeat, so the peers hear from us in time.
+        let every = std::time::Duration::from_nanos((heartbeat / 4).max(5 * MS));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("volley-liveness".into())
+            .spawn(move || {
+                // SYNC: Acquire; pairs with the Release in Keeper::drop.
+                while !stop2.load(Ordering::Acquire) {
+                    std::thread::park_timeout(every);
+                    let now = t0.elapsed().as_nanos() as u64;
+                    let away = now.saturating_sub(seen.load(Ordering::Relaxed));
+                    if away >= 2 * every.as_nanos() as u64 {
+                        if let Some(mut n) = net.keep() {
+                            n.pump_inner();
+                        }
+                    }
+                }
+            })?;
+        Ok(Keeper {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // SYNC: Release; pairs with the Acquire in the thread's loop.
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
     }
 }

@@ -60,7 +60,9 @@ pub(crate) struct Inner {
     pub(crate) l2g: Vec<usize>,
     pub(crate) g2l: Vec<Option<usize>>,
     /// The ranks on other hosts, when there are any.
-    pub(crate) net: Option<Exclusive<crate::net::Net>>,
+    pub(crate) net: Option<Arc<Exclusive<crate::net::Net>>>,
+    /// The liveness thread, with a network (see `net::Keeper`).
+    pub(crate) keeper: Option<crate::net::Keeper>,
     /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
     pub(crate) poll_fd: Option<std::os::fd::OwnedFd>,
     /// Non-blocking operations on the caller's memory (see `request`).
@@ -115,9 +117,9 @@ impl World {
             cfg.unexpected_bytes,
         );
         let net = match attached.boot {
-            Some(boot) if attached.info.is_multi_node() => {
-                Some(Exclusive::new(crate::net::Net::open(&attached.info, boot)?))
-            }
+            Some(boot) if attached.info.is_multi_node() => Some(Arc::new(Exclusive::new(
+                crate::net::Net::open(&attached.info, boot)?,
+            ))),
             _ => None,
         };
         let poll_fd = match &net {
@@ -126,6 +128,12 @@ impl World {
                     .map_err(InitError::PollSet)?,
             ),
             None => None,
+        };
+        let keeper = match &net {
+            Some(n) if n.borrow_mut().keeper => {
+                Some(crate::net::Keeper::start(n.clone()).map_err(InitError::ProgressThread)?)
+            }
+            _ => None,
         };
         let world = World {
             inner: Arc::new(Inner {
@@ -138,6 +146,7 @@ impl World {
                 l2g,
                 g2l,
                 net,
+                keeper,
                 poll_fd,
                 reqs: Exclusive::new(Default::default()),
                 nposted: Default::default(),
@@ -357,6 +366,8 @@ impl World {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // The liveness thread stops first: from here on this thread alone speaks for the rank.
+        self.keeper.take();
         let e = self.eng.get_mut();
         e.finish_sends(self.info.rank);
         // Everything sent over the network is acknowledged before we leave, then the peers are
