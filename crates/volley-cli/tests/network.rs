@@ -343,6 +343,37 @@ fn a_long_computation_is_not_taken_for_a_death() {
     );
 }
 
+/// A non-blocking send of a large owned buffer to another host hands the buffer to the network
+/// engine without a copy and gets it back, intact, once acknowledged; the sender only computes
+/// meanwhile (looking at is_complete), so the acknowledgements come in through the liveness
+/// thread.
+#[test]
+fn a_large_owned_buffer_goes_to_another_host_without_a_copy() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let env = [("VOLLEY_TRANSPORT", t), ("VOLLEY_COUNTERS", "1")];
+        let o = h.run(2, &env, &[CHECK, "overlap", "8388608", "20000"]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t}: {out}\n{err}");
+        assert!(
+            out.contains("completed_during_compute=true"),
+            "{t}: the send never completed while rank 0 computed:\n{out}"
+        );
+        let handed: u64 = err
+            .lines()
+            .filter(|l| l.starts_with("[0]"))
+            .filter_map(|l| {
+                let mut w = l.split_whitespace().skip_while(|w| *w != "net_handovers");
+                w.nth(1)?.parse::<u64>().ok()
+            })
+            .sum();
+        assert_eq!(
+            handed, 1,
+            "{t}: rank 0 handed over {handed} buffers:\n{err}"
+        );
+    }
+}
+
 /// A World moved to another thread keeps its network side working there.
 #[test]
 fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {

@@ -312,8 +312,59 @@ impl Engine {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
-        p.queue(cfg, now, tag, context, data, how);
+        p.queue(cfg, now, tag, context, data, how, false);
         Ok(())
+    }
+
+    /// Like [`Engine::send`] for a reliable message whose buffer the sender wants back: once
+    /// the peer acknowledged the message, [`Engine::take_returned`] gives it back (no copy of it
+    /// was made on the way). Returns the message's id.
+    pub fn send_returning(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+    ) -> Result<u64, SendError> {
+        if data.len() as u64 > self.cfg.max_message {
+            return Err(SendError::TooLarge {
+                len: data.len() as u64,
+                max: self.cfg.max_message,
+            });
+        }
+        let cfg = &self.cfg;
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
+            return Err(SendError::NoSuchPeer);
+        };
+        if p.lost {
+            return Err(SendError::PeerLost);
+        }
+        if !p.has_room(cfg, data.len()) {
+            p.counters.send_busy += 1;
+            return Err(SendError::Busy(data));
+        }
+        Ok(p.queue(cfg, now, tag, context, data, Reliability::Reliable, true))
+    }
+
+    /// The buffer of message `id` to `peer` (from [`Engine::send_returning`]), once acknowledged.
+    pub fn take_returned(&mut self, peer: u32, id: u64) -> Option<Vec<u8>> {
+        self.peers
+            .get_mut(peer as usize)
+            .and_then(|p| p.as_mut())?
+            .take_returned(id)
+    }
+
+    /// Whether message `id`'s buffer is back.
+    pub fn is_returned(&self, peer: u32, id: u64) -> bool {
+        self.peer(peer).is_some_and(|p| p.is_returned(id))
+    }
+
+    /// The sender will not take message `id`'s buffer back: it returns to the pool.
+    pub fn abandon(&mut self, peer: u32, id: u64) {
+        if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
+            p.abandon(id, &mut self.pool);
+        }
     }
 
     /// The state of every peer, one line each, for a failing test to print.
@@ -557,5 +608,63 @@ mod pool_tests {
             "{warm} allocations to warm up"
         );
         assert_eq!(end, warm, "allocations after warm-up, for 150,000 messages");
+    }
+
+    /// One round of packets both ways and timers; the receiver consumes what arrived.
+    fn exchange(a: &mut Engine, b: &mut Engine, now: Instant, got: &mut Vec<Vec<u8>>) {
+        let mut buf = vec![0u8; 2048];
+        for from in [0, 1] {
+            let (src, dst) = if from == 0 {
+                (&mut *a, &mut *b)
+            } else {
+                (&mut *b, &mut *a)
+            };
+            while let Some(t) = src.poll_transmit(now, &mut buf) {
+                dst.handle(now, &buf[..t.len]).unwrap();
+            }
+        }
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        while let Some(ev) = b.poll_event() {
+            if let Event::Message { data, credit, .. } = ev {
+                got.push(data);
+                b.release(credit);
+            }
+        }
+    }
+
+    /// A buffer sent with send_returning comes back, the same allocation, once acknowledged;
+    /// an abandoned one goes to the pool instead.
+    #[test]
+    fn a_buffer_sent_for_return_comes_back_after_the_acknowledgement() {
+        let cfg = Config::default();
+        let (mut a, mut b) = (Engine::new(cfg.clone(), 0, 1), Engine::new(cfg, 1, 1));
+        a.add_peer(1, 0);
+        b.add_peer(0, 0);
+        let data: Vec<u8> = (0..100_000).map(|i| i as u8).collect();
+        let sent = data.clone();
+        let ptr = sent.as_ptr();
+        let id = a.send_returning(0, 1, 3, 4, sent).unwrap();
+        let id2 = a.send_returning(0, 1, 3, 4, vec![1; 50_000]).unwrap();
+        a.abandon(1, id2);
+        assert!(!a.is_returned(1, id));
+        let mut got = Vec::new();
+        let mut now = 0;
+        while !a.is_returned(1, id) {
+            now += 100_000;
+            exchange(&mut a, &mut b, now, &mut got);
+            assert!(now < 10_000_000_000, "never acknowledged");
+        }
+        let back = a.take_returned(1, id).unwrap();
+        assert_eq!(back.as_ptr(), ptr, "the same buffer, not a copy");
+        assert_eq!(back, data);
+        assert_eq!(got[0], data);
+        assert_eq!(a.take_returned(1, id), None, "given back once");
+        for _ in 0..100 {
+            now += 100_000;
+            exchange(&mut a, &mut b, now, &mut got);
+        }
+        assert_eq!(got.len(), 2);
+        assert!(!a.is_returned(1, id2), "an abandoned buffer is not kept");
     }
 }

@@ -150,6 +150,9 @@ struct OutMsg {
     charged: bool,
     frags_total: u64,
     frags_acked: u64,
+    /// Once acknowledged, the buffer goes back to the sender (see `Peer::returned`), not to
+    /// the pool.
+    give_back: bool,
 }
 
 impl OutMsg {
@@ -227,6 +230,9 @@ pub(crate) struct Peer {
     out: VecDeque<OutMsg>,
     out_base: u64,
     next_msg: u64,
+    /// Buffers of acknowledged messages sent with `give_back`, by message id, until the sender
+    /// takes them.
+    returned: VecDeque<(u64, Vec<u8>)>,
     /// Index in `out` before which every message has been sent once (or waits for its CTS).
     cursor: usize,
     be_out: VecDeque<OutMsg>,
@@ -295,6 +301,7 @@ impl Peer {
             out: VecDeque::new(),
             out_base: 0,
             next_msg: 0,
+            returned: VecDeque::new(),
             cursor: 0,
             be_out: VecDeque::new(),
             be_next: 0,
@@ -380,6 +387,8 @@ impl Peer {
         self.eager_released + cfg.pool_bytes
     }
 
+    // The envelope, the bytes and how they go are one message's fields, not a bundle to invent.
+    #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &mut self,
         cfg: &Config,
@@ -388,7 +397,8 @@ impl Peer {
         context: u32,
         data: Vec<u8>,
         how: Reliability,
-    ) {
+        give_back: bool,
+    ) -> u64 {
         let frag = cfg.fragment() as u64;
         let len = data.len() as u64;
         let frags_total = len.div_ceil(frag).max(1);
@@ -403,16 +413,20 @@ impl Peer {
             charged: false,
             frags_total,
             frags_acked: 0,
+            give_back,
         };
         self.counters.messages_sent += 1;
+        let id;
         match how {
             Reliability::BestEffort => {
                 m.id = self.be_next;
+                id = m.id;
                 self.be_next += 1;
                 self.be_out.push_back(m);
             }
             Reliability::Reliable => {
                 m.id = self.next_msg;
+                id = m.id;
                 if self.out.is_empty() {
                     self.out_base = self.next_msg;
                 }
@@ -424,6 +438,28 @@ impl Peer {
                 self.queued_bytes += len;
                 self.out.push_back(m);
             }
+        }
+        id
+    }
+
+    /// The buffer of reliable message `id`, sent with `give_back`, once the peer acknowledged
+    /// it.
+    pub fn take_returned(&mut self, id: u64) -> Option<Vec<u8>> {
+        let i = self.returned.iter().position(|(x, _)| *x == id)?;
+        self.returned.swap_remove_back(i).map(|(_, d)| d)
+    }
+
+    /// Whether message `id`'s buffer is back (see `take_returned`).
+    pub fn is_returned(&self, id: u64) -> bool {
+        self.returned.iter().any(|(x, _)| *x == id)
+    }
+
+    /// Nobody will take message `id`'s buffer back: it goes to the pool when acknowledged.
+    pub fn abandon(&mut self, id: u64, pool: &mut BufPool) {
+        if let Some(m) = self.out.iter_mut().find(|m| m.id == id) {
+            m.give_back = false;
+        } else if let Some(d) = self.take_returned(id) {
+            pool.give(d);
         }
     }
 
@@ -921,7 +957,11 @@ impl Peer {
             self.out_base += 1;
             self.cursor = self.cursor.saturating_sub(1);
             self.queued_bytes -= m.len();
-            pool.give(m.data);
+            if m.give_back {
+                self.returned.push_back((m.id, m.data));
+            } else {
+                pool.give(m.data);
+            }
         }
     }
 

@@ -26,6 +26,7 @@ pub enum Counter {
     StagingCopies,
     Drained,
     DrainBudgetFull,
+    NetHandovers,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -123,9 +124,14 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "events",
         "full rings left to wait because unexpected messages already filled VOLLEY_UNEXPECTED_BYTES",
     ),
+    (
+        "net_handovers",
+        "messages",
+        "owned buffers handed to the network engine without a copy (given back once acknowledged)",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::DrainBudgetFull as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::NetHandovers as usize + 1);
 
 /// Where a counter is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -419,6 +419,57 @@ impl Net {
             .map_err(|(_, why)| why)
     }
 
+    /// Queues a reliable message the engine takes over and gives back once acknowledged (see
+    /// `take_returned`): no copy of it is made. Returns its id.
+    pub fn send_returning(
+        &mut self,
+        dst: usize,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+    ) -> Result<u64, (Vec<u8>, Refused)> {
+        let now = self.now();
+        match self
+            .proto
+            .send_returning(now, dst as u32, tag, context, data)
+        {
+            Ok(id) => {
+                self.transmit(now);
+                Ok(id)
+            }
+            Err(volley_proto::SendError::Busy(d)) => Err((d, Refused::Full)),
+            Err(volley_proto::SendError::PeerLost) => Err((Vec::new(), Refused::Lost)),
+            Err(volley_proto::SendError::TooLarge { len, max }) => {
+                Err((Vec::new(), Refused::TooLarge { len, max }))
+            }
+            Err(volley_proto::SendError::NoSuchPeer) => Err((Vec::new(), Refused::UnknownPeer)),
+        }
+    }
+
+    /// The buffer of message `id` to `dst`, once acknowledged.
+    pub fn take_returned(&mut self, dst: usize, id: u64) -> Option<Vec<u8>> {
+        self.proto.take_returned(dst as u32, id)
+    }
+
+    pub fn is_returned(&self, dst: usize, id: u64) -> bool {
+        self.proto.is_returned(dst as u32, id)
+    }
+
+    /// Nobody will take message `id`'s buffer back.
+    pub fn abandon(&mut self, dst: usize, id: u64) {
+        self.proto.abandon(dst as u32, id)
+    }
+
+    /// Messages above this many bytes go by rendezvous: handing the buffer over pays off.
+    pub fn rndv_threshold(&self) -> usize {
+        self.proto.config().rndv_threshold
+    }
+
+    /// How rank `rank` left, if it did.
+    pub fn fate_of(&self, rank: usize) -> Option<crate::Fate> {
+        self.lost.iter().find(|(r, _)| *r == rank).map(|&(_, f)| f)
+    }
+
     /// Queues a message the engine takes over.
     pub fn send_owned(
         &mut self,

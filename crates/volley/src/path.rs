@@ -151,6 +151,40 @@ impl Path<'_> {
         }
     }
 
+    /// Hands `data` to the network engine for job rank `dst`, waiting while its queue is full.
+    fn hand_over(
+        &self,
+        dst: usize,
+        context: u32,
+        tag: u32,
+        mut data: Vec<u8>,
+    ) -> Result<SendState, SendError> {
+        let Path::Net { w, .. } = *self else {
+            unreachable!("only the network takes buffers over")
+        };
+        let len = data.len() as u64;
+        let mut b = crate::backoff::Backoff::new();
+        loop {
+            let r = w.net().send_returning(dst, tag, context, data);
+            match r {
+                Ok(id) => {
+                    let mut e = w.eng();
+                    e.count(Counter::MsgsSent, 1);
+                    e.count(Counter::BytesSent, len);
+                    e.count(Counter::NetHandovers, 1);
+                    return Ok(SendState::Net(dst, id));
+                }
+                Err((d, Refused::Full)) => data = d,
+                Err((_, why)) => {
+                    self.net_refused(why)?;
+                    unreachable!("only Full is not an error")
+                }
+            }
+            let _ = w.progress();
+            b.snooze();
+        }
+    }
+
     /// What a refusal of the network engine means to a send.
     fn net_refused(&self, why: Refused) -> Result<Step, SendError> {
         let Path::Net { w, dst } = *self else {
@@ -282,7 +316,19 @@ impl Path<'_> {
     ) -> Result<SendState, SendError> {
         let (w, rank) = match *self {
             Path::Ring { w, dst } => (w, dst),
-            Path::Net { w, .. } => {
+            Path::Net { w, dst } => {
+                // A large owned buffer is handed to the network engine, which gives it back once
+                // the peer acknowledged it: no copy (the liveness thread keeps acknowledgements
+                // coming while the application computes). Anything else is copied, and free at
+                // once.
+                if let Payload::Owned(v) = data {
+                    if how == Reliability::Reliable && v.len() > w.net().rndv_threshold() {
+                        return self.hand_over(dst, context, tag, v);
+                    }
+                    let mut out = Out::new(context, tag, &v, how);
+                    w.wait_steps(self, &mut out)?;
+                    return Ok(SendState::Done(Payload::Owned(v)));
+                }
                 let mut out = Out::new(context, tag, &data, how);
                 w.wait_steps(self, &mut out)?;
                 return Ok(SendState::Done(data));

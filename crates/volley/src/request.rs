@@ -40,6 +40,9 @@ pub(crate) enum SendState {
     Queued(usize, Arc<Exclusive<Pending>>),
     /// Being written by the progress thread into the ring to local rank `.0`.
     Lent(usize, Arc<LentState>),
+    /// Handed to the network engine for job rank `.0` as message `.1`, without a copy: done
+    /// when the engine gives the buffer back, once the peer acknowledged it.
+    Net(usize, u64),
 }
 
 impl SendState {
@@ -48,6 +51,18 @@ impl SendState {
     fn check(&mut self, w: &World) -> Result<bool, SendError> {
         match self {
             SendState::Done(_) => Ok(true),
+            SendState::Net(rank, id) => {
+                let mut n = w.net();
+                if let Some(data) = n.take_returned(*rank, *id) {
+                    drop(n);
+                    *self = SendState::Done(Payload::Owned(data));
+                    return Ok(true);
+                }
+                match n.fate_of(*rank) {
+                    Some(fate) => Err(SendError::PeerLost(crate::PeerLost { rank: *rank, fate })),
+                    None => Ok(false),
+                }
+            }
             SendState::Lent(rank, l) => {
                 // SYNC: Acquire; pairs with the Release in the progress thread.
                 if !l.done.load(Ordering::Acquire) {
@@ -99,9 +114,10 @@ impl SendState {
         }
     }
 
-    fn is_complete(&self) -> bool {
+    fn is_complete(&self, w: &World) -> bool {
         match self {
             SendState::Done(_) => true,
+            SendState::Net(rank, id) => w.net().is_returned(*rank, *id),
             SendState::Queued(_, p) => p.borrow_mut().done,
             // SYNC: Acquire; pairs with the Release in the progress thread.
             SendState::Lent(_, l) => l.done.load(Ordering::Acquire),
@@ -126,7 +142,7 @@ impl SendRequest {
 
     /// Makes progress and says whether the buffer may be reused.
     pub fn test(&mut self) -> Result<bool, SendError> {
-        if !self.state.is_complete() {
+        if !self.state.is_complete(&self.world) {
             self.world.progress().ok();
         }
         self.state.check(&self.world)
@@ -134,7 +150,7 @@ impl SendRequest {
 
     /// Whether the send had completed when last tested (does not make progress).
     pub fn is_complete(&self) -> bool {
-        self.state.is_complete()
+        self.state.is_complete(&self.world)
     }
 
     /// Waits until the message is in the ring and gives the buffer back.
@@ -145,7 +161,19 @@ impl SendRequest {
         }
         match std::mem::replace(&mut self.state, SendState::Done(Payload::default())) {
             SendState::Done(d) => Ok(d.into_vec()),
-            SendState::Queued(..) | SendState::Lent(..) => unreachable!("test() returned true"),
+            SendState::Queued(..) | SendState::Lent(..) | SendState::Net(..) => {
+                unreachable!("test() returned true")
+            }
+        }
+    }
+}
+
+impl Drop for SendRequest {
+    fn drop(&mut self) {
+        // A dropped request does not cancel its send; the buffer it would have given back goes
+        // to the network engine's pool instead.
+        if let SendState::Net(rank, id) = self.state {
+            self.world.net().abandon(rank, id);
         }
     }
 }
