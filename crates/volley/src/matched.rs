@@ -133,6 +133,16 @@ pub(crate) struct Gathering {
     pub off: usize,
 }
 
+/// Where a message `World::find` found is.
+enum Found {
+    /// A record in the ring from local rank `.0`.
+    Ring(usize, RecordInfo),
+    /// Message `.1` drained out of the ring from local rank `.0`.
+    Drained(usize, usize),
+    /// The first one the pattern accepts in the network inbox.
+    Net,
+}
+
 /// The outcome of one matching attempt.
 pub(crate) enum Step {
     /// No message matches yet.
@@ -146,25 +156,15 @@ pub(crate) enum Step {
 }
 
 impl World {
-    /// One non-blocking attempt at a matched receive (`buf` Some) or a probe (`buf` None):
-    /// the rings first, then the network. Runs due active-port handlers on the way. `veto` is
-    /// asked about a matching message before anything moves (MPI's order among receives
-    /// posted earlier). A fragmented message is copied whole, waiting for its fragments, unless
-    /// `incremental`, when the copy stops at the fragments that have arrived.
-    pub(crate) fn match_step(
-        &self,
-        pat: &Pattern,
-        buf: &mut Option<&mut [u8]>,
-        waiter: &mut Waiter,
-        veto: &dyn Fn(&Status) -> bool,
-        incremental: bool,
-    ) -> Result<Step, RecvError> {
-        let w = self;
+    /// Where the first message `pat` accepts is, and its envelope: the rings first (the
+    /// source's, or all of them, drained messages before ring records), then the network. Runs
+    /// due active-port handlers of the network on the way. Moves nothing.
+    fn find(&self, pat: &Pattern) -> Result<Option<(Status, Found)>, RecvError> {
         // The ring to look at: the source's, or every ring for any source; none when the
         // source is on another host.
-        let ring = pat.source.map(|r| w.route(r));
-        let found = {
-            let mut e = w.eng();
+        let ring = pat.source.map(|r| self.route(r));
+        let hit = {
+            let mut e = self.eng();
             e.refresh_fates();
             e.drive_pending();
             match ring {
@@ -173,27 +173,51 @@ impl World {
                 None => e.poll_match(pat, None)?,
             }
         };
-        match found {
+        match hit {
             Some((src, Hit::Ring(info))) => {
                 let st = Status {
-                    source: w.inner.l2g[src],
+                    source: self.inner.l2g[src],
                     tag: info.tag,
                     len: info.total_len as usize,
                 };
-                if veto(&st) {
-                    return Ok(Step::Vetoed);
-                }
-                let Some(out) = buf.as_deref_mut() else {
-                    return Ok(Step::Done(st));
+                return Ok(Some((st, Found::Ring(src, info))));
+            }
+            Some((src, Hit::Drained(k))) => {
+                let (tag, len) = self.eng().drained_envelope(src, k);
+                let st = Status {
+                    source: self.inner.l2g[src],
+                    tag,
+                    len,
                 };
-                if st.len > out.len() {
-                    return Err(RecvError::BufferTooSmall {
-                        message: st.len,
-                        buffer: out.len(),
-                    });
-                }
-                let out = &mut out[..st.len];
-                let mut e = w.eng();
+                return Ok(Some((st, Found::Drained(src, k))));
+            }
+            None => {}
+        }
+        if matches!(ring, Some(Some(_))) {
+            // A sender on this host: nothing can come from the network.
+            return Ok(None);
+        }
+        let Some(net) = self.net_poll() else {
+            return Ok(None);
+        };
+        let found = net.borrow_mut().peek_matching(pat);
+        Ok(found.map(|(source, tag, len)| (Status { source, tag, len }, Found::Net)))
+    }
+
+    /// Moves the message `find` found for `pat` into `out` (exactly its length): straight from
+    /// the ring or the sender's memory, from its drained buffer, or from the network engine's.
+    fn take(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        found: Found,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        match found {
+            Found::Ring(src, info) => {
+                let mut e = self.eng();
                 match info.kind {
                     Kind::Whole => e.copy_whole(src, &info, out),
                     Kind::Rndv => {
@@ -210,7 +234,7 @@ impl World {
                             pos: info.pos,
                             off: 0,
                         };
-                        return w.finish_fragments(
+                        return self.finish_fragments(
                             pat,
                             st,
                             g,
@@ -221,30 +245,11 @@ impl World {
                         );
                     }
                 }
-                return Ok(Step::Done(st));
+                Ok(Step::Done(st))
             }
-            Some((src, Hit::Drained(k))) => {
+            Found::Drained(src, k) => {
                 // A message drained out of its full ring: copied once more, from our buffer.
-                let (tag, len) = w.eng().drained_envelope(src, k);
-                let st = Status {
-                    source: w.inner.l2g[src],
-                    tag,
-                    len,
-                };
-                if veto(&st) {
-                    return Ok(Step::Vetoed);
-                }
-                let Some(out) = buf.as_deref_mut() else {
-                    return Ok(Step::Done(st));
-                };
-                if st.len > out.len() {
-                    return Err(RecvError::BufferTooSmall {
-                        message: st.len,
-                        buffer: out.len(),
-                    });
-                }
-                let out = &mut out[..st.len];
-                let mut e = w.eng();
+                let mut e = self.eng();
                 let d = e.take_drained(src, k);
                 let got = d.data.len();
                 out[..got].copy_from_slice(&d.data);
@@ -258,43 +263,52 @@ impl World {
                 drop(e);
                 // The rest is still arriving in the ring: straight into the caller's buffer.
                 let g = Gathering { src, pos, off: got };
-                return w.finish_fragments(pat, st, g, None, out, waiter, incremental);
+                self.finish_fragments(pat, st, g, None, out, waiter, incremental)
             }
-            None => {}
+            Found::Net => {
+                let net = self.inner.net.as_ref().expect("found on the network");
+                let m = net.borrow_mut().take_matching(pat).expect("found");
+                out.copy_from_slice(&m.data);
+                net.borrow_mut().recycle(m.data);
+                let mut e = self.eng();
+                e.count(Counter::MsgsRecvd, 1);
+                e.count(Counter::BytesRecvd, st.len as u64);
+                // The protocol reassembled the message in a buffer of its own (a posted
+                // receive's buffer is not handed to the protocol).
+                e.count(Counter::StagingCopies, 1);
+                Ok(Step::Done(st))
+            }
         }
-        if matches!(ring, Some(Some(_))) {
-            // A sender on this host: nothing can come from the network.
-            return Ok(Step::Nothing);
-        }
-        let Some(net) = w.net_poll() else {
+    }
+
+    /// One non-blocking attempt at a matched receive (`buf` Some) or a probe (`buf` None),
+    /// over both paths: find the message, ask `veto` (MPI's order among receives posted
+    /// earlier), then move it. A fragmented message is copied whole, waiting for its fragments,
+    /// unless `incremental`, when the copy stops at the fragments that have arrived.
+    pub(crate) fn match_step(
+        &self,
+        pat: &Pattern,
+        buf: &mut Option<&mut [u8]>,
+        waiter: &mut Waiter,
+        veto: &dyn Fn(&Status) -> bool,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        let Some((st, found)) = self.find(pat)? else {
             return Ok(Step::Nothing);
         };
-        let Some((source, tag, len)) = net.borrow_mut().peek_matching(pat) else {
-            return Ok(Step::Nothing);
-        };
-        let st = Status { source, tag, len };
         if veto(&st) {
             return Ok(Step::Vetoed);
         }
         let Some(out) = buf.as_deref_mut() else {
             return Ok(Step::Done(st));
         };
-        if len > out.len() {
+        if st.len > out.len() {
             return Err(RecvError::BufferTooSmall {
-                message: len,
+                message: st.len,
                 buffer: out.len(),
             });
         }
-        let m = net.borrow_mut().take_matching(pat).expect("peeked");
-        out[..len].copy_from_slice(&m.data);
-        net.borrow_mut().recycle(m.data);
-        let mut e = w.eng();
-        e.count(Counter::MsgsRecvd, 1);
-        e.count(Counter::BytesRecvd, len as u64);
-        // The protocol reassembled the message in a buffer of its own (see issue 9's network
-        // path: a posted receive's buffer is not yet handed to the protocol).
-        e.count(Counter::StagingCopies, 1);
-        Ok(Step::Done(st))
+        self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
     }
 
     /// Goes on with a fragmented message matched for `pat`: takes `first` if given, then the
