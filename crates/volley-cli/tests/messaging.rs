@@ -89,6 +89,20 @@ fn unexpected_large_messages_are_drained_so_later_ones_get_through() {
     }
 }
 
+/// GAMMA's promise: an active port's handler runs whenever the process waits in volley, also in
+/// a matched receive and in a request's wait (here the message waited for comes only after the
+/// handler has answered).
+#[test]
+fn active_ports_run_while_a_matched_receive_waits() {
+    for env in [&[][..], &[("VOLLEY_WAIT", "block")][..]] {
+        let out = ok(volley(&["-n", "2", CHECK, "active-match"], env));
+        assert!(
+            out.contains("result: active-match handled=2 ok"),
+            "{env:?}: {out}"
+        );
+    }
+}
+
 #[test]
 fn a_world_moves_to_another_thread_and_works_there() {
     let out = ok(volley(&["-n", "2", CHECK, "threads", "300"], &[]));

@@ -7,6 +7,7 @@ use crate::engine::PortKind;
 use crate::error::{OpenError, RecvError};
 use crate::message::Source;
 use crate::world::{Handler, World};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use volley_shm::{Kind, RecordInfo};
 use volley_sys::Exclusive;
@@ -26,6 +27,7 @@ impl ActivePort {
 impl Drop for ActivePort {
     fn drop(&mut self) {
         self.world.eng().release_port(self.port);
+        self.world.inner.nactive.fetch_sub(1, Ordering::Relaxed);
         self.world
             .inner
             .handlers
@@ -45,6 +47,7 @@ impl World {
         self.claim_port(port, PortKind::Active)?;
         let h: Handler = Arc::new(Exclusive::new(Box::new(handler)));
         self.inner.handlers.borrow_mut().push((port, h));
+        self.inner.nactive.fetch_add(1, Ordering::Relaxed);
         Ok(ActivePort {
             world: self.clone(),
             port,

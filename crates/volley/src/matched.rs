@@ -90,6 +90,8 @@ impl Endpoint {
     ) -> Result<Option<Status>, RecvError> {
         let w = &self.world;
         loop {
+            // Like every volley call that waits: due active-port handlers run.
+            w.run_due_handlers()?;
             w.drive_posted();
             let veto = |st: &Status| w.posted_accepts(pat.context, st, usize::MAX);
             match w.match_step(pat, buf, waiter, &veto, false)? {

@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     pub(crate) poll_fd: Option<std::os::fd::OwnedFd>,
     /// Non-blocking operations on the caller's memory (see `request`).
     pub(crate) reqs: Exclusive<crate::request::Requests>,
+    /// How many active ports are bound: a wait that finds none pays a relaxed load, not a scan
+    /// of the rings for their messages.
+    pub(crate) nactive: std::sync::atomic::AtomicUsize,
     /// How many receives are posted: read on every matched receive, so that one with nothing
     /// posted pays a relaxed load, not a borrow of the table.
     pub(crate) nposted: std::sync::atomic::AtomicUsize,
@@ -150,6 +153,7 @@ impl World {
                 poll_fd,
                 reqs: Exclusive::new(Default::default()),
                 nposted: Default::default(),
+                nactive: Default::default(),
             }),
         };
         if world.inner.cfg.progress_thread {
@@ -288,6 +292,17 @@ impl World {
             return Ok(n);
         }
         n += self.net_dispatch();
+        n += self.run_due_handlers()?;
+        Ok(n)
+    }
+
+    /// Runs the handlers of the active-port messages waiting in the rings (at most 64 at a
+    /// time, so a flood cannot keep the caller). Never inside a handler.
+    pub(crate) fn run_due_handlers(&self) -> Result<usize, RecvError> {
+        if self.inner.nactive.load(Ordering::Relaxed) == 0 || self.inner.dispatch_depth.get() > 0 {
+            return Ok(0);
+        }
+        let mut n = 0;
         for _ in 0..64 {
             let p = self.eng().poll_port(NO_PORT, true)?;
             match p {

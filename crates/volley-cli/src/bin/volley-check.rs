@@ -1082,6 +1082,45 @@ fn unexpected(w: &World, count: u64) -> R {
     Ok(())
 }
 
+/// Active-port handlers run while a rank waits in a matched receive or a request, as in any
+/// volley call that waits: rank 1 sends an active message to rank 0's port 44 and waits for the
+/// handler's answer before it sends the tagged message rank 0 is waiting for.
+fn active_while_matching(w: &World) -> R {
+    if w.size() != 2 {
+        return Err("active-match needs exactly 2 ranks".into());
+    }
+    let ep = w.open(45)?;
+    if w.rank() == 0 {
+        let answer = w.open(46)?;
+        let _port = w.bind(44, move |msg: &[u8], src: Source| {
+            let _ = answer.send_to(src.rank, 47, msg);
+        })?;
+        let mut buf = [0u8; 8];
+        // A blocking matched receive, then a posted one waited for.
+        let st = ep.recv_matching(Some(1), Some(7), &mut buf)?;
+        let mut buf2 = [0u8; 8];
+        let st2 = w.scope(|s| -> Result<volley::Status, Box<dyn std::error::Error>> {
+            let r = s.irecv(&ep, Some(1), Some(8), &mut buf2)?;
+            Ok(w.wait(r)?)
+        })?;
+        if (st.len, st2.len) != (5, 5) || &buf[..5] != b"first" || &buf2[..5] != b"again" {
+            return Err(format!("got {st:?} {st2:?}").into());
+        }
+        println!("result: active-match handled=2 ok");
+    } else {
+        let back = w.open(47)?;
+        for (word, tag) in [(&b"first"[..], 7), (&b"again"[..], 8)] {
+            back.send_to(0, 44, word)?;
+            let m = back.recv()?;
+            if &*m != word {
+                return Err("the handler's answer is wrong".into());
+            }
+            ep.send_tagged(0, tag, word)?;
+        }
+    }
+    Ok(())
+}
+
 /// A World is Send: its endpoint moves to a new thread, exchanges messages there, comes back,
 /// works on the main thread, and moves again. Every message is checked.
 fn threads(w: &World, rounds: u64) -> R {
@@ -1159,6 +1198,7 @@ fn main() {
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),
         Some("unexpected") => unexpected(&world, num(1, 200)),
+        Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
         Some("active") => active(&world, num(1, 500)),
@@ -1187,7 +1227,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N | active-match");
             std::process::exit(2);
         }
     };
