@@ -24,7 +24,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub tag_output: bool,
     /// Stop the job after this many seconds (exit code 124).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
     pub timeout: Option<f64>,
     /// Pin rank i to the i-th CPU of this list (round-robin), e.g. 0,1 or 0-3.
     #[arg(long, value_name = "LIST")]
@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEMPLATE")]
     pub launch: Option<String>,
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
-    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 2.0, value_parser = grace_seconds)]
     pub grace: f64,
     /// The program and its arguments.
     #[arg(
@@ -61,19 +61,56 @@ pub struct RunArgs {
     pub program: Vec<String>,
 }
 
+/// A number of seconds for --timeout and --grace: positive, finite, at most a year (a larger
+/// one is certainly a typo, and would overflow the clock arithmetic).
+fn seconds(s: &str) -> Result<f64, String> {
+    const YEAR: f64 = 365.0 * 24.0 * 3600.0;
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= YEAR) {
+        return Err(format!(
+            "{s:?}: give a number of seconds above 0 and at most {YEAR} (one year); leave the option out for no limit"
+        ));
+    }
+    Ok(v)
+}
+
+/// --grace: as [`seconds`], and 0 (SIGKILL right after SIGTERM) is allowed.
+fn grace_seconds(s: &str) -> Result<f64, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    seconds(s)
+}
+
+/// CPU numbers in --cpus stay below this (Linux's largest CPU count), so a mistyped range can
+/// neither overflow nor ask for gigabytes.
+const MAX_CPUS: usize = 8192;
+
 pub(crate) fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("--cpus {s:?}: {part:?} is not a CPU number or range like 0-3");
+        let cpu = |x: &str| -> Result<usize, String> {
+            let c: usize = x.trim().parse().map_err(|_| bad())?;
+            if c >= MAX_CPUS {
+                return Err(format!(
+                    "--cpus {s:?}: CPU {c} is not available to this process (CPU numbers are below {MAX_CPUS}; available: {:?})",
+                    volley_sys::allowed_cpus()
+                ));
+            }
+            Ok(c)
+        };
         if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse().map_err(|_| bad())?;
-            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            let (a, b) = (cpu(a)?, cpu(b)?);
             if a > b {
                 return Err(bad());
             }
             v.extend(a..=b);
         } else {
-            v.push(part.trim().parse().map_err(|_| bad())?);
+            v.push(cpu(part)?);
         }
     }
     if v.is_empty() {

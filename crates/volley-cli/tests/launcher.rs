@@ -242,3 +242,49 @@ fn counters_are_collected_from_every_rank() {
         "{err}"
     );
 }
+
+/// Durations and CPU lists that make no sense are refused before anything starts, with a
+/// message that says what to give instead (they used to panic once the ranks ran, or be taken
+/// as an immediate time-out, or allocate gigabytes).
+#[test]
+fn impossible_durations_and_cpu_numbers_are_clear_errors() {
+    // Straight to the command: these fail before anything starts (no watchdog needed, and the
+    // helper's own --timeout would clash with the one under test).
+    let run = |args: &[&str]| {
+        std::process::Command::new(VOLLEY)
+            .arg("run")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("start volley")
+    };
+    for (opt, v) in [
+        ("--timeout", "inf"),
+        ("--timeout", "1e300"),
+        ("--timeout", "0"),
+        ("--timeout", "-5"),
+        ("--timeout", "nan"),
+        ("--grace", "inf"),
+        ("--grace", "-1"),
+    ] {
+        let o = run(&["-n", "1", opt, v, "/bin/true"]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{opt} {v}: {err}");
+        assert!(
+            err.contains("number of seconds") && !err.contains("panicked"),
+            "{opt} {v}: {err}"
+        );
+    }
+    for cpus in ["0-18446744073709551615", "0-4294967295", "99999"] {
+        let o = run(&["-n", "1", "--cpus", cpus, "/bin/true"]);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "--cpus {cpus}: {err}");
+        assert!(
+            err.contains("is not available") && !err.contains("panicked"),
+            "--cpus {cpus}: {err}"
+        );
+    }
+    // Sensible values still work, 0 s of grace included.
+    let o = run(&["-n", "1", "--timeout", "30", "--grace", "0", "/bin/true"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+}
