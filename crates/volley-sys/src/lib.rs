@@ -35,7 +35,12 @@ pub fn memfd_create(name: &str) -> io::Result<OwnedFd> {
     // SAFETY: cname is a valid NUL-terminated string; flags are valid memfd flags.
     let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
     // SAFETY: fd was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A memfd is born mode 0777; the job's memory is its owner's alone (another user could
+    // otherwise open it through /proc/PID/fd while it lives).
+    // SAFETY: fd is a valid descriptor owned by `fd`.
+    cvt(unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+    Ok(fd)
 }
 
 /// Creates a regular file in `dir` readable and writable only by the current user, and unlinks it
@@ -660,5 +665,20 @@ impl EventFd {
     /// Another descriptor for the same eventfd (dup), for a second thread to ring it.
     pub fn try_clone(&self) -> io::Result<EventFd> {
         Ok(EventFd(self.0.try_clone()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_memfd_is_its_owners_alone() {
+        let fd = super::memfd_create("volley-mode-test").unwrap();
+        // The descriptor's target, as another process would see it through /proc.
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{path}: {mode:o}");
     }
 }
