@@ -294,6 +294,36 @@ impl Engine {
         data: Vec<u8>,
         how: Reliability,
     ) -> Result<(), SendError> {
+        self.queue(now, peer, tag, context, data, how, false)
+            .map(|_| ())
+    }
+
+    /// Like [`Engine::send`] for a reliable message whose buffer the sender wants back: once
+    /// the peer acknowledged the message, [`Engine::take_returned`] gives it back (no copy of it
+    /// was made on the way). Returns the message's id.
+    pub fn send_returning(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+    ) -> Result<u64, SendError> {
+        self.queue(now, peer, tag, context, data, Reliability::Reliable, true)
+    }
+
+    /// Both sends: the checks, then the peer's queue. Returns the message's id.
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        how: Reliability,
+        give_back: bool,
+    ) -> Result<u64, SendError> {
         if data.len() as u64 > self.cfg.max_message {
             return Err(SendError::TooLarge {
                 len: data.len() as u64,
@@ -312,39 +342,7 @@ impl Engine {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
-        p.queue(cfg, now, tag, context, data, how, false);
-        Ok(())
-    }
-
-    /// Like [`Engine::send`] for a reliable message whose buffer the sender wants back: once
-    /// the peer acknowledged the message, [`Engine::take_returned`] gives it back (no copy of it
-    /// was made on the way). Returns the message's id.
-    pub fn send_returning(
-        &mut self,
-        now: Instant,
-        peer: u32,
-        tag: u32,
-        context: u32,
-        data: Vec<u8>,
-    ) -> Result<u64, SendError> {
-        if data.len() as u64 > self.cfg.max_message {
-            return Err(SendError::TooLarge {
-                len: data.len() as u64,
-                max: self.cfg.max_message,
-            });
-        }
-        let cfg = &self.cfg;
-        let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
-            return Err(SendError::NoSuchPeer);
-        };
-        if p.lost {
-            return Err(SendError::PeerLost);
-        }
-        if !p.has_room(cfg, data.len()) {
-            p.counters.send_busy += 1;
-            return Err(SendError::Busy(data));
-        }
-        Ok(p.queue(cfg, now, tag, context, data, Reliability::Reliable, true))
+        Ok(p.queue(cfg, now, tag, context, data, how, give_back))
     }
 
     /// The buffer of message `id` to `peer` (from [`Engine::send_returning`]), once acknowledged.

@@ -52,16 +52,9 @@ impl Device for EthDevice {
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
         let Addr::Eth(m) = addr else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("rank {rank} has no Ethernet address ({addr})"),
-            ));
+            return Err(crate::wrong_address(rank, "Ethernet", addr));
         };
-        let r = rank as usize;
-        if self.peers.len() <= r {
-            self.peers.resize(r + 1, None);
-        }
-        self.peers[r] = Some(m);
+        crate::set_peer_slot(&mut self.peers, rank, m);
         Ok(())
     }
     fn fd(&self) -> RawFd {

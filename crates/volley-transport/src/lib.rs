@@ -123,6 +123,23 @@ pub trait Device: Send {
     }
 }
 
+/// Records `v` as rank `rank`'s address in a device's table of peers (indexed by rank).
+pub(crate) fn set_peer_slot<T: Clone>(peers: &mut Vec<Option<T>>, rank: u32, v: T) {
+    let r = rank as usize;
+    if peers.len() <= r {
+        peers.resize(r + 1, None);
+    }
+    peers[r] = Some(v);
+}
+
+/// The error for an address of another kind than the device carries.
+pub(crate) fn wrong_address(rank: u32, kind: &str, addr: Addr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("rank {rank} has no {kind} address ({addr})"),
+    )
+}
+
 /// (name, unit, description) of every counter a device may report, for volley's one table of
 /// counters. A device reports the ones that apply to it.
 pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[

@@ -99,10 +99,7 @@ impl Device for LoopbackDevice {
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
         let Addr::Mem(ep) = addr else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("rank {rank} has no in-memory address ({addr})"),
-            ));
+            return Err(crate::wrong_address(rank, "in-memory", addr));
         };
         if ep as usize >= self.hub.lock().len() {
             return Err(io::Error::new(
@@ -110,11 +107,7 @@ impl Device for LoopbackDevice {
                 format!("rank {rank}: no endpoint {ep} on this hub"),
             ));
         }
-        let r = rank as usize;
-        if self.peers.len() <= r {
-            self.peers.resize(r + 1, None);
-        }
-        self.peers[r] = Some(ep);
+        crate::set_peer_slot(&mut self.peers, rank, ep);
         Ok(())
     }
     fn fd(&self) -> RawFd {

@@ -56,16 +56,9 @@ impl Device for UdpDevice {
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
         let Addr::Udp(a) = addr else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("rank {rank} has no UDP address ({addr})"),
-            ));
+            return Err(crate::wrong_address(rank, "UDP", addr));
         };
-        let r = rank as usize;
-        if self.peers.len() <= r {
-            self.peers.resize(r + 1, None);
-        }
-        self.peers[r] = Some(a);
+        crate::set_peer_slot(&mut self.peers, rank, a);
         Ok(())
     }
     fn fd(&self) -> RawFd {

@@ -135,6 +135,17 @@ pub(crate) struct Gathering {
     pub off: usize,
 }
 
+impl Gathering {
+    /// A message whose first fragment `first` is in the ring from `src`, nothing copied yet.
+    pub fn at(src: usize, first: &RecordInfo) -> Gathering {
+        Gathering {
+            src,
+            pos: first.pos,
+            off: 0,
+        }
+    }
+}
+
 /// Where a message `World::find` found is.
 enum Found {
     /// A record in the ring from local rank `.0`.
@@ -231,20 +242,20 @@ impl World {
                     _ => {
                         // A first fragment: the rest follow in this ring, into the caller's buffer.
                         drop(e);
-                        let g = Gathering {
-                            src,
-                            pos: info.pos,
-                            off: 0,
-                        };
-                        return self.finish_fragments(
-                            pat,
-                            st,
-                            g,
+                        let mut g = Gathering::at(src, &info);
+                        let done = self.copy_fragments(
+                            pat.context,
+                            &mut g,
                             Some(&info),
                             out,
                             waiter,
                             incremental,
-                        );
+                        )?;
+                        return Ok(if done {
+                            Step::Done(st)
+                        } else {
+                            Step::Started(st, g)
+                        });
                     }
                 }
                 Ok(Step::Done(st))
@@ -264,8 +275,14 @@ impl World {
                 };
                 drop(e);
                 // The rest is still arriving in the ring: straight into the caller's buffer.
-                let g = Gathering { src, pos, off: got };
-                self.finish_fragments(pat, st, g, None, out, waiter, incremental)
+                let mut g = Gathering { src, pos, off: got };
+                let done =
+                    self.copy_fragments(pat.context, &mut g, None, out, waiter, incremental)?;
+                Ok(if done {
+                    Step::Done(st)
+                } else {
+                    Step::Started(st, g)
+                })
             }
             Found::Net => {
                 let net = self.inner.net.as_ref().expect("found on the network");
@@ -313,31 +330,30 @@ impl World {
         self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
     }
 
-    /// Goes on with a fragmented message matched for `pat`: takes `first` if given, then the
-    /// fragments that have arrived; waits for the rest unless `incremental`.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_fragments(
+    /// Copies a fragmented message into `out` (exactly its length): `first` if given, then
+    /// the fragments that have arrived after `g`'s position; then waits for the rest, unless
+    /// `incremental`. Returns whether the message is complete.
+    pub(crate) fn copy_fragments(
         &self,
-        pat: &Pattern,
-        st: Status,
-        mut g: Gathering,
+        port: u32,
+        g: &mut Gathering,
         first: Option<&RecordInfo>,
         out: &mut [u8],
         waiter: &mut Waiter,
         incremental: bool,
-    ) -> Result<Step, RecvError> {
+    ) -> Result<bool, RecvError> {
         if let Some(info) = first {
-            if self.take_fragment(pat.context, &mut g, info, out)? {
-                return Ok(Step::Done(st));
+            if self.take_fragment(port, g, info, out)? {
+                return Ok(true);
             }
         }
-        while !self.more_fragments(pat.context, &mut g, out)? {
+        while !self.more_fragments(port, g, out)? {
             if incremental {
-                return Ok(Step::Started(st, g));
+                return Ok(false);
             }
-            waiter.idle(self, pat.context, Some(st.source))?;
+            waiter.idle(self, port, Some(self.inner.l2g[g.src]))?;
         }
-        Ok(Step::Done(st))
+        Ok(true)
     }
 
     /// Copies the fragment `info` of the message `g` gathers into `out` (exactly the message's
@@ -420,29 +436,5 @@ impl World {
                 None => return Ok(false),
             }
         }
-    }
-
-    /// Copies a fragmented message whose first fragment is `first` from ring `src` into `out`
-    /// (exactly its size), waiting for the fragments its sender is still writing.
-    pub(crate) fn copy_fragments(
-        &self,
-        port: u32,
-        src: usize,
-        first: &RecordInfo,
-        out: &mut [u8],
-        waiter: &mut Waiter,
-    ) -> Result<(), RecvError> {
-        let mut g = Gathering {
-            src,
-            pos: first.pos,
-            off: 0,
-        };
-        if self.take_fragment(port, &mut g, first, out)? {
-            return Ok(());
-        }
-        while !self.more_fragments(port, &mut g, out)? {
-            waiter.idle(self, port, Some(self.inner.l2g[src]))?;
-        }
-        Ok(())
     }
 }

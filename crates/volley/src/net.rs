@@ -338,13 +338,13 @@ impl Net {
     /// One round of I/O. Returns how many messages or losses it delivered.
     /// Receives, handles timers and sends what is due, on behalf of the application.
     pub fn pump(&mut self) -> usize {
+        let now = self.now();
         // Relaxed: a hint for the liveness thread, which only decides whether to help.
-        self.owner_seen.store(self.now(), Ordering::Relaxed);
-        self.pump_inner()
+        self.owner_seen.store(now, Ordering::Relaxed);
+        self.pump_at(now)
     }
 
-    fn pump_inner(&mut self) -> usize {
-        let now = self.now();
+    fn pump_at(&mut self, now: u64) -> usize {
         let proto = &mut self.proto;
         // A device error here is a broken socket; the engine will declare the peers lost.
         let _ = self.dev.receive(now, &mut |p| {
@@ -606,16 +606,6 @@ impl Net {
             .filter_map(|&r| Some((r, self.proto.peer_counters(r as u32)?.values())))
             .collect()
     }
-
-    /// The network counters by printed name (`net_...`), in table order.
-    pub fn counters(&self) -> Vec<(String, u64)> {
-        let core = crate::COUNTERS.len();
-        crate::counter_table()[core..]
-            .iter()
-            .zip(self.table_values())
-            .map(|(c, v)| (c.display_name(), v))
-            .collect()
-    }
 }
 
 /// The liveness thread: while the application computes without calling volley, it answers the
@@ -649,7 +639,8 @@ impl Keeper {
                     let away = now.saturating_sub(seen.load(Ordering::Relaxed));
                     if away >= 2 * every.as_nanos() as u64 {
                         if let Some(mut n) = net.keep() {
-                            n.pump_inner();
+                            let now = n.now();
+                            n.pump_at(now);
                         }
                     }
                 }

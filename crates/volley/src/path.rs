@@ -197,11 +197,7 @@ impl Path<'_> {
                 // Lost or finished: the pump collects which from the engine's events.
                 let mut n = w.net();
                 n.pump();
-                let fate = n
-                    .lost
-                    .iter()
-                    .find(|(x, _)| *x == dst)
-                    .map_or(crate::Fate::Unreachable, |&(_, f)| f);
+                let fate = n.fate_of(dst).unwrap_or(crate::Fate::Unreachable);
                 Err(crate::PeerLost { rank: dst, fate }.into())
             }
             Refused::TooLarge { len, max } => Err(SendError::TooLargeForNetwork {
@@ -314,27 +310,26 @@ impl Path<'_> {
         data: Payload,
         how: Reliability,
     ) -> Result<SendState, SendError> {
-        let (w, rank) = match *self {
-            Path::Ring { w, dst } => (w, dst),
+        match *self {
+            Path::Ring { w, dst } => w.eng().start_send(dst, tag, context, data),
             Path::Net { w, dst } => {
                 // A large owned buffer is handed to the network engine, which gives it back once
                 // the peer acknowledged it: no copy (the liveness thread keeps acknowledgements
                 // coming while the application computes). Anything else is copied, and free at
                 // once.
-                if let Payload::Owned(v) = data {
-                    if how == Reliability::Reliable && v.len() > w.net().rndv_threshold() {
+                let data = match data {
+                    Payload::Owned(v)
+                        if how == Reliability::Reliable && v.len() > w.net().rndv_threshold() =>
+                    {
                         return self.hand_over(dst, context, tag, v);
                     }
-                    let mut out = Out::new(context, tag, &v, how);
-                    w.wait_steps(self, &mut out)?;
-                    return Ok(SendState::Done(Payload::Owned(v)));
-                }
+                    d => d,
+                };
                 let mut out = Out::new(context, tag, &data, how);
                 w.wait_steps(self, &mut out)?;
-                return Ok(SendState::Done(data));
+                Ok(SendState::Done(data))
             }
-        };
-        w.eng().start_send(rank, tag, context, data)
+        }
     }
 }
 

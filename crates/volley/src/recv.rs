@@ -5,6 +5,7 @@ use crate::counters::Counter;
 use crate::endpoint::{wait_from_bits, Endpoint};
 use crate::engine::{Dest, Poll};
 use crate::error::RecvError;
+use crate::matched::Gathering;
 use crate::message::{Body, Message, Source};
 use crate::wait::Waiter;
 use std::sync::atomic::Ordering;
@@ -239,13 +240,9 @@ impl Endpoint {
                 Kind::First => {
                     // Copy the fragments straight into the caller's buffer as they come.
                     drop(e);
-                    self.world.copy_fragments(
-                        self.port,
-                        src,
-                        &info,
-                        &mut buf[..total],
-                        &mut waiter,
-                    )?;
+                    let mut g = Gathering::at(src, &info);
+                    let out = &mut buf[..total];
+                    w.copy_fragments(self.port, &mut g, Some(&info), out, &mut waiter, false)?;
                     waiter.finish(w);
                     return Ok((total, source));
                 }

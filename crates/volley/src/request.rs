@@ -82,10 +82,7 @@ impl SendState {
                 Ok(true)
             }
             SendState::Queued(rank, p) => {
-                let (done, failed) = {
-                    let p = p.borrow_mut();
-                    (p.done, p.failed)
-                };
+                let done = p.borrow_mut().done;
                 if !done {
                     let mut e = w.eng();
                     let Some(l) = e.send_dead_end(*rank) else {
@@ -101,8 +98,7 @@ impl SendState {
                         return Err(l.into());
                     }
                 }
-                let failed = failed || p.borrow_mut().failed;
-                if failed {
+                if p.borrow_mut().failed {
                     return Err(SendError::SingleCopyFailed {
                         rank: w.inner.l2g[*rank],
                     });
@@ -275,6 +271,17 @@ impl Requests {
         self.free.push(id.idx);
         Some(op)
     }
+}
+
+/// What a sweep over a list of requests saw.
+#[derive(Default)]
+struct Sweep {
+    /// Some entry named a request.
+    active: bool,
+    /// Some request completed (and was handed over).
+    found: bool,
+    /// Some send still waits (for room in a ring, or a receiver's copy).
+    sends: bool,
 }
 
 /// How one request stands after a pass.
@@ -540,12 +547,7 @@ impl World {
     /// Makes progress and, if request `id` has completed, returns its result and frees it
     /// (MPI_Test). For a send the status names the destination, tag and length.
     pub fn test(&self, id: RequestId) -> Option<Result<Status, RequestError>> {
-        self.drive_requests();
-        match self.seen(id) {
-            Seen::Done => Some(self.collect(id)),
-            Seen::Pending { .. } => None,
-            Seen::Stale => Some(Err(RequestError::Stale { id: id.to_bits() })),
-        }
+        self.test_any(&mut [Some(id)]).map(|(_, r)| r)
     }
 
     /// Waits for request `id` to complete and returns its result (MPI_Wait).
@@ -578,21 +580,12 @@ impl World {
         ids: &mut [Option<RequestId>],
     ) -> Option<(usize, Result<Status, RequestError>)> {
         self.drive_requests();
-        for (i, slot) in ids.iter_mut().enumerate() {
-            let Some(id) = *slot else { continue };
-            match self.seen(id) {
-                Seen::Pending { .. } => {}
-                Seen::Done => {
-                    *slot = None;
-                    return Some((i, self.collect(id)));
-                }
-                Seen::Stale => {
-                    *slot = None;
-                    return Some((i, Err(RequestError::Stale { id: id.to_bits() })));
-                }
-            }
-        }
-        None
+        let mut out = None;
+        self.sweep(ids, |i, r| {
+            out = Some((i, r));
+            false
+        });
+        out
     }
 
     /// Waits until at least one of the requests completes, then reports every one that has
@@ -621,17 +614,11 @@ impl World {
     ) -> usize {
         self.drive_requests();
         let mut n = 0;
-        for (i, slot) in ids.iter_mut().enumerate() {
-            let Some(id) = *slot else { continue };
-            let r = match self.seen(id) {
-                Seen::Pending { .. } => continue,
-                Seen::Done => self.collect(id),
-                Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
-            };
-            *slot = None;
+        self.sweep(ids, |i, r| {
             done(i, r);
             n += 1;
-        }
+            true
+        });
         n
     }
 
@@ -682,6 +669,34 @@ impl World {
         }
     }
 
+    /// One look at every request in `ids` (no progress made): each completed one (or stale
+    /// handle) is handed to `take`, which says whether to go on, and its entry set to None.
+    fn sweep(
+        &self,
+        ids: &mut [Option<RequestId>],
+        mut take: impl FnMut(usize, Result<Status, RequestError>) -> bool,
+    ) -> Sweep {
+        let mut s = Sweep::default();
+        for (i, slot) in ids.iter_mut().enumerate() {
+            let Some(id) = *slot else { continue };
+            s.active = true;
+            let r = match self.seen(id) {
+                Seen::Pending { send } => {
+                    s.sends |= send;
+                    continue;
+                }
+                Seen::Done => self.collect(id),
+                Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
+            };
+            *slot = None;
+            s.found = true;
+            if !take(i, r) {
+                break;
+            }
+        }
+        s
+    }
+
     /// The waiting loop of wait_any and wait_some: passes until at least one request has
     /// completed; hands each completed one to `take` (which returns whether to go on collecting
     /// in this pass). Sleeps between passes as the world's wait mode says, except while a send
@@ -696,27 +711,12 @@ impl World {
         let mut backoff = Backoff::new();
         loop {
             self.drive_requests();
-            let mut any_active = false;
-            let mut found = false;
-            let mut sends = false;
-            for (i, slot) in ids.iter_mut().enumerate() {
-                let Some(id) = *slot else { continue };
-                any_active = true;
-                let r = match self.seen(id) {
-                    Seen::Pending { send } => {
-                        sends |= send;
-                        continue;
-                    }
-                    Seen::Done => self.collect(id),
-                    Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
-                };
-                *slot = None;
-                found = true;
-                if !take(i, r) {
-                    break;
-                }
-            }
-            if found || !any_active {
+            let Sweep {
+                active,
+                found,
+                sends,
+            } = self.sweep(ids, &mut take);
+            if found || !active {
                 waiter.finish(self);
                 return;
             }

@@ -207,15 +207,6 @@ impl World {
         self.inner.net.as_ref().map(|n| n.borrow_mut().kind())
     }
 
-    /// The network counters (protocol and device), or nothing in a job on one host.
-    pub fn net_counters(&self) -> Vec<(String, u64)> {
-        self.inner
-            .net
-            .as_ref()
-            .map(|n| n.borrow_mut().counters())
-            .unwrap_or_default()
-    }
-
     /// Whether the progress thread runs.
     pub fn progress_thread(&self) -> bool {
         self.eng().has_progress_thread()
@@ -243,17 +234,7 @@ impl World {
 
     /// The process's counters in the order of [`crate::counter_table`].
     pub fn counter_values(&self) -> Vec<u64> {
-        let mut v = self.eng().counter_values().to_vec();
-        v.extend(self.net_table_values());
-        v
-    }
-
-    /// The network's part of the counters table (zeros without a network).
-    fn net_table_values(&self) -> Vec<u64> {
-        match self.inner.net.as_ref() {
-            Some(n) => n.borrow_mut().table_values(),
-            None => vec![0; crate::TABLE_LEN - crate::COUNTERS.len()],
-        }
+        all_counters(&self.eng(), self.inner.net.as_deref())
     }
 
     pub(crate) fn eng(&self) -> ExclusiveGuard<'_, Engine> {
@@ -351,21 +332,12 @@ impl World {
     /// Why nothing more can come from the network, if so.
     pub(crate) fn net_dead_end(&self, from: Option<usize>) -> Option<RecvError> {
         let net = self.inner.net.as_ref()?.borrow_mut();
-        let lost = |r: usize| {
-            net.lost
-                .iter()
-                .find(|(x, _)| *x == r)
-                .map(|&(rank, fate)| RecvError::PeerLost(crate::PeerLost { rank, fate }))
+        let (rank, fate) = match from {
+            Some(r) if self.inner.g2l[r].is_none() => (r, net.fate_of(r)?),
+            Some(_) => return None,
+            None => *net.lost.iter().find(|(_, f)| f.is_failure())?,
         };
-        match from {
-            Some(r) if self.inner.g2l[r].is_none() => lost(r),
-            Some(_) => None,
-            None => net
-                .lost
-                .iter()
-                .find(|(_, f)| f.is_failure())
-                .map(|&(rank, fate)| RecvError::PeerLost(crate::PeerLost { rank, fate })),
-        }
+        Some(RecvError::PeerLost(crate::PeerLost { rank, fate }))
     }
 
     pub(crate) fn check_rank(&self, rank: usize) -> Result<(), SendError> {
@@ -377,6 +349,17 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The process's counters in the order of [`crate::counter_table`]: the engine's, then the
+/// network's (zeros without a network).
+fn all_counters(e: &Engine, net: Option<&Exclusive<crate::net::Net>>) -> Vec<u64> {
+    let mut v = e.counter_values().to_vec();
+    match net {
+        Some(n) => v.extend(n.borrow_mut().table_values()),
+        None => v.resize(crate::TABLE_LEN, 0),
+    }
+    v
 }
 
 impl Drop for Inner {
@@ -392,16 +375,7 @@ impl Drop for Inner {
             n.flush(std::time::Duration::from_secs(30));
             n.close();
         }
-        let mut values = e.counter_values().to_vec();
-        let mut per_peer = Vec::new();
-        match self.net.as_ref() {
-            Some(n) => {
-                let n = n.borrow_mut();
-                values.extend(n.table_values());
-                per_peer = n.per_peer();
-            }
-            None => values.resize(crate::TABLE_LEN, 0),
-        }
+        let values = all_counters(e, self.net.as_deref());
         e.mark_finalized(&values);
         if self.cfg.print_counters {
             let mut s = format!("volley counters, rank {}:\n", self.info.rank);
@@ -411,7 +385,8 @@ impl Drop for Inner {
                     s.push_str(&format!("  {:<22} {v:>14} {}\n", c.display_name(), c.unit));
                 }
             }
-            for (peer, v) in per_peer {
+            let per_peer = self.net.as_ref().map(|n| n.borrow_mut().per_peer());
+            for (peer, v) in per_peer.unwrap_or_default() {
                 let nonzero: Vec<String> = volley_proto::PEER_COUNTERS
                     .iter()
                     .zip(v)

@@ -76,6 +76,30 @@ pub(crate) struct Pending {
     pub failed: bool,
 }
 
+impl Pending {
+    pub fn new(
+        dst: usize,
+        tag: u32,
+        context: u32,
+        data: Payload,
+        cursor: Cursor,
+        rndv: bool,
+        rndv_pos: Option<u64>,
+    ) -> Pending {
+        Pending {
+            dst,
+            tag,
+            context,
+            data,
+            cursor,
+            rndv,
+            rndv_pos,
+            done: false,
+            failed: false,
+        }
+    }
+}
+
 /// A message larger than one record, being gathered for recv() or an active port.
 pub(crate) struct Partial {
     pub port: u32,

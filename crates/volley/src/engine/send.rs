@@ -45,25 +45,14 @@ impl Engine {
             };
             return Ok(self.queue_send(rank, tag, context, data, cursor));
         }
-        let p = Arc::new(Exclusive::new(Pending {
-            dst: rank,
-            tag,
-            context,
-            data,
-            cursor,
-            rndv,
-            rndv_pos,
-            done: false,
-            failed: false,
-        }));
-        if rndv_pos.is_some() {
-            // The descriptor is out; the data waits here until the receiver has copied it.
-            self.inflight.push(p.clone());
-        } else {
-            self.pending[rank].push_back(p.clone());
-            self.npending += 1;
-            self.count(Counter::PendingSends, 1);
+        let p = Arc::new(Exclusive::new(Pending::new(
+            rank, tag, context, data, cursor, rndv, rndv_pos,
+        )));
+        if rndv_pos.is_none() {
+            return Ok(self.enqueue(rank, p));
         }
+        // The descriptor is out; the data waits here until the receiver has copied it.
+        self.inflight.push(p.clone());
         Ok(SendState::Queued(rank, p))
     }
 
@@ -76,17 +65,11 @@ impl Engine {
         data: Payload,
         cursor: Cursor,
     ) -> SendState {
-        let p = Arc::new(Exclusive::new(Pending {
-            dst: rank,
-            tag,
-            context,
-            data,
-            cursor,
-            rndv: false,
-            rndv_pos: None,
-            done: false,
-            failed: false,
-        }));
+        let p = Pending::new(rank, tag, context, data, cursor, false, None);
+        self.enqueue(rank, Arc::new(Exclusive::new(p)))
+    }
+
+    fn enqueue(&mut self, rank: usize, p: Arc<Exclusive<Pending>>) -> SendState {
         self.pending[rank].push_back(p.clone());
         self.npending += 1;
         self.count(Counter::PendingSends, 1);
