@@ -3,6 +3,7 @@
 
 mod bench;
 mod info;
+mod mpicc;
 mod multi;
 mod plot;
 mod run;
@@ -31,6 +32,19 @@ enum Cmd {
     Plot(plot::PlotArgs),
     /// Convert NetPIPE output (np.out) into a volley result file.
     ImportNetpipe(plot::ImportArgs),
+    /// Compile and link a C MPI program against volley's MPI (mpi.h, libmpi.so); -show prints
+    /// the compiler command instead.
+    #[command(disable_help_flag = true)]
+    Mpicc {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Like mpicc, for C++.
+    #[command(disable_help_flag = true)]
+    Mpicxx {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Show the transports and modes found on this machine, which are usable and why not, and
     /// the settings in force with where each came from.
     Info,
@@ -46,6 +60,8 @@ fn main() {
         Cmd::Bench(args) => bench::bench(args),
         Cmd::Plot(args) => plot::plot(args),
         Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
+        Cmd::Mpicc { args } => mpicc::run(false, args),
+        Cmd::Mpicxx { args } => mpicc::run(true, args),
         Cmd::Info => info::info(),
         Cmd::Agent(args) => multi::agent(args),
     };

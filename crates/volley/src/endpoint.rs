@@ -22,6 +22,8 @@ pub struct Endpoint {
     /// Whether this port has been received from through the matcher (its messages may then be
     /// drained out of full rings, see `unexpected`).
     pub(crate) matched: AtomicBool,
+    /// Tag bits this endpoint's matched receives ignore (see [`crate::Pattern::ignore`]).
+    pub(crate) tag_ignore: std::sync::atomic::AtomicU32,
 }
 
 impl AsRawFd for Endpoint {
@@ -89,6 +91,14 @@ impl Endpoint {
     /// How this endpoint's receives wait (default: the process's VOLLEY_WAIT).
     pub fn set_wait_mode(&self, mode: WaitMode) {
         self.wait.store(wait_to_bits(mode), Ordering::Relaxed);
+    }
+
+    /// Makes this endpoint's matched receives and probes ignore the tag bits in `mask`: a face
+    /// keeps flags of its own there (MPI's synchronous sends), and a receive for tag `t` then
+    /// takes a message whose tag is `t` with any of those bits set. The status reports the tag
+    /// as sent, flags included.
+    pub fn set_tag_ignore(&self, mask: u32) {
+        self.tag_ignore.store(mask, Ordering::Relaxed);
     }
 
     pub(crate) fn dest(&self) -> Result<(usize, u32), SendError> {

@@ -115,7 +115,13 @@ pub enum SendError {
 #[derive(Debug, thiserror::Error)]
 pub enum RecvError {
     #[error("receive buffer too small: the message is {message} bytes, the buffer {buffer}; the message is still queued, receive it with a buffer of at least {message} bytes or with recv()")]
-    BufferTooSmall { message: usize, buffer: usize },
+    BufferTooSmall {
+        message: usize,
+        buffer: usize,
+        /// The message's envelope, for a matched receive (a face that truncates, as MPI does,
+        /// receives it with that source and tag into a buffer of its size).
+        envelope: Option<crate::Status>,
+    },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
     #[error("no rank {rank} to receive from: the job has {size} ranks (0 to {size} - 1); use None for any source")]

@@ -6,11 +6,13 @@ use crate::counters::Counter;
 use crate::endpoint::{wait_from_bits, Endpoint};
 use crate::engine::Dest;
 use crate::engine::Hit;
-use crate::error::RecvError;
-use crate::matching::{Pattern, Status};
+use crate::engine::Payload;
+use crate::error::{RecvError, SendError};
+use crate::matching::{Pattern, Status, SYNC_TAG};
 use crate::wait::Waiter;
 use crate::world::World;
 use std::sync::atomic::Ordering;
+use volley_proto::Reliability;
 use volley_shm::{Kind, RecordInfo};
 
 impl Endpoint {
@@ -122,7 +124,7 @@ impl Endpoint {
             self.matched.store(true, Ordering::Relaxed);
             self.world.eng().note_matched_context(self.port);
         }
-        Ok(Pattern::new(self.port, source, tag))
+        Ok(Pattern::new(self.port, source, tag).ignoring(self.tag_ignore.load(Ordering::Relaxed)))
     }
 }
 
@@ -325,9 +327,35 @@ impl World {
             return Err(RecvError::BufferTooSmall {
                 message: st.len,
                 buffer: out.len(),
+                envelope: Some(st),
             });
         }
+        if st.tag & SYNC_TAG != 0 && pat.ignore & SYNC_TAG != 0 {
+            self.acknowledge(pat.context, &st)?;
+        }
         self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
+    }
+
+    /// Tells the sender of a synchronous message that a receive matched it (MPI_Ssend completes
+    /// then): an empty message on `context + 1` to the sender, with the message's tag less the
+    /// flag. Started, not waited for: a full ring queues it behind earlier sends.
+    fn acknowledge(&self, context: u32, st: &Status) -> Result<(), RecvError> {
+        let lost = |e: SendError| match e {
+            SendError::PeerLost(p) => RecvError::PeerLost(p),
+            other => RecvError::Corrupt {
+                rank: st.source,
+                why: format!("cannot acknowledge a synchronous send: {other}"),
+            },
+        };
+        let path = self.path(st.source).map_err(lost)?;
+        path.start(
+            context.wrapping_add(1),
+            st.tag & !SYNC_TAG,
+            Payload::Owned(Vec::new()),
+            Reliability::Reliable,
+        )
+        .map_err(lost)?;
+        Ok(())
     }
 
     /// Copies a fragmented message into `out` (exactly its length): `first` if given, then

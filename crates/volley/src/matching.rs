@@ -23,6 +23,14 @@
 //! takes the middle of a message that a Directed-Point receive began gathering, and the reverse
 //! is not checked.
 
+/// The tag bit that asks for a synchronous send's acknowledgement (MPI_Ssend). A receive
+/// whose pattern ignores this bit ([`Pattern::ignoring`], e.g. through
+/// [`crate::Endpoint::set_tag_ignore`]) and matches a message carrying it sends the sender an
+/// empty message on context + 1 with the tag less the bit, as soon as it matches; the sender's
+/// receive of it completes the synchronous send. Directed-Point ports ignore no bits and never
+/// acknowledge.
+pub const SYNC_TAG: u32 = 1 << 31;
+
 /// What a receive accepts: one context, a source or any, a tag or any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Pattern {
@@ -32,6 +40,9 @@ pub struct Pattern {
     pub source: Option<usize>,
     /// The tag, or None for any tag.
     pub tag: Option<u32>,
+    /// Bits of a message's tag that matching ignores: a face keeps flags of its own there (the
+    /// MPI face marks synchronous sends with one). 0 for Directed-Point ports.
+    pub ignore: u32,
 }
 
 impl Pattern {
@@ -41,7 +52,14 @@ impl Pattern {
             context,
             source,
             tag,
+            ignore: 0,
         }
+    }
+
+    /// This pattern, ignoring the tag bits in `mask` (see [`Pattern::ignore`]).
+    pub fn ignoring(mut self, mask: u32) -> Pattern {
+        self.ignore = mask;
+        self
     }
 
     /// What a Directed-Point endpoint on `port` receives: everything sent to the port.
@@ -53,7 +71,7 @@ impl Pattern {
     /// checked by where the matcher looks).
     #[inline]
     pub fn accepts_tag(&self, tag: u32) -> bool {
-        self.tag.is_none_or(|t| t == tag)
+        self.tag.is_none_or(|t| t == tag & !self.ignore)
     }
 
     /// Whether a message from job rank `src` with `tag`, in this pattern's context, is accepted.
@@ -70,9 +88,14 @@ impl Pattern {
             Some(t) => t as u128,
             None => 1 << 32,
         };
-        // Bits 0-31 context, 32-64 tag or any, 65 starts only; bit 127 keeps these keys apart
-        // from the Directed-Point keys the engine builds (which stay below 2^127).
-        (self.context as u128) | (tag << 32) | ((starts_only as u128) << 65) | (1 << 127)
+        // Bits 0-31 context, 32-64 tag or any, 65 starts only, 66-97 the ignored tag bits; bit
+        // 127 keeps these keys apart from the Directed-Point keys the engine builds (which stay
+        // below 2^127).
+        (self.context as u128)
+            | (tag << 32)
+            | ((starts_only as u128) << 65)
+            | ((self.ignore as u128) << 66)
+            | (1 << 127)
     }
 }
 
@@ -103,6 +126,10 @@ mod tests {
         assert!(any_tag.accepts_from(1, 0) && any_tag.accepts_from(1, u32::MAX));
         assert!(!any_tag.accepts_from(2, 0));
         assert_eq!(Pattern::port(4), Pattern::new(4, None, None));
+        // Ignored bits: a flag in the top bit does not change which receive takes the message.
+        let flagged = Pattern::new(7, None, Some(9)).ignoring(1 << 31);
+        assert!(flagged.accepts_from(0, 9) && flagged.accepts_from(0, 9 | 1 << 31));
+        assert!(!flagged.accepts_from(0, 8 | 1 << 31));
     }
 
     #[test]
@@ -113,8 +140,12 @@ mod tests {
         for context in [0, 1, 7, u32::MAX] {
             for tag in [None, Some(0), Some(1), Some(u32::MAX)] {
                 for starts in [false, true] {
-                    let k = Pattern::new(context, None, tag).scan_key(starts);
-                    assert!(seen.insert(k), "{context} {tag:?} {starts}");
+                    for ignore in [0, 1 << 31] {
+                        let k = Pattern::new(context, None, tag)
+                            .ignoring(ignore)
+                            .scan_key(starts);
+                        assert!(seen.insert(k), "{context} {tag:?} {starts} {ignore}");
+                    }
                 }
             }
         }

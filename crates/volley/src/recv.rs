@@ -176,6 +176,7 @@ impl Endpoint {
                                 return Err(RecvError::BufferTooSmall {
                                     message: len,
                                     buffer: buf.len(),
+                                    envelope: None,
                                 });
                             }
                             let m = net.borrow_mut().take(self.port).expect("peeked");
@@ -219,6 +220,7 @@ impl Endpoint {
                 return Err(RecvError::BufferTooSmall {
                     message: total,
                     buffer: buf.len(),
+                    envelope: None,
                 });
             }
             let mut e = w.eng();

@@ -259,6 +259,7 @@ impl World {
             wait: AtomicU64::new(wait_to_bits(self.inner.cfg.wait)),
             best_effort: AtomicBool::new(false),
             matched: AtomicBool::new(false),
+            tag_ignore: std::sync::atomic::AtomicU32::new(0),
         })
     }
 

@@ -396,6 +396,7 @@ fn too_small(w: &World) -> R {
             e @ RecvError::BufferTooSmall {
                 message: 100,
                 buffer: 10,
+                ..
             },
         ) => println!("result: error=\"{e}\""),
         other => return Err(format!("expected BufferTooSmall, got {other:?}").into()),
@@ -752,8 +753,9 @@ fn matching(w: &World, count: u64) -> R {
     // Too small a buffer: an error naming both sizes, and the message stays queued.
     let mut small = vec![0u8; st.len - 1];
     match ep.recv_matching(Some(1), Some(2), &mut small) {
-        Err(volley::RecvError::BufferTooSmall { message, buffer })
-            if message == st.len && buffer == st.len - 1 => {}
+        Err(volley::RecvError::BufferTooSmall {
+            message, buffer, ..
+        }) if message == st.len && buffer == st.len - 1 => {}
         other => return Err(format!("expected BufferTooSmall, got {other:?}").into()),
     }
     let tag2_from_1 = (0..count).filter(|i| i % 3 == 2).count();

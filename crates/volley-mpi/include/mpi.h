@@ -1,0 +1,428 @@
+/*
+ * mpi.h: volley's MPI, for C and C++ programs.
+ *
+ * Written from the MPI standard. Handles and constants follow the MPI-5.0 standard ABI's
+ * choices: every handle is an opaque pointer-sized type, predefined handles are small integer
+ * constants, and the header holds no extern data, so a program compiled against it needs
+ * nothing from the library but its functions. Every MPI_ function has its PMPI_ twin (the
+ * profiling interface).
+ *
+ * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, communicators, groups,
+ * datatypes and the environment; functions not declared here are not implemented (see
+ * docs/mpi.md for the list and why). Fortran is out of scope.
+ */
+#ifndef VOLLEY_MPI_H
+#define VOLLEY_MPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+#define MPI_VERSION    3
+#define MPI_SUBVERSION 1
+#define VOLLEY_MPI     1
+
+typedef intptr_t MPI_Aint;
+typedef int64_t  MPI_Offset;
+typedef int64_t  MPI_Count;
+typedef int      MPI_Fint;
+
+typedef struct {
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+    int internal[5];
+} MPI_Status;
+
+/* Handles: opaque, pointer-sized. */
+typedef struct MPI_ABI_Op *MPI_Op;
+typedef struct MPI_ABI_Comm *MPI_Comm;
+typedef struct MPI_ABI_Group *MPI_Group;
+typedef struct MPI_ABI_Win *MPI_Win;
+typedef struct MPI_ABI_File *MPI_File;
+typedef struct MPI_ABI_Session *MPI_Session;
+typedef struct MPI_ABI_Message *MPI_Message;
+typedef struct MPI_ABI_Info *MPI_Info;
+typedef struct MPI_ABI_Errhandler *MPI_Errhandler;
+typedef struct MPI_ABI_Request *MPI_Request;
+typedef struct MPI_ABI_Datatype *MPI_Datatype;
+
+#define MPI_OP_NULL     ((MPI_Op)0x020)
+#define MPI_SUM         ((MPI_Op)0x021)
+#define MPI_MIN         ((MPI_Op)0x022)
+#define MPI_MAX         ((MPI_Op)0x023)
+#define MPI_PROD        ((MPI_Op)0x024)
+#define MPI_BAND        ((MPI_Op)0x028)
+#define MPI_BOR         ((MPI_Op)0x029)
+#define MPI_BXOR        ((MPI_Op)0x02a)
+#define MPI_LAND        ((MPI_Op)0x030)
+#define MPI_LOR         ((MPI_Op)0x031)
+#define MPI_LXOR        ((MPI_Op)0x032)
+#define MPI_MINLOC      ((MPI_Op)0x038)
+#define MPI_MAXLOC      ((MPI_Op)0x039)
+#define MPI_REPLACE     ((MPI_Op)0x03c)
+#define MPI_NO_OP       ((MPI_Op)0x03d)
+
+#define MPI_COMM_NULL   ((MPI_Comm)0x100)
+#define MPI_COMM_WORLD  ((MPI_Comm)0x101)
+#define MPI_COMM_SELF   ((MPI_Comm)0x102)
+
+#define MPI_GROUP_NULL  ((MPI_Group)0x108)
+#define MPI_GROUP_EMPTY ((MPI_Group)0x109)
+
+#define MPI_WIN_NULL     ((MPI_Win)0x110)
+#define MPI_FILE_NULL    ((MPI_File)0x118)
+#define MPI_SESSION_NULL ((MPI_Session)0x120)
+
+#define MPI_MESSAGE_NULL    ((MPI_Message)0x128)
+#define MPI_MESSAGE_NO_PROC ((MPI_Message)0x129)
+
+#define MPI_INFO_NULL   ((MPI_Info)0x130)
+#define MPI_INFO_ENV    ((MPI_Info)0x131)
+
+#define MPI_ERRHANDLER_NULL  ((MPI_Errhandler)0x140)
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)0x141)
+#define MPI_ERRORS_RETURN    ((MPI_Errhandler)0x142)
+#define MPI_ERRORS_ABORT     ((MPI_Errhandler)0x143)
+
+#define MPI_REQUEST_NULL ((MPI_Request)0x180)
+
+#define MPI_DATATYPE_NULL           ((MPI_Datatype)0x200)
+#define MPI_AINT                    ((MPI_Datatype)0x201)
+#define MPI_COUNT                   ((MPI_Datatype)0x202)
+#define MPI_OFFSET                  ((MPI_Datatype)0x203)
+#define MPI_PACKED                  ((MPI_Datatype)0x207)
+#define MPI_SHORT                   ((MPI_Datatype)0x208)
+#define MPI_INT                     ((MPI_Datatype)0x209)
+#define MPI_LONG                    ((MPI_Datatype)0x20a)
+#define MPI_LONG_LONG               ((MPI_Datatype)0x20b)
+#define MPI_LONG_LONG_INT           MPI_LONG_LONG
+#define MPI_UNSIGNED_SHORT          ((MPI_Datatype)0x20c)
+#define MPI_UNSIGNED                ((MPI_Datatype)0x20d)
+#define MPI_UNSIGNED_LONG           ((MPI_Datatype)0x20e)
+#define MPI_UNSIGNED_LONG_LONG      ((MPI_Datatype)0x20f)
+#define MPI_FLOAT                   ((MPI_Datatype)0x210)
+#define MPI_C_FLOAT_COMPLEX         ((MPI_Datatype)0x212)
+#define MPI_C_COMPLEX               MPI_C_FLOAT_COMPLEX
+#define MPI_CXX_FLOAT_COMPLEX       ((MPI_Datatype)0x213)
+#define MPI_DOUBLE                  ((MPI_Datatype)0x214)
+#define MPI_C_DOUBLE_COMPLEX        ((MPI_Datatype)0x216)
+#define MPI_CXX_DOUBLE_COMPLEX      ((MPI_Datatype)0x217)
+#define MPI_LONG_DOUBLE             ((MPI_Datatype)0x220)
+#define MPI_C_LONG_DOUBLE_COMPLEX   ((MPI_Datatype)0x224)
+#define MPI_CXX_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x225)
+#define MPI_FLOAT_INT               ((MPI_Datatype)0x228)
+#define MPI_DOUBLE_INT              ((MPI_Datatype)0x229)
+#define MPI_LONG_INT                ((MPI_Datatype)0x22a)
+#define MPI_2INT                    ((MPI_Datatype)0x22b)
+#define MPI_SHORT_INT               ((MPI_Datatype)0x22c)
+#define MPI_LONG_DOUBLE_INT         ((MPI_Datatype)0x22d)
+#define MPI_C_BOOL                  ((MPI_Datatype)0x238)
+#define MPI_CXX_BOOL                ((MPI_Datatype)0x239)
+#define MPI_WCHAR                   ((MPI_Datatype)0x23c)
+#define MPI_INT8_T                  ((MPI_Datatype)0x240)
+#define MPI_UINT8_T                 ((MPI_Datatype)0x241)
+#define MPI_CHAR                    ((MPI_Datatype)0x243)
+#define MPI_SIGNED_CHAR             ((MPI_Datatype)0x244)
+#define MPI_UNSIGNED_CHAR           ((MPI_Datatype)0x245)
+#define MPI_BYTE                    ((MPI_Datatype)0x247)
+#define MPI_INT16_T                 ((MPI_Datatype)0x248)
+#define MPI_UINT16_T                ((MPI_Datatype)0x249)
+#define MPI_INT32_T                 ((MPI_Datatype)0x250)
+#define MPI_UINT32_T                ((MPI_Datatype)0x251)
+#define MPI_INT64_T                 ((MPI_Datatype)0x258)
+#define MPI_UINT64_T                ((MPI_Datatype)0x259)
+/* Lower and upper bound markers of MPI-1, still used by old programs. */
+#define MPI_LB                      ((MPI_Datatype)0x2f0)
+#define MPI_UB                      ((MPI_Datatype)0x2f1)
+
+/* Error classes (every code volley returns maps to one through MPI_Error_class). */
+enum {
+    MPI_SUCCESS = 0,
+    MPI_ERR_BUFFER = 1,
+    MPI_ERR_COUNT = 2,
+    MPI_ERR_TYPE = 3,
+    MPI_ERR_TAG = 4,
+    MPI_ERR_COMM = 5,
+    MPI_ERR_RANK = 6,
+    MPI_ERR_REQUEST = 7,
+    MPI_ERR_ROOT = 8,
+    MPI_ERR_GROUP = 9,
+    MPI_ERR_OP = 10,
+    MPI_ERR_TOPOLOGY = 11,
+    MPI_ERR_DIMS = 12,
+    MPI_ERR_ARG = 13,
+    MPI_ERR_UNKNOWN = 14,
+    MPI_ERR_TRUNCATE = 15,
+    MPI_ERR_OTHER = 16,
+    MPI_ERR_INTERN = 17,
+    MPI_ERR_PENDING = 18,
+    MPI_ERR_IN_STATUS = 19,
+    MPI_ERR_ACCESS = 20,
+    MPI_ERR_AMODE = 21,
+    MPI_ERR_ASSERT = 22,
+    MPI_ERR_BAD_FILE = 23,
+    MPI_ERR_BASE = 24,
+    MPI_ERR_CONVERSION = 25,
+    MPI_ERR_DISP = 26,
+    MPI_ERR_DUP_DATAREP = 27,
+    MPI_ERR_FILE_EXISTS = 28,
+    MPI_ERR_FILE_IN_USE = 29,
+    MPI_ERR_FILE = 30,
+    MPI_ERR_INFO_KEY = 31,
+    MPI_ERR_INFO_NOKEY = 32,
+    MPI_ERR_INFO_VALUE = 33,
+    MPI_ERR_INFO = 34,
+    MPI_ERR_IO = 35,
+    MPI_ERR_KEYVAL = 36,
+    MPI_ERR_LOCKTYPE = 37,
+    MPI_ERR_NAME = 38,
+    MPI_ERR_NO_MEM = 39,
+    MPI_ERR_NOT_SAME = 40,
+    MPI_ERR_NO_SPACE = 41,
+    MPI_ERR_NO_SUCH_FILE = 42,
+    MPI_ERR_PORT = 43,
+    MPI_ERR_PROC_ABORTED = 44,
+    MPI_ERR_QUOTA = 45,
+    MPI_ERR_READ_ONLY = 46,
+    MPI_ERR_RMA_ATTACH = 47,
+    MPI_ERR_RMA_CONFLICT = 48,
+    MPI_ERR_RMA_RANGE = 49,
+    MPI_ERR_RMA_SHARED = 50,
+    MPI_ERR_RMA_SYNC = 51,
+    MPI_ERR_RMA_FLAVOR = 52,
+    MPI_ERR_SERVICE = 53,
+    MPI_ERR_SESSION = 54,
+    MPI_ERR_SIZE = 55,
+    MPI_ERR_SPAWN = 56,
+    MPI_ERR_UNSUPPORTED_DATAREP = 57,
+    MPI_ERR_UNSUPPORTED_OPERATION = 58,
+    MPI_ERR_VALUE_TOO_LARGE = 59,
+    MPI_ERR_WIN = 60,
+    MPI_ERR_ERRHANDLER = 61,
+    /* The fault-tolerance proposal's class: the peer an operation needs has failed. */
+    MPIX_ERR_PROC_FAILED = 75,
+    MPI_ERR_LASTCODE = 0x3fff
+};
+
+#define MPI_BOTTOM   ((void *)0)
+#define MPI_IN_PLACE ((void *)1)
+
+#define MPI_ARGV_NULL       ((char **)0)
+#define MPI_ARGVS_NULL      ((char ***)0)
+#define MPI_ERRCODES_IGNORE ((int *)0)
+#define MPI_STATUS_IGNORE   ((MPI_Status *)0)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)0)
+
+#define MPI_BSEND_OVERHEAD 512
+
+#define MPI_MAX_ERROR_STRING           512
+#define MPI_MAX_INFO_KEY               256
+#define MPI_MAX_INFO_VAL               1024
+#define MPI_MAX_LIBRARY_VERSION_STRING 8192
+#define MPI_MAX_OBJECT_NAME            128
+#define MPI_MAX_PROCESSOR_NAME         256
+
+enum {
+    MPI_ANY_SOURCE = -1,
+    MPI_ANY_TAG = -2,
+    MPI_PROC_NULL = -3,
+    MPI_ROOT = -4,
+    MPI_KEYVAL_INVALID = -127,
+    MPI_UNDEFINED = -32766
+};
+
+enum {
+    MPI_THREAD_SINGLE = 0,
+    MPI_THREAD_FUNNELED = 1,
+    MPI_THREAD_SERIALIZED = 2,
+    MPI_THREAD_MULTIPLE = 7,
+
+    MPI_ORDER_C = 0xC,
+    MPI_ORDER_FORTRAN = 0xF,
+
+    MPI_IDENT = 101,
+    MPI_CONGRUENT = 102,
+    MPI_SIMILAR = 103,
+    MPI_UNEQUAL = 104,
+
+    MPI_COMBINER_NAMED = 301,
+    MPI_COMBINER_DUP = 302,
+    MPI_COMBINER_CONTIGUOUS = 303,
+    MPI_COMBINER_VECTOR = 304,
+    MPI_COMBINER_HVECTOR = 305,
+    MPI_COMBINER_INDEXED = 306,
+    MPI_COMBINER_HINDEXED = 307,
+    MPI_COMBINER_INDEXED_BLOCK = 308,
+    MPI_COMBINER_HINDEXED_BLOCK = 309,
+    MPI_COMBINER_STRUCT = 310,
+    MPI_COMBINER_SUBARRAY = 311,
+    MPI_COMBINER_DARRAY = 312,
+    MPI_COMBINER_RESIZED = 316,
+
+    MPI_COMM_TYPE_SHARED = 1001,
+
+    MPI_TAG_UB = 10001,
+    MPI_IO = 10002,
+    MPI_HOST = 10003,
+    MPI_WTIME_IS_GLOBAL = 10004,
+    MPI_APPNUM = 10005,
+    MPI_LASTUSEDCODE = 10006,
+    MPI_UNIVERSE_SIZE = 10007
+};
+
+typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
+typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
+typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);
+typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
+typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
+
+#define MPI_COMM_NULL_COPY_FN   ((MPI_Comm_copy_attr_function *)0x0)
+#define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)0x1)
+#define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0x0)
+
+/* The functions. Each is also declared as PMPI_ below. */
+#define VOLLEY_MPI_FUNCTIONS(P) \
+P(int, Init, (int *argc, char ***argv)) \
+P(int, Init_thread, (int *argc, char ***argv, int required, int *provided)) \
+P(int, Initialized, (int *flag)) \
+P(int, Finalize, (void)) \
+P(int, Finalized, (int *flag)) \
+P(int, Query_thread, (int *provided)) \
+P(int, Is_thread_main, (int *flag)) \
+P(int, Abort, (MPI_Comm comm, int errorcode)) \
+P(double, Wtime, (void)) \
+P(double, Wtick, (void)) \
+P(int, Get_processor_name, (char *name, int *resultlen)) \
+P(int, Get_version, (int *version, int *subversion)) \
+P(int, Get_library_version, (char *version, int *resultlen)) \
+P(int, Pcontrol, (const int level, ...)) \
+P(int, Error_string, (int errorcode, char *string, int *resultlen)) \
+P(int, Error_class, (int errorcode, int *errorclass)) \
+P(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler)) \
+P(int, Comm_get_errhandler, (MPI_Comm comm, MPI_Errhandler *errhandler)) \
+P(int, Comm_create_errhandler, (MPI_Comm_errhandler_function *fn, MPI_Errhandler *errhandler)) \
+P(int, Comm_call_errhandler, (MPI_Comm comm, int errorcode)) \
+P(int, Errhandler_free, (MPI_Errhandler *errhandler)) \
+P(int, Send, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)) \
+P(int, Ssend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)) \
+P(int, Rsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)) \
+P(int, Bsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)) \
+P(int, Buffer_attach, (void *buffer, int size)) \
+P(int, Buffer_detach, (void *buffer_addr, int *size)) \
+P(int, Recv, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)) \
+P(int, Sendrecv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status)) \
+P(int, Sendrecv_replace, (void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm, MPI_Status *status)) \
+P(int, Isend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Issend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Irsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ibsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Irecv, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Send_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ssend_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Rsend_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Bsend_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Recv_init, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Start, (MPI_Request *request)) \
+P(int, Startall, (int count, MPI_Request array_of_requests[])) \
+P(int, Wait, (MPI_Request *request, MPI_Status *status)) \
+P(int, Waitall, (int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[])) \
+P(int, Waitany, (int count, MPI_Request array_of_requests[], int *index, MPI_Status *status)) \
+P(int, Waitsome, (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], MPI_Status array_of_statuses[])) \
+P(int, Test, (MPI_Request *request, int *flag, MPI_Status *status)) \
+P(int, Testall, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[])) \
+P(int, Testany, (int count, MPI_Request array_of_requests[], int *index, int *flag, MPI_Status *status)) \
+P(int, Testsome, (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], MPI_Status array_of_statuses[])) \
+P(int, Request_free, (MPI_Request *request)) \
+P(int, Request_get_status, (MPI_Request request, int *flag, MPI_Status *status)) \
+P(int, Cancel, (MPI_Request *request)) \
+P(int, Test_cancelled, (const MPI_Status *status, int *flag)) \
+P(int, Probe, (int source, int tag, MPI_Comm comm, MPI_Status *status)) \
+P(int, Iprobe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status)) \
+P(int, Mprobe, (int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status)) \
+P(int, Improbe, (int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, MPI_Status *status)) \
+P(int, Mrecv, (void *buf, int count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status)) \
+P(int, Imrecv, (void *buf, int count, MPI_Datatype datatype, MPI_Message *message, MPI_Request *request)) \
+P(int, Get_count, (const MPI_Status *status, MPI_Datatype datatype, int *count)) \
+P(int, Get_elements, (const MPI_Status *status, MPI_Datatype datatype, int *count)) \
+P(int, Get_elements_x, (const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count)) \
+P(int, Comm_size, (MPI_Comm comm, int *size)) \
+P(int, Comm_rank, (MPI_Comm comm, int *rank)) \
+P(int, Comm_dup, (MPI_Comm comm, MPI_Comm *newcomm)) \
+P(int, Comm_split, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm)) \
+P(int, Comm_split_type, (MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm)) \
+P(int, Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)) \
+P(int, Comm_free, (MPI_Comm *comm)) \
+P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
+P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
+P(int, Comm_set_name, (MPI_Comm comm, const char *comm_name)) \
+P(int, Comm_get_name, (MPI_Comm comm, char *comm_name, int *resultlen)) \
+P(int, Comm_group, (MPI_Comm comm, MPI_Group *group)) \
+P(int, Comm_create_keyval, (MPI_Comm_copy_attr_function *copy_fn, MPI_Comm_delete_attr_function *delete_fn, int *keyval, void *extra_state)) \
+P(int, Comm_free_keyval, (int *keyval)) \
+P(int, Comm_set_attr, (MPI_Comm comm, int keyval, void *attribute_val)) \
+P(int, Comm_get_attr, (MPI_Comm comm, int keyval, void *attribute_val, int *flag)) \
+P(int, Comm_delete_attr, (MPI_Comm comm, int keyval)) \
+P(int, Group_size, (MPI_Group group, int *size)) \
+P(int, Group_rank, (MPI_Group group, int *rank)) \
+P(int, Group_incl, (MPI_Group group, int n, const int ranks[], MPI_Group *newgroup)) \
+P(int, Group_excl, (MPI_Group group, int n, const int ranks[], MPI_Group *newgroup)) \
+P(int, Group_range_incl, (MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup)) \
+P(int, Group_range_excl, (MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup)) \
+P(int, Group_union, (MPI_Group group1, MPI_Group group2, MPI_Group *newgroup)) \
+P(int, Group_intersection, (MPI_Group group1, MPI_Group group2, MPI_Group *newgroup)) \
+P(int, Group_difference, (MPI_Group group1, MPI_Group group2, MPI_Group *newgroup)) \
+P(int, Group_translate_ranks, (MPI_Group group1, int n, const int ranks1[], MPI_Group group2, int ranks2[])) \
+P(int, Group_compare, (MPI_Group group1, MPI_Group group2, int *result)) \
+P(int, Group_free, (MPI_Group *group)) \
+P(int, Type_size, (MPI_Datatype datatype, int *size)) \
+P(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size)) \
+P(int, Type_get_extent, (MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)) \
+P(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent)) \
+P(int, Type_get_true_extent, (MPI_Datatype datatype, MPI_Aint *true_lb, MPI_Aint *true_extent)) \
+P(int, Type_contiguous, (int count, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_vector, (int count, int blocklength, int stride, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_create_hvector, (int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_indexed, (int count, const int array_of_blocklengths[], const int array_of_displacements[], MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_create_hindexed, (int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_create_indexed_block, (int count, int blocklength, const int array_of_displacements[], MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_create_struct, (int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], const MPI_Datatype array_of_types[], MPI_Datatype *newtype)) \
+P(int, Type_create_subarray, (int ndims, const int array_of_sizes[], const int array_of_subsizes[], const int array_of_starts[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_create_resized, (MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datatype *newtype)) \
+P(int, Type_dup, (MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_commit, (MPI_Datatype *datatype)) \
+P(int, Type_free, (MPI_Datatype *datatype)) \
+P(int, Type_set_name, (MPI_Datatype datatype, const char *type_name)) \
+P(int, Type_get_name, (MPI_Datatype datatype, char *type_name, int *resultlen)) \
+P(int, Type_get_envelope, (MPI_Datatype datatype, int *num_integers, int *num_addresses, int *num_datatypes, int *combiner)) \
+P(int, Type_get_contents, (MPI_Datatype datatype, int max_integers, int max_addresses, int max_datatypes, int array_of_integers[], MPI_Aint array_of_addresses[], MPI_Datatype array_of_datatypes[])) \
+P(int, Pack, (const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, int outsize, int *position, MPI_Comm comm)) \
+P(int, Unpack, (const void *inbuf, int insize, int *position, void *outbuf, int outcount, MPI_Datatype datatype, MPI_Comm comm)) \
+P(int, Pack_size, (int incount, MPI_Datatype datatype, MPI_Comm comm, int *size)) \
+P(int, Get_address, (const void *location, MPI_Aint *address)) \
+P(MPI_Aint, Aint_add, (MPI_Aint base, MPI_Aint disp)) \
+P(MPI_Aint, Aint_diff, (MPI_Aint addr1, MPI_Aint addr2)) \
+P(int, Barrier, (MPI_Comm comm)) \
+P(int, Bcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)) \
+P(int, Reduce, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm)) \
+P(int, Allreduce, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)) \
+P(int, Gather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)) \
+P(int, Scatter, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)) \
+P(int, Allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Op_create, (MPI_User_function *user_fn, int commute, MPI_Op *op)) \
+P(int, Op_free, (MPI_Op *op)) \
+P(int, Op_commutative, (MPI_Op op, int *commute))
+
+#define VOLLEY_DECLARE_MPI(ret, name, args) ret MPI_##name args; ret PMPI_##name args;
+VOLLEY_MPI_FUNCTIONS(VOLLEY_DECLARE_MPI)
+#undef VOLLEY_DECLARE_MPI
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif /* VOLLEY_MPI_H */

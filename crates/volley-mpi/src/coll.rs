@@ -1,0 +1,711 @@
+//! The collectives the point-to-point face needs, and reduction operations.
+//!
+//! These are plain algorithms over the communicator's second context (dissemination barrier,
+//! binomial broadcast, reductions folded in rank order at the root, linear gather and scatter,
+//! pairwise all-to-all): correct for every size and datatype, not yet tuned to the machine. The
+//! collectives issue replaces them with ones that work in the job's shared memory inside a
+//! host. Every exchange posts its receives before its sends and waits for all, so no two ranks
+//! can wait on each other's sends.
+
+use crate::abi::{self, class, H};
+use crate::dtype::{committed, Basic, Dtype, TypeRef};
+use crate::err::{fail, from_request, get, put, R};
+use crate::state::{handle, index, rt, CommCore, UserFn, UserOp, KIND_OP};
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use volley::{RawBuf, RawBufMut};
+
+/// Tags of the face's own messages on a communicator's second context (program tags, and so
+/// synchronous-send acknowledgements, stay below 2^30).
+pub const TAG_BARRIER: u32 = (1 << 30) | 1;
+pub const TAG_BCAST: u32 = (1 << 30) | 2;
+pub const TAG_REDUCE: u32 = (1 << 30) | 3;
+pub const TAG_GATHER: u32 = (1 << 30) | 4;
+pub const TAG_SCATTER: u32 = (1 << 30) | 5;
+pub const TAG_ALLTOALL: u32 = (1 << 30) | 7;
+pub const TAG_CID: u32 = (1 << 30) | 8;
+
+/// Posts every receive, then every send, then waits for all: one step of a collective.
+pub fn exchange(
+    c: &CommCore,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+) -> R {
+    let w = c.coll.world();
+    let mut ids = Vec::with_capacity(sends.len() + recvs.len());
+    for (src, tag, buf) in recvs.iter_mut() {
+        // SAFETY: the buffer is borrowed until wait_all below returns.
+        let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
+        ids.push(Some(
+            c.coll
+                .irecv_lent(Some(c.group[*src]), Some(*tag), lent)
+                .map_err(|e| crate::err::from_recv(&e))?,
+        ));
+    }
+    for (dst, tag, data) in sends {
+        // SAFETY: the data is borrowed until wait_all below returns.
+        let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
+        match c.coll.isend_lent(c.group[*dst], *tag, lent) {
+            Ok(id) => ids.push(Some(id)),
+            Err(e) => {
+                // Let what was started finish (its buffers are borrowed here), then fail.
+                w.wait_all(&mut ids, |_, _| {});
+                return Err(crate::err::from_send(&e));
+            }
+        }
+    }
+    let mut err = None;
+    w.wait_all(&mut ids, |_, r| {
+        if let Err(e) = r {
+            err.get_or_insert(from_request(&e));
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
+pub fn barrier(c: &CommCore) -> R {
+    let n = c.size();
+    let me = c.rank;
+    let mut k = 1;
+    while k < n {
+        let to = (me + k) % n;
+        let from = (me + n - k) % n;
+        exchange(
+            c,
+            &[(to, TAG_BARRIER, &[])],
+            &mut [(from, TAG_BARRIER, &mut [])],
+        )?;
+        k *= 2;
+    }
+    Ok(())
+}
+
+/// Binomial-tree broadcast of `buf` from `root`.
+pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
+    let n = c.size();
+    let rel = (c.rank + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if rel & mask != 0 {
+            let src = (rel - mask + root) % n;
+            exchange(c, &[], &mut [(src, TAG_BCAST, buf)])?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if rel + mask < n {
+            let dst = (rel + mask + root) % n;
+            exchange(c, &[(dst, TAG_BCAST, buf)], &mut [])?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Gathers equal blocks at `root` (`all` holds size blocks there; elsewhere unused).
+pub fn gather_bytes(c: &CommCore, root: usize, mine: &[u8], all: &mut [u8], tag: u32) -> R {
+    let n = c.size();
+    let b = mine.len();
+    if c.rank != root {
+        return exchange(c, &[(root, tag, mine)], &mut []);
+    }
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::with_capacity(n);
+    for (r, chunk) in all.chunks_mut(b.max(1)).take(n).enumerate() {
+        if r == root {
+            chunk[..b].copy_from_slice(mine);
+        } else if b > 0 {
+            recvs.push((r, tag, &mut chunk[..b]));
+        } else {
+            recvs.push((r, tag, &mut []));
+        }
+    }
+    if b == 0 {
+        // Blocks are empty: still hear from everyone.
+        let mut empties: Vec<(usize, u32, &mut [u8])> = (0..n)
+            .filter(|&r| r != root)
+            .map(|r| (r, tag, &mut [][..]))
+            .collect();
+        return exchange(c, &[], &mut empties);
+    }
+    exchange(c, &[], &mut recvs)
+}
+
+pub fn allgather_bytes(c: &CommCore, mine: &[u8], all: &mut [u8]) -> R {
+    gather_bytes(c, 0, mine, all, TAG_GATHER)?;
+    bcast_bytes(c, 0, all)
+}
+
+/// A reduction operation: predefined, or the program's.
+#[derive(Clone, Copy)]
+pub enum Op {
+    Predefined(H),
+    User(UserOp),
+}
+
+pub fn op_of(h: H) -> R<Op> {
+    match h {
+        abi::SUM
+        | abi::MIN
+        | abi::MAX
+        | abi::PROD
+        | abi::BAND
+        | abi::BOR
+        | abi::BXOR
+        | abi::LAND
+        | abi::LOR
+        | abi::LXOR
+        | abi::MINLOC
+        | abi::MAXLOC
+        | abi::REPLACE
+        | abi::NO_OP => Ok(Op::Predefined(h)),
+        h => {
+            let rt = rt()?;
+            index(KIND_OP, h)
+                .and_then(|i| rt.ops.get(i).copied().flatten())
+                .map(Op::User)
+                .ok_or_else(|| fail(class::OP, format!("{h:#x} is not an operation handle")))
+        }
+    }
+}
+
+fn op_name(h: H) -> &'static str {
+    match h {
+        abi::SUM => "MPI_SUM",
+        abi::MIN => "MPI_MIN",
+        abi::MAX => "MPI_MAX",
+        abi::PROD => "MPI_PROD",
+        abi::BAND => "MPI_BAND",
+        abi::BOR => "MPI_BOR",
+        abi::BXOR => "MPI_BXOR",
+        abi::LAND => "MPI_LAND",
+        abi::LOR => "MPI_LOR",
+        abi::LXOR => "MPI_LXOR",
+        abi::MINLOC => "MPI_MINLOC",
+        abi::MAXLOC => "MPI_MAXLOC",
+        abi::REPLACE => "MPI_REPLACE",
+        _ => "MPI_NO_OP",
+    }
+}
+
+macro_rules! each {
+    ($t:ty, $a:expr, $b:expr, |$x:ident, $y:ident| $e:expr) => {{
+        const S: usize = std::mem::size_of::<$t>();
+        for (o, i) in $a.chunks_exact_mut(S).zip($b.chunks_exact(S)) {
+            let $x = <$t>::from_ne_bytes(i.try_into().expect("chunk"));
+            let $y = <$t>::from_ne_bytes((&*o).try_into().expect("chunk"));
+            let r: $t = $e;
+            o.copy_from_slice(&r.to_ne_bytes());
+        }
+    }};
+}
+
+macro_rules! arith {
+    ($t:ty, $op:expr, $a:expr, $b:expr, $int:expr) => {{
+        match $op {
+            abi::SUM => each!($t, $a, $b, |x, y| x + y),
+            abi::PROD => each!($t, $a, $b, |x, y| x * y),
+            abi::MIN => each!($t, $a, $b, |x, y| if x < y { x } else { y }),
+            abi::MAX => each!($t, $a, $b, |x, y| if x > y { x } else { y }),
+            abi::LAND => each!(
+                $t,
+                $a,
+                $b,
+                |x, y| ((x != (0 as $t)) && (y != (0 as $t))) as u8 as $t
+            ),
+            abi::LOR => each!(
+                $t,
+                $a,
+                $b,
+                |x, y| ((x != (0 as $t)) || (y != (0 as $t))) as u8 as $t
+            ),
+            abi::LXOR => each!(
+                $t,
+                $a,
+                $b,
+                |x, y| ((x != (0 as $t)) != (y != (0 as $t))) as u8 as $t
+            ),
+            _ => return Err($int),
+        }
+    }};
+}
+
+macro_rules! bits {
+    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
+        match $op {
+            abi::BAND => each!($t, $a, $b, |x, y| x & y),
+            abi::BOR => each!($t, $a, $b, |x, y| x | y),
+            abi::BXOR => each!($t, $a, $b, |x, y| x ^ y),
+            _ => {}
+        }
+    }};
+}
+
+/// MINLOC / MAXLOC on (value, int) pairs laid out as the pair type says.
+macro_rules! loc {
+    ($t:ty, $op:expr, $a:expr, $b:expr, $ioff:expr, $ext:expr) => {{
+        const S: usize = std::mem::size_of::<$t>();
+        for (o, i) in $a.chunks_exact_mut($ext).zip($b.chunks_exact($ext)) {
+            let xv = <$t>::from_ne_bytes(i[..S].try_into().expect("chunk"));
+            let xi = i32::from_ne_bytes(i[$ioff..$ioff + 4].try_into().expect("chunk"));
+            let yv = <$t>::from_ne_bytes(o[..S].try_into().expect("chunk"));
+            let yi = i32::from_ne_bytes(o[$ioff..$ioff + 4].try_into().expect("chunk"));
+            let better = if $op == abi::MINLOC { xv < yv } else { xv > yv };
+            let (v, k) = if better {
+                (xv, xi)
+            } else if xv == yv {
+                (xv, xi.min(yi))
+            } else {
+                (yv, yi)
+            };
+            o[..S].copy_from_slice(&v.to_ne_bytes());
+            o[$ioff..$ioff + 4].copy_from_slice(&k.to_ne_bytes());
+        }
+    }};
+}
+
+/// inout = in op inout, element by element, for `count` elements of `t` (packed).
+pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &mut [u8]) -> R {
+    match op {
+        Op::User(u) => {
+            let mut n = count as c_int;
+            let mut h = dtype_h;
+            // The program's function sees the elements as the datatype lays them out; packed
+            // data of a contiguous type is exactly that. Non-contiguous types are unpacked
+            // around the call.
+            if t.contig {
+                // SAFETY: a function the program registered with MPI_Op_create, called as MPI
+                // defines, on count elements of the datatype in each buffer.
+                unsafe {
+                    (u.f)(
+                        input.as_ptr() as *mut c_void,
+                        inout.as_mut_ptr() as *mut c_void,
+                        &mut n,
+                        &mut h,
+                    )
+                };
+            } else {
+                let span = (t.extent() as usize) * count;
+                let mut a = vec![0u8; span + t.true_ub.max(0) as usize];
+                let mut b = a.clone();
+                let base = (-t.lb).max(0) as usize;
+                // SAFETY: a and b hold count elements of the type from base.
+                unsafe {
+                    t.unpack(input, a.as_mut_ptr().add(base), count);
+                    t.unpack(inout, b.as_mut_ptr().add(base), count);
+                    (u.f)(
+                        a.as_mut_ptr().add(base) as *mut c_void,
+                        b.as_mut_ptr().add(base) as *mut c_void,
+                        &mut n,
+                        &mut h,
+                    );
+                    t.pack(b.as_ptr().add(base), count, inout);
+                }
+            }
+            Ok(())
+        }
+        Op::Predefined(abi::REPLACE) => {
+            inout.copy_from_slice(input);
+            Ok(())
+        }
+        Op::Predefined(abi::NO_OP) => Ok(()),
+        Op::Predefined(o) => {
+            let b = t.basic.ok_or_else(|| {
+                fail(
+                    class::OP,
+                    format!(
+                        "{} needs a datatype made of one predefined type",
+                        op_name(o)
+                    ),
+                )
+            })?;
+            let unsupported = || {
+                fail(
+                    class::OP,
+                    format!("{} is not defined on datatype {:?}", op_name(o), b),
+                )
+            };
+            use Basic::*;
+            let bitwise = matches!(o, abi::BAND | abi::BOR | abi::BXOR);
+            let loc = matches!(o, abi::MINLOC | abi::MAXLOC);
+            match b {
+                I8 | U8 | I16 | U16 | I32 | U32 | I64 | U64 | Byte | Bool if bitwise => match b {
+                    I8 | U8 | Byte | Bool => bits!(u8, o, inout, input),
+                    I16 | U16 => bits!(u16, o, inout, input),
+                    I32 | U32 => bits!(u32, o, inout, input),
+                    _ => bits!(u64, o, inout, input),
+                },
+                _ if bitwise => return Err(unsupported()),
+                FloatInt | DoubleInt | LongInt | TwoInt | ShortInt if loc => match b {
+                    FloatInt => loc!(f32, o, inout, input, 4, 8),
+                    DoubleInt => loc!(f64, o, inout, input, 8, 16),
+                    LongInt => loc!(i64, o, inout, input, 8, 16),
+                    TwoInt => loc!(i32, o, inout, input, 4, 8),
+                    _ => loc!(i16, o, inout, input, 4, 8),
+                },
+                _ if loc => return Err(unsupported()),
+                I8 => arith!(i8, o, inout, input, unsupported()),
+                U8 => arith!(u8, o, inout, input, unsupported()),
+                I16 => arith!(i16, o, inout, input, unsupported()),
+                U16 => arith!(u16, o, inout, input, unsupported()),
+                I32 => arith!(i32, o, inout, input, unsupported()),
+                U32 => arith!(u32, o, inout, input, unsupported()),
+                I64 => arith!(i64, o, inout, input, unsupported()),
+                U64 => arith!(u64, o, inout, input, unsupported()),
+                F32 => arith!(f32, o, inout, input, unsupported()),
+                F64 => arith!(f64, o, inout, input, unsupported()),
+                Bool if matches!(o, abi::LAND | abi::LOR | abi::LXOR) => {
+                    arith!(u8, o, inout, input, unsupported())
+                }
+                C32 | C64 if matches!(o, abi::SUM | abi::PROD) => {
+                    if o == abi::SUM {
+                        if b == C32 {
+                            each!(f32, inout, input, |x, y| x + y)
+                        } else {
+                            each!(f64, inout, input, |x, y| x + y)
+                        }
+                    } else {
+                        complex_prod(b == C32, inout, input);
+                    }
+                }
+                _ => return Err(unsupported()),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn complex_prod(single: bool, inout: &mut [u8], input: &[u8]) {
+    if single {
+        for (o, i) in inout.chunks_exact_mut(8).zip(input.chunks_exact(8)) {
+            let f =
+                |s: &[u8], k: usize| f32::from_ne_bytes(s[k * 4..k * 4 + 4].try_into().expect("4"));
+            let (a, b, c, d) = (f(i, 0), f(i, 1), f(o, 0), f(o, 1));
+            o[..4].copy_from_slice(&(a * c - b * d).to_ne_bytes());
+            o[4..].copy_from_slice(&(a * d + b * c).to_ne_bytes());
+        }
+    } else {
+        for (o, i) in inout.chunks_exact_mut(16).zip(input.chunks_exact(16)) {
+            let f =
+                |s: &[u8], k: usize| f64::from_ne_bytes(s[k * 8..k * 8 + 8].try_into().expect("8"));
+            let (a, b, c, d) = (f(i, 0), f(i, 1), f(o, 0), f(o, 1));
+            o[..8].copy_from_slice(&(a * c - b * d).to_ne_bytes());
+            o[8..].copy_from_slice(&(a * d + b * c).to_ne_bytes());
+        }
+    }
+}
+
+/// Reduces every rank's `mine` (count packed elements) into `out` at `root`, in rank order.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_bytes(
+    c: &CommCore,
+    root: usize,
+    op: Op,
+    t: &Dtype,
+    th: H,
+    count: usize,
+    mine: &[u8],
+    out: &mut [u8],
+) -> R {
+    let n = c.size();
+    if c.rank != root {
+        return exchange(c, &[(root, TAG_REDUCE, mine)], &mut []);
+    }
+    let b = mine.len();
+    let mut all = vec![0u8; b * n];
+    {
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::with_capacity(n);
+        for (r, chunk) in all.chunks_mut(b.max(1)).take(n).enumerate() {
+            if r == root {
+                chunk[..b].copy_from_slice(mine);
+            } else {
+                recvs.push((r, TAG_REDUCE, &mut chunk[..b]));
+            }
+        }
+        if b == 0 {
+            recvs.clear();
+            let mut empties: Vec<(usize, u32, &mut [u8])> = (0..n)
+                .filter(|&r| r != root)
+                .map(|r| (r, TAG_REDUCE, &mut [][..]))
+                .collect();
+            exchange(c, &[], &mut empties)?;
+        } else {
+            exchange(c, &[], &mut recvs)?;
+        }
+    }
+    if b == 0 {
+        return Ok(());
+    }
+    // acc = x0 op x1 op ... : fold left, x_r <- acc op x_r.
+    let mut acc = all[..b].to_vec();
+    for r in 1..n {
+        let x = &mut all[r * b..(r + 1) * b];
+        apply(op, t, th, count, &acc, x)?;
+        acc.copy_from_slice(x);
+    }
+    out.copy_from_slice(&acc);
+    Ok(())
+}
+
+/// The communicator and datatype of a collective call.
+fn args(comm: H, dtype: H) -> R<(std::sync::Arc<CommCore>, TypeRef)> {
+    let rt = rt()?;
+    Ok((rt.comm(comm)?, committed(&rt, dtype)?))
+}
+
+fn root_of(c: &CommCore, root: c_int) -> R<usize> {
+    if root < 0 || root as usize >= c.size() {
+        return Err(fail(
+            class::ROOT,
+            format!(
+                "root {root} is not a rank of the communicator (0 to {})",
+                c.size() as i64 - 1
+            ),
+        ));
+    }
+    Ok(root as usize)
+}
+
+fn count(n: c_int) -> R<usize> {
+    if n < 0 {
+        return Err(fail(class::COUNT, format!("count {n} is negative")));
+    }
+    Ok(n as usize)
+}
+
+/// Packs count elements at p (or copies, when contiguous).
+fn packed(t: &Dtype, p: *const c_void, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n * t.size];
+    // SAFETY: MPI: p holds n elements of the datatype.
+    unsafe { t.pack(p as *const u8, n, &mut v) };
+    v
+}
+
+fn unpacked(t: &Dtype, data: &[u8], p: *mut c_void, n: usize) {
+    // SAFETY: MPI: p holds n elements of the datatype.
+    unsafe { t.unpack(data, p as *mut u8, n) };
+}
+
+fn in_place(p: *const c_void) -> bool {
+    p as usize == abi::IN_PLACE
+}
+
+crate::mpi! {
+    fn MPI_Barrier / PMPI_Barrier(comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        barrier(&c)
+    }
+
+    fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let n = count(count_)?;
+        let root = root_of(&c, root)?;
+        let mut data = if c.rank == root { packed(&t, buffer, n) } else { vec![0u8; n * t.size] };
+        bcast_bytes(&c, root, &mut data)?;
+        if c.rank != root {
+            unpacked(&t, &data, buffer, n);
+        }
+        Ok(())
+    }
+
+    fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let n = count(count_)?;
+        let root = root_of(&c, root)?;
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) && c.rank == root { recvbuf as *const c_void } else { sendbuf };
+        let mine = packed(&t, src, n);
+        let mut out = vec![0u8; mine.len()];
+        reduce_bytes(&c, root, op, &t, datatype, n, &mine, &mut out)?;
+        if c.rank == root {
+            unpacked(&t, &out, recvbuf, n);
+        }
+        Ok(())
+    }
+
+    fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let n = count(count_)?;
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mine = packed(&t, src, n);
+        let mut out = vec![0u8; mine.len()];
+        reduce_bytes(&c, 0, op, &t, datatype, n, &mine, &mut out)?;
+        bcast_bytes(&c, 0, &mut out)?;
+        unpacked(&t, &out, recvbuf, n);
+        Ok(())
+    }
+
+    fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let root = root_of(&c, root)?;
+        let is_root = c.rank == root;
+        let (rt_, st_) = {
+            let rt = rt()?;
+            let r = if is_root { Some(committed(&rt, recvtype)?) } else { None };
+            let s = if is_root && in_place(sendbuf) { None } else { Some(committed(&rt, sendtype)?) };
+            (r, s)
+        };
+        let rn = if is_root { count(recvcount)? } else { 0 };
+        let mine = match &st_ {
+            Some(t) => packed(t, sendbuf, count(sendcount)?),
+            None => {
+                let t = rt_.as_ref().expect("root");
+                // MPI_IN_PLACE: the root's block is already in place in recvbuf.
+                let at = (recvbuf as *const u8).wrapping_offset(root as isize * rn as isize * t.extent());
+                packed(t, at as *const c_void, rn)
+            }
+        };
+        let mut all = vec![0u8; if is_root { mine.len() * c.size() } else { 0 }];
+        if is_root && rn * rt_.as_ref().expect("root").size != mine.len() {
+            return Err(fail(class::TRUNCATE, format!("MPI_Gather: the root receives {} bytes per rank, this rank sends {}", rn * rt_.as_ref().expect("root").size, mine.len())));
+        }
+        gather_bytes(&c, root, &mine, &mut all, TAG_GATHER)?;
+        if is_root {
+            let t = rt_.expect("root");
+            let b = mine.len();
+            for r in 0..c.size() {
+                let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * t.extent());
+                unpacked(&t, &all[r * b..(r + 1) * b], at as *mut c_void, rn);
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let root = root_of(&c, root)?;
+        let is_root = c.rank == root;
+        let place = is_root && in_place(recvbuf);
+        let (st_, rt_) = {
+            let rt = rt()?;
+            let s = if is_root { Some(committed(&rt, sendtype)?) } else { None };
+            let r = if place { None } else { Some(committed(&rt, recvtype)?) };
+            (s, r)
+        };
+        let n = c.size();
+        if is_root {
+            let t = st_.expect("root");
+            let sn = count(sendcount)?;
+            let b = sn * t.size;
+            let blocks: Vec<Vec<u8>> = (0..n)
+                .map(|r| packed(&t, (sendbuf as *const u8).wrapping_offset(r as isize * sn as isize * t.extent()) as *const c_void, sn))
+                .collect();
+            let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != root).map(|r| (r, TAG_SCATTER, &blocks[r][..])).collect();
+            exchange(&c, &sends, &mut [])?;
+            if let Some(t2) = rt_ {
+                let rn = count(recvcount)?;
+                if rn * t2.size != b {
+                    return Err(fail(class::TRUNCATE, "MPI_Scatter: send and receive block sizes differ at the root"));
+                }
+                unpacked(&t2, &blocks[root], recvbuf, rn);
+            }
+        } else {
+            let t = rt_.expect("not root");
+            let rn = count(recvcount)?;
+            let mut v = vec![0u8; rn * t.size];
+            exchange(&c, &[], &mut [(root, TAG_SCATTER, &mut v)])?;
+            unpacked(&t, &v, recvbuf, rn);
+        }
+        Ok(())
+    }
+
+    fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let (st_, rt_) = {
+            let rt = rt()?;
+            let s = if in_place(sendbuf) { None } else { Some(committed(&rt, sendtype)?) };
+            (s, committed(&rt, recvtype)?)
+        };
+        let rn = count(recvcount)?;
+        let mine = match &st_ {
+            Some(t) => packed(t, sendbuf, count(sendcount)?),
+            None => packed(&rt_, (recvbuf as *const u8).wrapping_offset(c.rank as isize * rn as isize * rt_.extent()) as *const c_void, rn),
+        };
+        if mine.len() != rn * rt_.size {
+            return Err(fail(class::TRUNCATE, format!("MPI_Allgather: each rank receives {} bytes per rank, this rank sends {}", rn * rt_.size, mine.len())));
+        }
+        let mut all = vec![0u8; mine.len() * c.size()];
+        allgather_bytes(&c, &mine, &mut all)?;
+        let b = mine.len();
+        for r in 0..c.size() {
+            let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * rt_.extent());
+            unpacked(&rt_, &all[r * b..(r + 1) * b], at as *mut c_void, rn);
+        }
+        Ok(())
+    }
+
+    fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let place = in_place(sendbuf);
+        let (st_, rt_) = {
+            let rt = rt()?;
+            let s = if place { None } else { Some(committed(&rt, sendtype)?) };
+            (s, committed(&rt, recvtype)?)
+        };
+        let n = c.size();
+        let rn = count(recvcount)?;
+        let blocks: Vec<Vec<u8>> = match &st_ {
+            Some(t) => {
+                let sn = count(sendcount)?;
+                (0..n).map(|r| packed(t, (sendbuf as *const u8).wrapping_offset(r as isize * sn as isize * t.extent()) as *const c_void, sn)).collect()
+            }
+            None => (0..n).map(|r| packed(&rt_, (recvbuf as *const u8).wrapping_offset(r as isize * rn as isize * rt_.extent()) as *const c_void, rn)).collect(),
+        };
+        let b = rn * rt_.size;
+        if blocks.iter().any(|x| x.len() != b) {
+            return Err(fail(class::TRUNCATE, "MPI_Alltoall: send and receive block sizes differ"));
+        }
+        let mut got = vec![0u8; b * n];
+        {
+            let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != c.rank).map(|r| (r, TAG_ALLTOALL, &blocks[r][..])).collect();
+            let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::new();
+            for (r, chunk) in got.chunks_mut(b.max(1)).take(n).enumerate() {
+                if r == c.rank {
+                    chunk[..b].copy_from_slice(&blocks[r]);
+                } else {
+                    recvs.push((r, TAG_ALLTOALL, &mut chunk[..b]));
+                }
+            }
+            if b == 0 {
+                recvs = (0..n).filter(|&r| r != c.rank).map(|r| (r, TAG_ALLTOALL, &mut [][..])).collect();
+            }
+            exchange(&c, &sends, &mut recvs)?;
+        }
+        for r in 0..n {
+            let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * rt_.extent());
+            unpacked(&rt_, &got[r * b..(r + 1) * b], at as *mut c_void, rn);
+        }
+        Ok(())
+    }
+
+    fn MPI_Op_create / PMPI_Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut H) {
+        let f = user_fn.ok_or_else(|| fail(class::ARG, "the operation's function is a null pointer"))?;
+        let mut rt = rt()?;
+        rt.ops.push(Some(UserOp { f, commute: commute != 0 }));
+        let h = handle(KIND_OP, rt.ops.len() - 1);
+        // SAFETY: the caller's output argument.
+        unsafe { put(op, h) }
+    }
+
+    fn MPI_Op_free / PMPI_Op_free(op: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(op)? };
+        let mut rt = rt()?;
+        let i = index(KIND_OP, h).ok_or_else(|| fail(class::OP, "only operations made by MPI_Op_create can be freed"))?;
+        rt.ops.get_mut(i).and_then(|s| s.take()).ok_or_else(|| fail(class::OP, format!("{h:#x} is not an operation handle")))?;
+        drop(rt);
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(op, abi::OP_NULL) }
+    }
+
+    fn MPI_Op_commutative / PMPI_Op_commutative(op: H, commute: *mut c_int) {
+        let c = match op_of(op)? {
+            Op::Predefined(_) => true,
+            Op::User(u) => u.commute,
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(commute, c as c_int) }
+    }
+}

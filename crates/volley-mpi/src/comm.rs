@@ -1,0 +1,500 @@
+//! Communicators, groups and attribute caching.
+//!
+//! A communicator is a group (its ranks' job ranks, in order) and a context id that keeps its
+//! traffic apart from every other communicator's, on this host and across hosts: the core
+//! matches on the context, so two communicators never take each other's messages. A new
+//! communicator's id is agreed over its parent: each member offers its free ids (a 1,024-bit
+//! mask), the masks are AND-reduced, and the lowest id free everywhere is taken (MPICH's scheme).
+//! Disjoint communicators made by one split may share an id: they share no rank.
+
+use crate::abi::{self, class, H};
+use crate::coll::{allgather_bytes, bcast_bytes, gather_bytes, TAG_CID};
+use crate::err::{array, array_mut, c_str, fail, get, put, put_str, R};
+use crate::state::{index, rt, CommCore, Keyval, CTX_WORDS, KIND_COMM, KIND_GROUP};
+use std::ffi::{c_char, c_void};
+use std::os::raw::c_int;
+use std::sync::Arc;
+
+/// Agrees on a context id over `parent` (every member calls it). None when none is free
+/// everywhere.
+fn agree_cid(parent: &CommCore) -> R<u32> {
+    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
+    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut all = vec![0u8; bytes.len() * parent.size()];
+    gather_bytes(parent, 0, &bytes, &mut all, TAG_CID)?;
+    let mut agreed = vec![0u8; bytes.len()];
+    if parent.rank == 0 {
+        let mut m = [u64::MAX; CTX_WORDS];
+        for chunk in all.chunks(bytes.len()) {
+            for (k, w) in chunk.chunks(8).enumerate() {
+                m[k] &= u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            }
+        }
+        agreed = m.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    }
+    bcast_bytes(parent, 0, &mut agreed)?;
+    for (k, w) in agreed.chunks(8).enumerate() {
+        let w = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+        if w != 0 {
+            return Ok(k as u32 * 64 + w.trailing_zeros());
+        }
+    }
+    Err(fail(
+        class::OTHER,
+        "no communicator context is free at every member (1,024 per process): free communicators with MPI_Comm_free",
+    ))
+}
+
+/// Makes the communicator of `group` with context `cid` and stores it; its handle. Copies the
+/// parent's error handler.
+fn install(cid: u32, group: Arc<[usize]>, parent: H) -> R<H> {
+    let mut rt = rt()?;
+    let eh = rt.comm_slot(parent)?.errhandler;
+    let core = rt.make_comm(cid, group)?;
+    rt.ctx_take(cid, true);
+    Ok(rt.add_comm(core, eh))
+}
+
+/// Runs the copy callbacks of `from`'s attributes for the duplicate `to` (outside the state's
+/// borrow: the callbacks may call MPI).
+fn copy_attrs(from: H, to: H) -> R {
+    let (attrs, keyvals) = {
+        let rt = rt()?;
+        (rt.comm_slot(from)?.attrs.clone(), rt.keyvals.clone())
+    };
+    let mut copied = Vec::new();
+    for (k, v) in attrs {
+        let Some(Some(kv)) = keyvals.get((k - 1) as usize).copied() else {
+            continue;
+        };
+        match kv.copy {
+            0 => {}
+            1 => copied.push((k, v)),
+            f => {
+                // SAFETY: a copy callback the program registered with MPI_Comm_create_keyval.
+                let f: crate::state::CopyFn = unsafe { std::mem::transmute(f) };
+                let mut out: *mut c_void = std::ptr::null_mut();
+                let mut flag: c_int = 0;
+                // SAFETY: called as MPI defines.
+                let rc = unsafe {
+                    f(
+                        from,
+                        k,
+                        kv.extra as *mut c_void,
+                        v as *mut c_void,
+                        &mut out as *mut *mut c_void as *mut c_void,
+                        &mut flag,
+                    )
+                };
+                if rc != 0 {
+                    return Err(fail(
+                        class::OTHER,
+                        format!("the copy callback of keyval {k} returned {rc}"),
+                    ));
+                }
+                if flag != 0 {
+                    copied.push((k, out as usize));
+                }
+            }
+        }
+    }
+    rt()?.comm_slot_mut(to)?.attrs = copied;
+    Ok(())
+}
+
+/// Runs the delete callback of one attribute.
+fn delete_attr(comm: H, k: c_int, v: usize) -> R {
+    let kv = { rt()?.keyvals.get((k - 1) as usize).copied().flatten() };
+    if let Some(Keyval { delete, extra, .. }) = kv {
+        if delete != 0 {
+            // SAFETY: a delete callback the program registered with MPI_Comm_create_keyval.
+            let f: crate::state::DeleteFn = unsafe { std::mem::transmute(delete) };
+            // SAFETY: called as MPI defines.
+            let rc = unsafe { f(comm, k, v as *mut c_void, extra as *mut c_void) };
+            if rc != 0 {
+                return Err(fail(
+                    class::OTHER,
+                    format!("the delete callback of keyval {k} returned {rc}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn group_of(h: H) -> R<Arc<[usize]>> {
+    rt()?.group(h)
+}
+
+fn new_group(g: Vec<usize>, out: *mut H) -> R {
+    let h = rt()?.add_group(Arc::from(g));
+    // SAFETY: the caller's output argument.
+    unsafe { put(out, h) }
+}
+
+fn rank_in(g: &[usize], r: c_int) -> R<usize> {
+    if r < 0 || r as usize >= g.len() {
+        return Err(fail(
+            class::RANK,
+            format!("rank {r} is not in the group (it has {} ranks)", g.len()),
+        ));
+    }
+    Ok(r as usize)
+}
+
+/// The ranks of (first, last, stride) triples, checked.
+fn ranges(g: &[usize], rs: &[[c_int; 3]]) -> R<Vec<usize>> {
+    let mut out = Vec::new();
+    for &[first, last, stride] in rs {
+        if stride == 0 {
+            return Err(fail(class::ARG, "a range's stride is 0"));
+        }
+        let mut r = first;
+        while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+            out.push(rank_in(g, r)?);
+            r += stride;
+        }
+    }
+    Ok(out)
+}
+
+crate::mpi! {
+    fn MPI_Comm_size / PMPI_Comm_size(comm: H, size: *mut c_int) [comm] {
+        let n = rt()?.comm_slot(comm)?.core.size();
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, n as c_int) }
+    }
+
+    fn MPI_Comm_rank / PMPI_Comm_rank(comm: H, rank: *mut c_int) [comm] {
+        let r = rt()?.comm_slot(comm)?.core.rank;
+        // SAFETY: the caller's output argument.
+        unsafe { put(rank, r as c_int) }
+    }
+
+    fn MPI_Comm_dup / PMPI_Comm_dup(comm: H, newcomm: *mut H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let cid = agree_cid(&c)?;
+        let h = install(cid, c.group.clone(), comm)?;
+        copy_attrs(comm, h)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(newcomm, h) }
+    }
+
+    fn MPI_Comm_split / PMPI_Comm_split(comm: H, color: c_int, key: c_int, newcomm: *mut H) [comm] {
+        split(comm, color, key, newcomm)
+    }
+
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: H, split_type: c_int, key: c_int, _info: H, newcomm: *mut H) [comm] {
+        let color = if split_type == abi::COMM_TYPE_SHARED {
+            rt()?.world.node_id() as c_int
+        } else if split_type == abi::UNDEFINED {
+            abi::UNDEFINED
+        } else {
+            return Err(fail(class::ARG, format!("split type {split_type}: volley's MPI knows MPI_COMM_TYPE_SHARED (the ranks of one host) and MPI_UNDEFINED")));
+        };
+        split(comm, color, key, newcomm)
+    }
+
+    fn MPI_Comm_create / PMPI_Comm_create(comm: H, group: H, newcomm: *mut H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let g = group_of(group)?;
+        if let Some(&w) = g.iter().find(|&&w| c.comm_rank(w) == abi::UNDEFINED || (c.w2c.is_none() && w >= c.size())) {
+            return Err(fail(class::GROUP, format!("job rank {w} of the group is not in the communicator")));
+        }
+        let cid = agree_cid(&c)?;
+        let me = rt()?.world.rank();
+        let h = if g.contains(&me) { install(cid, g, comm)? } else { abi::COMM_NULL };
+        // SAFETY: the caller's output argument.
+        unsafe { put(newcomm, h) }
+    }
+
+    fn MPI_Comm_free / PMPI_Comm_free(comm: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(comm)? };
+        if h == abi::COMM_WORLD || h == abi::COMM_SELF {
+            return Err(fail(class::COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"));
+        }
+        let attrs = rt()?.comm_slot(h)?.attrs.clone();
+        for (k, v) in attrs {
+            delete_attr(h, k, v)?;
+        }
+        let mut rt = rt()?;
+        let i = index(KIND_COMM, h).expect("checked by comm_slot");
+        let slot = rt.comms[i].take().expect("checked by comm_slot");
+        let cid = slot.core.cid;
+        drop(slot);
+        rt.ctx_take(cid, false);
+        drop(rt);
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(comm, abi::COMM_NULL) }
+    }
+
+    fn MPI_Comm_compare / PMPI_Comm_compare(comm1: H, comm2: H, result: *mut c_int) {
+        let rt = rt()?;
+        let (a, b) = (rt.comm(comm1)?, rt.comm(comm2)?);
+        let r = if comm1 == comm2 {
+            abi::IDENT
+        } else if a.group == b.group {
+            abi::CONGRUENT
+        } else {
+            let mut x = a.group.to_vec();
+            let mut y = b.group.to_vec();
+            x.sort_unstable();
+            y.sort_unstable();
+            if x == y { abi::SIMILAR } else { abi::UNEQUAL }
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(result, r) }
+    }
+
+    fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: H, flag: *mut c_int) [comm] {
+        rt()?.comm(comm)?;
+        // volley's MPI has no intercommunicators yet.
+        // SAFETY: the caller's output argument.
+        unsafe { put(flag, 0) }
+    }
+
+    fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: H, comm_name: *const c_char) [comm] {
+        // SAFETY: MPI: a C string.
+        let name = unsafe { c_str(comm_name)? };
+        rt()?.comm_slot_mut(comm)?.name = name.chars().take(abi::MAX_OBJECT_NAME - 1).collect();
+        Ok(())
+    }
+
+    fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: H, comm_name: *mut c_char, resultlen: *mut c_int) [comm] {
+        let name = rt()?.comm_slot(comm)?.name.clone();
+        // SAFETY: MPI: comm_name holds MPI_MAX_OBJECT_NAME bytes.
+        unsafe { put_str(comm_name, abi::MAX_OBJECT_NAME, resultlen, &name) }
+    }
+
+    fn MPI_Comm_group / PMPI_Comm_group(comm: H, group: *mut H) [comm] {
+        let g = rt()?.comm(comm)?.group.clone();
+        let h = rt()?.add_group(g);
+        // SAFETY: the caller's output argument.
+        unsafe { put(group, h) }
+    }
+
+    fn MPI_Comm_create_keyval / PMPI_Comm_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
+        let mut rt = rt()?;
+        rt.keyvals.push(Some(Keyval { copy: copy_fn, delete: delete_fn, extra: extra_state as usize }));
+        let k = rt.keyvals.len() as c_int;
+        // SAFETY: the caller's output argument.
+        unsafe { put(keyval, k) }
+    }
+
+    fn MPI_Comm_free_keyval / PMPI_Comm_free_keyval(keyval: *mut c_int) {
+        // SAFETY: the caller's in-out argument.
+        let k = unsafe { get(keyval)? };
+        let mut rt = rt()?;
+        let slot = rt.keyvals.get_mut((k - 1) as usize).filter(|s| s.is_some()).ok_or_else(|| {
+            fail(class::KEYVAL, format!("{k} is not a keyval made by MPI_Comm_create_keyval"))
+        })?;
+        // Attributes already set with it keep working until deleted (MPI-3.1 section 6.7.2):
+        // the callbacks stay known; only new uses are refused.
+        let _ = slot;
+        drop(rt);
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(keyval, abi::KEYVAL_INVALID) }
+    }
+
+    fn MPI_Comm_set_attr / PMPI_Comm_set_attr(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
+        if crate::env::predefined_attr(keyval).is_some() {
+            return Err(fail(class::KEYVAL, format!("keyval {keyval} is predefined and read-only")));
+        }
+        let old = {
+            let rt = rt()?;
+            if rt.keyvals.get((keyval - 1) as usize).copied().flatten().is_none() {
+                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval made by MPI_Comm_create_keyval")));
+            }
+            rt.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).copied()
+        };
+        if let Some((k, v)) = old {
+            delete_attr(comm, k, v)?;
+        }
+        let mut rt = rt()?;
+        let s = rt.comm_slot_mut(comm)?;
+        s.attrs.retain(|a| a.0 != keyval);
+        s.attrs.push((keyval, attribute_val as usize));
+        Ok(())
+    }
+
+    fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) [comm] {
+        let rt = rt()?;
+        rt.comm_slot(comm)?;
+        let v = match crate::env::predefined_attr(keyval) {
+            Some(p) => Some(p as usize),
+            None => {
+                if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
+                    return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
+                }
+                rt.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).map(|a| a.1)
+            }
+        };
+        // SAFETY: MPI: attribute_val points to a void*, flag to an int.
+        unsafe {
+            put(flag, v.is_some() as c_int)?;
+            if let Some(v) = v {
+                put(attribute_val as *mut usize, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Comm_delete_attr / PMPI_Comm_delete_attr(comm: H, keyval: c_int) [comm] {
+        let old = { rt()?.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).copied() };
+        let Some((k, v)) = old else {
+            return Err(fail(class::KEYVAL, format!("no attribute with keyval {keyval} is set on the communicator")));
+        };
+        delete_attr(comm, k, v)?;
+        rt()?.comm_slot_mut(comm)?.attrs.retain(|a| a.0 != keyval);
+        Ok(())
+    }
+
+    fn MPI_Group_size / PMPI_Group_size(group: H, size: *mut c_int) {
+        let g = group_of(group)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, g.len() as c_int) }
+    }
+
+    fn MPI_Group_rank / PMPI_Group_rank(group: H, rank: *mut c_int) {
+        let g = group_of(group)?;
+        let me = rt()?.world.rank();
+        let r = g.iter().position(|&w| w == me).map(|r| r as c_int).unwrap_or(abi::UNDEFINED);
+        // SAFETY: the caller's output argument.
+        unsafe { put(rank, r) }
+    }
+
+    fn MPI_Group_incl / PMPI_Group_incl(group: H, n: c_int, ranks: *const c_int, newgroup: *mut H) {
+        let g = group_of(group)?;
+        // SAFETY: MPI: ranks holds n entries.
+        let rs = unsafe { array(ranks, n)? };
+        let mut out = Vec::with_capacity(rs.len());
+        for &r in rs {
+            let w = g[rank_in(&g, r)?];
+            if out.contains(&w) {
+                return Err(fail(class::RANK, format!("rank {r} appears twice")));
+            }
+            out.push(w);
+        }
+        new_group(out, newgroup)
+    }
+
+    fn MPI_Group_excl / PMPI_Group_excl(group: H, n: c_int, ranks: *const c_int, newgroup: *mut H) {
+        let g = group_of(group)?;
+        // SAFETY: MPI: ranks holds n entries.
+        let rs = unsafe { array(ranks, n)? };
+        let mut drop_ = vec![false; g.len()];
+        for &r in rs {
+            drop_[rank_in(&g, r)?] = true;
+        }
+        new_group(g.iter().enumerate().filter(|(i, _)| !drop_[*i]).map(|(_, &w)| w).collect(), newgroup)
+    }
+
+    fn MPI_Group_range_incl / PMPI_Group_range_incl(group: H, n: c_int, ranges_: *const [c_int; 3], newgroup: *mut H) {
+        let g = group_of(group)?;
+        // SAFETY: MPI: ranges holds n triples.
+        let rs = unsafe { array(ranges_, n)? };
+        let idx = ranges(&g, rs)?;
+        new_group(idx.into_iter().map(|i| g[i]).collect(), newgroup)
+    }
+
+    fn MPI_Group_range_excl / PMPI_Group_range_excl(group: H, n: c_int, ranges_: *const [c_int; 3], newgroup: *mut H) {
+        let g = group_of(group)?;
+        // SAFETY: MPI: ranges holds n triples.
+        let rs = unsafe { array(ranges_, n)? };
+        let idx = ranges(&g, rs)?;
+        new_group(g.iter().enumerate().filter(|(i, _)| !idx.contains(i)).map(|(_, &w)| w).collect(), newgroup)
+    }
+
+    fn MPI_Group_union / PMPI_Group_union(group1: H, group2: H, newgroup: *mut H) {
+        let (a, b) = (group_of(group1)?, group_of(group2)?);
+        let mut out = a.to_vec();
+        out.extend(b.iter().filter(|w| !a.contains(w)));
+        new_group(out, newgroup)
+    }
+
+    fn MPI_Group_intersection / PMPI_Group_intersection(group1: H, group2: H, newgroup: *mut H) {
+        let (a, b) = (group_of(group1)?, group_of(group2)?);
+        new_group(a.iter().copied().filter(|w| b.contains(w)).collect(), newgroup)
+    }
+
+    fn MPI_Group_difference / PMPI_Group_difference(group1: H, group2: H, newgroup: *mut H) {
+        let (a, b) = (group_of(group1)?, group_of(group2)?);
+        new_group(a.iter().copied().filter(|w| !b.contains(w)).collect(), newgroup)
+    }
+
+    fn MPI_Group_translate_ranks / PMPI_Group_translate_ranks(group1: H, n: c_int, ranks1: *const c_int, group2: H, ranks2: *mut c_int) {
+        let (a, b) = (group_of(group1)?, group_of(group2)?);
+        // SAFETY: MPI: both arrays hold n entries.
+        let (r1, r2) = unsafe { (array(ranks1, n)?, array_mut(ranks2, n)?) };
+        for (x, y) in r1.iter().zip(r2.iter_mut()) {
+            *y = if *x == abi::PROC_NULL {
+                abi::PROC_NULL
+            } else {
+                let w = a[rank_in(&a, *x)?];
+                b.iter().position(|&v| v == w).map(|p| p as c_int).unwrap_or(abi::UNDEFINED)
+            };
+        }
+        Ok(())
+    }
+
+    fn MPI_Group_compare / PMPI_Group_compare(group1: H, group2: H, result: *mut c_int) {
+        let (a, b) = (group_of(group1)?, group_of(group2)?);
+        let r = if a == b {
+            abi::IDENT
+        } else {
+            let mut x = a.to_vec();
+            let mut y = b.to_vec();
+            x.sort_unstable();
+            y.sort_unstable();
+            if x == y { abi::SIMILAR } else { abi::UNEQUAL }
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(result, r) }
+    }
+
+    fn MPI_Group_free / PMPI_Group_free(group: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(group)? };
+        if h != abi::GROUP_EMPTY {
+            let mut rt = rt()?;
+            let i = index(KIND_GROUP, h).ok_or_else(|| fail(class::GROUP, format!("{h:#x} is not a group handle")))?;
+            rt.groups.get_mut(i).and_then(|s| s.take()).ok_or_else(|| fail(class::GROUP, format!("{h:#x} is not a group handle (freed already?)")))?;
+        }
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(group, abi::GROUP_NULL) }
+    }
+}
+
+/// MPI_Comm_split: every member says (color, key); members of one color form a communicator,
+/// ordered by key, then by rank in the parent.
+fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
+    let c = rt()?.comm(comm)?;
+    if color < 0 && color != abi::UNDEFINED {
+        return Err(fail(
+            class::ARG,
+            format!("color {color} is negative (use MPI_UNDEFINED to stay out)"),
+        ));
+    }
+    let mine: Vec<u8> = [color, key].iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let mut all = vec![0u8; 8 * c.size()];
+    allgather_bytes(&c, &mine, &mut all)?;
+    let cid = agree_cid(&c)?;
+    if color == abi::UNDEFINED {
+        // SAFETY: the caller's output argument.
+        return unsafe { put(newcomm, abi::COMM_NULL) };
+    }
+    let mut members: Vec<(c_int, usize)> = Vec::new();
+    for r in 0..c.size() {
+        let col = c_int::from_ne_bytes(all[8 * r..8 * r + 4].try_into().expect("4"));
+        let k = c_int::from_ne_bytes(all[8 * r + 4..8 * r + 8].try_into().expect("4"));
+        if col == color {
+            members.push((k, r));
+        }
+    }
+    members.sort();
+    let group: Arc<[usize]> = members.iter().map(|&(_, r)| c.group[r]).collect();
+    let h = install(cid, group, comm)?;
+    // SAFETY: the caller's output argument.
+    unsafe { put(newcomm, h) }
+}

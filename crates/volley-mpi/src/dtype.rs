@@ -1,0 +1,828 @@
+//! Datatypes: the predefined ones, the constructors, and packing.
+//!
+//! A datatype is kept flattened: the byte blocks (offset, length) of one element, in typemap
+//! order, adjacent blocks merged, with its bounds (lb, ub: the extent) and true bounds. A
+//! contiguous type (one block from 0 to its extent) is sent straight from the caller's memory; any
+//! other is packed (and unpacked on receipt) block by block.
+
+use crate::abi::{self, class, Aint, Count, H};
+use crate::err::{array, fail, get, put, put_str, R};
+use crate::state::{self, handle, index, rt, KIND_TYPE};
+use std::ffi::c_char;
+use std::os::raw::c_int;
+use std::sync::{Arc, LazyLock};
+
+/// The element a homogeneous datatype is made of, for reductions and MPI_Get_elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basic {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+    LongDouble,
+    Bool,
+    Byte,
+    C32,
+    C64,
+    LongDoubleComplex,
+    /// The value-index pairs of MINLOC and MAXLOC: (value kind, offset of the int).
+    FloatInt,
+    DoubleInt,
+    LongInt,
+    TwoInt,
+    ShortInt,
+    LongDoubleInt,
+    /// MPI_LB and MPI_UB: no data.
+    Marker,
+}
+
+#[derive(Clone, Debug)]
+pub struct Dtype {
+    /// Bytes of data in one element.
+    pub size: usize,
+    pub lb: isize,
+    pub ub: isize,
+    pub true_lb: isize,
+    pub true_ub: isize,
+    /// (offset, length) of the data of one element.
+    pub blocks: Vec<(isize, usize)>,
+    /// One block from 0 to the extent: count elements are count * size bytes in a row.
+    pub contig: bool,
+    /// The one predefined type it is made of, if any, and how many of them one element holds.
+    pub basic: Option<Basic>,
+    pub nbasic: usize,
+    pub name: String,
+    pub combiner: c_int,
+    pub ints: Vec<c_int>,
+    pub aints: Vec<Aint>,
+    pub types: Vec<H>,
+    pub committed: bool,
+    /// Whether MPI_LB / MPI_UB markers fixed the bounds (they then stay, MPI-1's sticky rule).
+    pub lb_marked: bool,
+    pub ub_marked: bool,
+}
+
+impl Dtype {
+    pub fn extent(&self) -> isize {
+        self.ub - self.lb
+    }
+
+    fn named(name: &str, basic: Basic, parts: &[(isize, usize)], extent: isize) -> Dtype {
+        let size = parts.iter().map(|p| p.1).sum();
+        let mut blocks: Vec<(isize, usize)> = Vec::new();
+        for &(o, l) in parts {
+            push_block(&mut blocks, o, l);
+        }
+        let contig = blocks.len() == 1 && blocks[0].0 == 0 && blocks[0].1 as isize == extent;
+        Dtype {
+            size,
+            lb: 0,
+            ub: extent,
+            true_lb: 0,
+            true_ub: parts.last().map(|p| p.0 + p.1 as isize).unwrap_or(0),
+            blocks,
+            contig: contig || (size == 0 && extent == 0),
+            basic: Some(basic),
+            nbasic: 1,
+            name: name.to_string(),
+            combiner: abi::COMBINER_NAMED,
+            ints: vec![],
+            aints: vec![],
+            types: vec![],
+            committed: true,
+            lb_marked: false,
+            ub_marked: false,
+        }
+    }
+
+    /// Copies `count` elements at `src` (the caller's memory) into `out`, packed.
+    ///
+    /// # Safety
+    /// `src` holds `count` elements of this type.
+    pub unsafe fn pack(&self, src: *const u8, count: usize, out: &mut [u8]) {
+        let mut at = 0;
+        for i in 0..count {
+            let base = src.wrapping_offset(i as isize * self.extent());
+            for &(o, l) in &self.blocks {
+                // SAFETY: the block lies in element i, which the caller's contract covers.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.wrapping_offset(o),
+                        out[at..].as_mut_ptr(),
+                        l,
+                    )
+                };
+                at += l;
+            }
+        }
+    }
+
+    /// Unpacks `data` (packed elements, possibly fewer bytes than `count` elements hold) into
+    /// `dst`; stops where `data` ends.
+    ///
+    /// # Safety
+    /// `dst` holds `count` elements of this type.
+    pub unsafe fn unpack(&self, data: &[u8], dst: *mut u8, count: usize) {
+        let mut at = 0;
+        'outer: for i in 0..count {
+            let base = dst.wrapping_offset(i as isize * self.extent());
+            for &(o, l) in &self.blocks {
+                if at >= data.len() {
+                    break 'outer;
+                }
+                let n = l.min(data.len() - at);
+                // SAFETY: the block lies in element i, which the caller's contract covers.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data[at..].as_ptr(), base.wrapping_offset(o), n)
+                };
+                at += n;
+            }
+        }
+    }
+
+    /// How many basic elements `bytes` of packed data hold (MPI_Get_elements), if whole.
+    pub fn elements_in(&self, bytes: usize) -> Option<usize> {
+        if self.size == 0 {
+            return Some(0);
+        }
+        let whole = bytes / self.size;
+        let rest = bytes % self.size;
+        let mut n = whole * self.nbasic;
+        if rest > 0 {
+            // Part of an element: count the basic elements it covers.
+            let b = self.basic_size()?;
+            if !rest.is_multiple_of(b) {
+                return None;
+            }
+            n += rest / b;
+        }
+        Some(n)
+    }
+
+    fn basic_size(&self) -> Option<usize> {
+        (self.nbasic > 0 && self.size.is_multiple_of(self.nbasic)).then(|| self.size / self.nbasic)
+    }
+}
+
+fn push_block(blocks: &mut Vec<(isize, usize)>, o: isize, l: usize) {
+    if l == 0 {
+        return;
+    }
+    if let Some(last) = blocks.last_mut() {
+        if last.0 + last.1 as isize == o {
+            last.1 += l;
+            return;
+        }
+    }
+    blocks.push((o, l));
+}
+
+/// The predefined datatypes, by handle - 0x200.
+static PREDEFINED: LazyLock<Vec<Option<Dtype>>> = LazyLock::new(|| {
+    use Basic::*;
+    let mut t: Vec<Option<Dtype>> = vec![None; abi::DATATYPE_END - abi::DATATYPE_NULL];
+    let mut one = |h: usize, name: &str, b: Basic, size: usize| {
+        t[h - 0x200] = Some(Dtype::named(name, b, &[(0, size)], size as isize));
+    };
+    one(0x201, "MPI_AINT", I64, 8);
+    one(0x202, "MPI_COUNT", I64, 8);
+    one(0x203, "MPI_OFFSET", I64, 8);
+    one(0x207, "MPI_PACKED", Byte, 1);
+    one(0x208, "MPI_SHORT", I16, 2);
+    one(0x209, "MPI_INT", I32, 4);
+    one(0x20a, "MPI_LONG", I64, 8);
+    one(0x20b, "MPI_LONG_LONG", I64, 8);
+    one(0x20c, "MPI_UNSIGNED_SHORT", U16, 2);
+    one(0x20d, "MPI_UNSIGNED", U32, 4);
+    one(0x20e, "MPI_UNSIGNED_LONG", U64, 8);
+    one(0x20f, "MPI_UNSIGNED_LONG_LONG", U64, 8);
+    one(0x210, "MPI_FLOAT", F32, 4);
+    one(0x212, "MPI_C_FLOAT_COMPLEX", C32, 8);
+    one(0x213, "MPI_CXX_FLOAT_COMPLEX", C32, 8);
+    one(0x214, "MPI_DOUBLE", F64, 8);
+    one(0x216, "MPI_C_DOUBLE_COMPLEX", C64, 16);
+    one(0x217, "MPI_CXX_DOUBLE_COMPLEX", C64, 16);
+    one(0x220, "MPI_LONG_DOUBLE", LongDouble, 16);
+    one(0x224, "MPI_C_LONG_DOUBLE_COMPLEX", LongDoubleComplex, 32);
+    one(0x225, "MPI_CXX_LONG_DOUBLE_COMPLEX", LongDoubleComplex, 32);
+    one(0x238, "MPI_C_BOOL", Bool, 1);
+    one(0x239, "MPI_CXX_BOOL", Bool, 1);
+    one(0x23c, "MPI_WCHAR", I32, 4);
+    one(0x240, "MPI_INT8_T", I8, 1);
+    one(0x241, "MPI_UINT8_T", U8, 1);
+    one(0x243, "MPI_CHAR", I8, 1);
+    one(0x244, "MPI_SIGNED_CHAR", I8, 1);
+    one(0x245, "MPI_UNSIGNED_CHAR", U8, 1);
+    one(0x247, "MPI_BYTE", Byte, 1);
+    one(0x248, "MPI_INT16_T", I16, 2);
+    one(0x249, "MPI_UINT16_T", U16, 2);
+    one(0x250, "MPI_INT32_T", I32, 4);
+    one(0x251, "MPI_UINT32_T", U32, 4);
+    one(0x258, "MPI_INT64_T", I64, 8);
+    one(0x259, "MPI_UINT64_T", U64, 8);
+    // The pair types, laid out as C lays out struct { value; int; }.
+    let mut pair = |h: usize, name: &str, b: Basic, vsize: usize, ioff: isize, extent: isize| {
+        let mut d = Dtype::named(name, b, &[(0, vsize), (ioff, 4)], extent);
+        d.nbasic = 2;
+        t[h - 0x200] = Some(d);
+    };
+    pair(0x228, "MPI_FLOAT_INT", FloatInt, 4, 4, 8);
+    pair(0x229, "MPI_DOUBLE_INT", DoubleInt, 8, 8, 16);
+    pair(0x22a, "MPI_LONG_INT", LongInt, 8, 8, 16);
+    pair(0x22b, "MPI_2INT", TwoInt, 4, 4, 8);
+    pair(0x22c, "MPI_SHORT_INT", ShortInt, 2, 4, 8);
+    pair(0x22d, "MPI_LONG_DOUBLE_INT", LongDoubleInt, 16, 16, 32);
+    for (h, name) in [(0x2f0, "MPI_LB"), (0x2f1, "MPI_UB")] {
+        let mut d = Dtype::named(name, Marker, &[], 0);
+        d.nbasic = 0;
+        t[h - 0x200] = Some(d);
+    }
+    t
+});
+
+/// A datatype the program named: predefined (static) or made by a constructor.
+pub enum TypeRef {
+    Static(&'static Dtype),
+    Made(Arc<Dtype>),
+}
+
+impl std::ops::Deref for TypeRef {
+    type Target = Dtype;
+    fn deref(&self) -> &Dtype {
+        match self {
+            TypeRef::Static(d) => d,
+            TypeRef::Made(d) => d,
+        }
+    }
+}
+
+fn bad_type(h: H) -> crate::err::Fail {
+    if h == abi::DATATYPE_NULL {
+        return fail(class::TYPE, "the datatype is MPI_DATATYPE_NULL");
+    }
+    fail(
+        class::TYPE,
+        format!("{h:#x} is not a datatype handle (freed, or never made)"),
+    )
+}
+
+/// The datatype `h` names (committed or not).
+pub fn lookup(rt: &state::Rt, h: H) -> R<TypeRef> {
+    if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
+        return PREDEFINED[h - abi::DATATYPE_NULL]
+            .as_ref()
+            .map(TypeRef::Static)
+            .ok_or_else(|| bad_type(h));
+    }
+    index(KIND_TYPE, h)
+        .and_then(|i| rt.types.get(i).cloned().flatten())
+        .map(TypeRef::Made)
+        .ok_or_else(|| bad_type(h))
+}
+
+/// The datatype `h` names, for communication: it must be committed.
+pub fn committed(rt: &state::Rt, h: H) -> R<TypeRef> {
+    let t = lookup(rt, h)?;
+    if !t.committed {
+        return Err(fail(
+            class::TYPE,
+            format!(
+                "datatype {} is not committed: call MPI_Type_commit before communicating with it",
+                t.name_or(h)
+            ),
+        ));
+    }
+    Ok(t)
+}
+
+impl Dtype {
+    fn name_or(&self, h: H) -> String {
+        if self.name.is_empty() {
+            format!("{h:#x}")
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// A part of a new type: `count` elements of `t` from displacement `disp` (bytes), spaced by
+/// `t`'s extent.
+struct Part<'a> {
+    disp: isize,
+    count: usize,
+    t: &'a Dtype,
+}
+
+/// Builds a type from its parts, in typemap order.
+fn build(parts: &[Part], combiner: c_int) -> Dtype {
+    let mut blocks = Vec::new();
+    let (mut lb, mut ub) = (isize::MAX, isize::MIN);
+    let (mut tlb, mut tub) = (isize::MAX, isize::MIN);
+    let (mut mlb, mut mub): (Option<isize>, Option<isize>) = (None, None);
+    let mut size = 0usize;
+    let mut basic: Option<Option<Basic>> = None;
+    let mut nbasic = 0;
+    for p in parts {
+        let is_lb = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_LB";
+        let is_ub = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_UB";
+        if is_lb {
+            mlb = Some(mlb.map_or(p.disp, |m| m.min(p.disp)));
+            continue;
+        }
+        if is_ub {
+            mub = Some(mub.map_or(p.disp, |m| m.max(p.disp)));
+            continue;
+        }
+        if p.count == 0 {
+            continue;
+        }
+        let ext = p.t.extent();
+        for i in 0..p.count {
+            let base = p.disp + i as isize * ext;
+            for &(o, l) in &p.t.blocks {
+                push_block(&mut blocks, base + o, l);
+            }
+        }
+        let first = p.disp;
+        let last = p.disp + (p.count as isize - 1) * ext;
+        lb = lb.min(first.min(last) + p.t.lb);
+        ub = ub.max(first.max(last) + p.t.ub);
+        if p.t.size > 0 {
+            tlb = tlb.min(first.min(last) + p.t.true_lb);
+            tub = tub.max(first.max(last) + p.t.true_ub);
+        }
+        if p.t.lb_marked {
+            mlb = Some(mlb.map_or(first + p.t.lb, |m| m.min(first + p.t.lb)));
+        }
+        if p.t.ub_marked {
+            mub = Some(mub.map_or(last + p.t.ub, |m| m.max(last + p.t.ub)));
+        }
+        size += p.count * p.t.size;
+        nbasic += p.count * p.t.nbasic;
+        basic = Some(match basic {
+            None => p.t.basic,
+            Some(b) if b == p.t.basic => b,
+            Some(_) => None,
+        });
+    }
+    if lb == isize::MAX {
+        lb = 0;
+        ub = 0;
+    }
+    if tlb == isize::MAX {
+        tlb = 0;
+        tub = 0;
+    }
+    let lb = mlb.unwrap_or(lb);
+    let ub = mub.unwrap_or(ub);
+    let contig = (blocks.is_empty() && ub == lb)
+        || (blocks.len() == 1 && blocks[0].0 == 0 && lb == 0 && blocks[0].1 as isize == ub);
+    Dtype {
+        size,
+        lb,
+        ub,
+        true_lb: tlb,
+        true_ub: tub,
+        blocks,
+        contig,
+        basic: basic.flatten(),
+        nbasic,
+        name: String::new(),
+        combiner,
+        ints: vec![],
+        aints: vec![],
+        types: vec![],
+        committed: false,
+        lb_marked: mlb.is_some(),
+        ub_marked: mub.is_some(),
+    }
+}
+
+fn count_of(n: c_int, what: &str) -> R<usize> {
+    if n < 0 {
+        return Err(fail(class::COUNT, format!("{what} is negative ({n})")));
+    }
+    Ok(n as usize)
+}
+
+/// Stores a new type and writes its handle.
+fn store(mut d: Dtype, ints: Vec<c_int>, aints: Vec<Aint>, types: Vec<H>, out: *mut H) -> R {
+    d.ints = ints;
+    d.aints = aints;
+    d.types = types;
+    let mut rt = rt()?;
+    let d = Arc::new(d);
+    let i = match rt.types.iter().position(|s| s.is_none()) {
+        Some(i) => {
+            rt.types[i] = Some(d);
+            i
+        }
+        None => {
+            rt.types.push(Some(d));
+            rt.types.len() - 1
+        }
+    };
+    // SAFETY: the caller's output argument.
+    unsafe { put(out, handle(KIND_TYPE, i)) }
+}
+
+fn old(h: H) -> R<TypeRef> {
+    let rt = rt()?;
+    let t = lookup(&rt, h)?;
+    Ok(t)
+}
+
+crate::mpi! {
+    fn MPI_Type_size / PMPI_Type_size(datatype: H, size: *mut c_int) {
+        let t = old(datatype)?;
+        let s = c_int::try_from(t.size).unwrap_or(abi::UNDEFINED);
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, s) }
+    }
+
+    fn MPI_Type_size_x / PMPI_Type_size_x(datatype: H, size: *mut Count) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, t.size as Count) }
+    }
+
+    fn MPI_Type_get_extent / PMPI_Type_get_extent(datatype: H, lb: *mut Aint, extent: *mut Aint) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(lb, t.lb)?;
+            put(extent, t.extent())
+        }
+    }
+
+    fn MPI_Type_get_extent_x / PMPI_Type_get_extent_x(datatype: H, lb: *mut Count, extent: *mut Count) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(lb, t.lb as Count)?;
+            put(extent, t.extent() as Count)
+        }
+    }
+
+    fn MPI_Type_get_true_extent / PMPI_Type_get_true_extent(datatype: H, true_lb: *mut Aint, true_extent: *mut Aint) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(true_lb, t.true_lb)?;
+            put(true_extent, t.true_ub - t.true_lb)
+        }
+    }
+
+    fn MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, oldtype: H, newtype: *mut H) {
+        let n = count_of(count, "count")?;
+        let t = old(oldtype)?;
+        let d = build(&[Part { disp: 0, count: n, t: &t }], abi::COMBINER_CONTIGUOUS);
+        store(d, vec![count], vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_vector / PMPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: H, newtype: *mut H) {
+        let n = count_of(count, "count")?;
+        let bl = count_of(blocklength, "blocklength")?;
+        let t = old(oldtype)?;
+        let parts: Vec<Part> = (0..n)
+            .map(|i| Part { disp: i as isize * stride as isize * t.extent(), count: bl, t: &t })
+            .collect();
+        let d = build(&parts, abi::COMBINER_VECTOR);
+        store(d, vec![count, blocklength, stride], vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: Aint, oldtype: H, newtype: *mut H) {
+        let n = count_of(count, "count")?;
+        let bl = count_of(blocklength, "blocklength")?;
+        let t = old(oldtype)?;
+        let parts: Vec<Part> = (0..n)
+            .map(|i| Part { disp: i as isize * stride, count: bl, t: &t })
+            .collect();
+        let d = build(&parts, abi::COMBINER_HVECTOR);
+        store(d, vec![count, blocklength], vec![stride], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_indexed / PMPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: both arrays hold count entries.
+        let (bls, ds) = unsafe { (array(array_of_blocklengths, count)?, array(array_of_displacements, count)?) };
+        let t = old(oldtype)?;
+        let mut parts = Vec::with_capacity(bls.len());
+        for (&b, &d) in bls.iter().zip(ds) {
+            parts.push(Part { disp: d as isize * t.extent(), count: count_of(b, "a block length")?, t: &t });
+        }
+        let d = build(&parts, abi::COMBINER_INDEXED);
+        let mut ints = vec![count];
+        ints.extend_from_slice(bls);
+        ints.extend_from_slice(ds);
+        store(d, ints, vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_create_hindexed / PMPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const Aint, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: both arrays hold count entries.
+        let (bls, ds) = unsafe { (array(array_of_blocklengths, count)?, array(array_of_displacements, count)?) };
+        let t = old(oldtype)?;
+        let mut parts = Vec::with_capacity(bls.len());
+        for (&b, &d) in bls.iter().zip(ds) {
+            parts.push(Part { disp: d, count: count_of(b, "a block length")?, t: &t });
+        }
+        let d = build(&parts, abi::COMBINER_HINDEXED);
+        let mut ints = vec![count];
+        ints.extend_from_slice(bls);
+        store(d, ints, ds.to_vec(), vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_create_indexed_block / PMPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: the array holds count entries.
+        let ds = unsafe { array(array_of_displacements, count)? };
+        let bl = count_of(blocklength, "blocklength")?;
+        let t = old(oldtype)?;
+        let parts: Vec<Part> = ds.iter().map(|&d| Part { disp: d as isize * t.extent(), count: bl, t: &t }).collect();
+        let d = build(&parts, abi::COMBINER_INDEXED_BLOCK);
+        let mut ints = vec![count, blocklength];
+        ints.extend_from_slice(ds);
+        store(d, ints, vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const Aint, array_of_types: *const H, newtype: *mut H) {
+        // SAFETY: MPI: the three arrays hold count entries.
+        let (bls, ds, ts) = unsafe {
+            (array(array_of_blocklengths, count)?, array(array_of_displacements, count)?, array(array_of_types, count)?)
+        };
+        let olds: Vec<TypeRef> = ts.iter().map(|&h| old(h)).collect::<R<_>>()?;
+        let mut parts = Vec::with_capacity(olds.len());
+        for ((&b, &d), t) in bls.iter().zip(ds).zip(&olds) {
+            parts.push(Part { disp: d, count: count_of(b, "a block length")?, t });
+        }
+        let mut d = build(&parts, abi::COMBINER_STRUCT);
+        // C's struct rule for the extent: padded to the strictest alignment of its members
+        // (MPI-3.1 section 4.1.6), so that an array of such structs lines up.
+        if !d.ub_marked {
+            let align = olds.iter().map(|t| alignment(t)).max().unwrap_or(1) as isize;
+            let ext = d.ub - d.lb;
+            let padded = (ext + align - 1) / align * align;
+            d.ub = d.lb + padded;
+            d.contig = d.blocks.len() == 1 && d.blocks[0].0 == 0 && d.lb == 0 && d.blocks[0].1 as isize == d.ub;
+        }
+        let mut ints = vec![count];
+        ints.extend_from_slice(bls);
+        store(d, ints, ds.to_vec(), ts.to_vec(), newtype)
+    }
+
+    fn MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: the three arrays hold ndims entries.
+        let (sz, sub, st) = unsafe {
+            (array(array_of_sizes, ndims)?, array(array_of_subsizes, ndims)?, array(array_of_starts, ndims)?)
+        };
+        if ndims < 1 {
+            return Err(fail(class::ARG, format!("ndims must be at least 1, not {ndims}")));
+        }
+        for d in 0..sz.len() {
+            if sz[d] < 1 || sub[d] < 1 || sub[d] > sz[d] || st[d] < 0 || st[d] > sz[d] - sub[d] {
+                return Err(fail(class::ARG, format!(
+                    "dimension {d}: size {}, subsize {}, start {} do not describe a subarray (need 1 <= subsize <= size and 0 <= start <= size - subsize)",
+                    sz[d], sub[d], st[d])));
+            }
+        }
+        if order != abi::ORDER_C && order != abi::ORDER_FORTRAN {
+            return Err(fail(class::ARG, format!("order {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN")));
+        }
+        let t = old(oldtype)?;
+        // Dimensions from the slowest-varying to the fastest.
+        let dims: Vec<usize> = if order == abi::ORDER_C { (0..sz.len()).collect() } else { (0..sz.len()).rev().collect() };
+        let last = *dims.last().expect("ndims >= 1");
+        // Byte stride of each dimension.
+        let mut stride = vec![0isize; sz.len()];
+        let mut s = t.extent();
+        for &d in dims.iter().rev() {
+            stride[d] = s;
+            s *= sz[d] as isize;
+        }
+        let total = s;
+        // One part per row of the fastest dimension.
+        let mut parts = Vec::new();
+        let mut idx = vec![0i32; sz.len()];
+        loop {
+            let mut disp = 0isize;
+            for &d in &dims {
+                let i = if d == last { 0 } else { idx[d] };
+                disp += (st[d] + i) as isize * stride[d];
+            }
+            parts.push(Part { disp, count: sub[last] as usize, t: &t });
+            // Next row: odometer over every dimension but the fastest.
+            let mut k = dims.len() as isize - 2;
+            loop {
+                if k < 0 {
+                    break;
+                }
+                let d = dims[k as usize];
+                idx[d] += 1;
+                if idx[d] < sub[d] {
+                    break;
+                }
+                idx[d] = 0;
+                k -= 1;
+            }
+            if k < 0 {
+                break;
+            }
+        }
+        let mut d = build(&parts, abi::COMBINER_SUBARRAY);
+        d.lb = 0;
+        d.ub = total;
+        d.contig = d.blocks.len() == 1 && d.blocks[0].0 == 0 && d.blocks[0].1 as isize == total;
+        let mut ints = vec![ndims];
+        ints.extend_from_slice(sz);
+        ints.extend_from_slice(sub);
+        ints.extend_from_slice(st);
+        ints.push(order);
+        store(d, ints, vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_create_resized / PMPI_Type_create_resized(oldtype: H, lb: Aint, extent: Aint, newtype: *mut H) {
+        let t = old(oldtype)?;
+        let mut d = build(&[Part { disp: 0, count: 1, t: &t }], abi::COMBINER_RESIZED);
+        d.lb = lb;
+        d.ub = lb + extent;
+        d.lb_marked = true;
+        d.ub_marked = true;
+        d.contig = d.blocks.len() == 1 && d.blocks[0].0 == 0 && lb == 0 && d.blocks[0].1 as isize == extent;
+        store(d, vec![], vec![lb, extent], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_dup / PMPI_Type_dup(oldtype: H, newtype: *mut H) {
+        let t = old(oldtype)?;
+        let mut d = (*t).clone();
+        d.combiner = abi::COMBINER_DUP;
+        d.name = String::new();
+        store(d, vec![], vec![], vec![oldtype], newtype)
+    }
+
+    fn MPI_Type_commit / PMPI_Type_commit(datatype: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(datatype)? };
+        let mut rt = rt()?;
+        if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
+            lookup(&rt, h)?;
+            return Ok(());
+        }
+        let i = index(KIND_TYPE, h).ok_or_else(|| bad_type(h))?;
+        let slot = rt.types.get_mut(i).and_then(|s| s.as_mut()).ok_or_else(|| bad_type(h))?;
+        Arc::make_mut(slot).committed = true;
+        Ok(())
+    }
+
+    fn MPI_Type_free / PMPI_Type_free(datatype: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(datatype)? };
+        if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
+            return Err(fail(class::TYPE, "a predefined datatype cannot be freed"));
+        }
+        let mut rt = rt()?;
+        let i = index(KIND_TYPE, h).ok_or_else(|| bad_type(h))?;
+        // Operations in flight hold their own reference (MPI lets a type be freed meanwhile).
+        rt.types.get_mut(i).and_then(|s| s.take()).ok_or_else(|| bad_type(h))?;
+        drop(rt);
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(datatype, abi::DATATYPE_NULL) }
+    }
+
+    fn MPI_Type_set_name / PMPI_Type_set_name(datatype: H, type_name: *const c_char) {
+        // SAFETY: MPI: a C string.
+        let name = unsafe { crate::err::c_str(type_name)? };
+        let mut rt = rt()?;
+        if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&datatype) {
+            return Err(fail(class::TYPE, "volley's MPI keeps the standard names of predefined datatypes"));
+        }
+        let i = index(KIND_TYPE, datatype).ok_or_else(|| bad_type(datatype))?;
+        let slot = rt.types.get_mut(i).and_then(|s| s.as_mut()).ok_or_else(|| bad_type(datatype))?;
+        Arc::make_mut(slot).name = name;
+        Ok(())
+    }
+
+    fn MPI_Type_get_name / PMPI_Type_get_name(datatype: H, type_name: *mut c_char, resultlen: *mut c_int) {
+        let t = old(datatype)?;
+        // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.
+        unsafe { put_str(type_name, abi::MAX_OBJECT_NAME, resultlen, &t.name) }
+    }
+
+    fn MPI_Type_get_envelope / PMPI_Type_get_envelope(datatype: H, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(num_integers, t.ints.len() as c_int)?;
+            put(num_addresses, t.aints.len() as c_int)?;
+            put(num_datatypes, t.types.len() as c_int)?;
+            put(combiner, t.combiner)
+        }
+    }
+
+    fn MPI_Type_get_contents / PMPI_Type_get_contents(datatype: H, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut Aint, array_of_datatypes: *mut H) {
+        let t = old(datatype)?;
+        if t.combiner == abi::COMBINER_NAMED {
+            return Err(fail(class::ARG, "MPI_Type_get_contents is erroneous on a predefined datatype (its combiner is MPI_COMBINER_NAMED)"));
+        }
+        if (max_integers as usize) < t.ints.len() || (max_addresses as usize) < t.aints.len() || (max_datatypes as usize) < t.types.len() {
+            return Err(fail(class::ARG, "an output array is smaller than MPI_Type_get_envelope said it must be"));
+        }
+        // SAFETY: MPI: the arrays hold the max_* entries, which hold the contents.
+        unsafe {
+            crate::err::array_mut(array_of_integers, t.ints.len() as c_int)?.copy_from_slice(&t.ints);
+            crate::err::array_mut(array_of_addresses, t.aints.len() as c_int)?.copy_from_slice(&t.aints);
+            crate::err::array_mut(array_of_datatypes, t.types.len() as c_int)?.copy_from_slice(&t.types);
+        }
+        Ok(())
+    }
+
+    fn MPI_Pack / PMPI_Pack(inbuf: *const std::ffi::c_void, incount: c_int, datatype: H, outbuf: *mut std::ffi::c_void, outsize: c_int, position: *mut c_int, comm: H) [comm] {
+        let n = count_of(incount, "incount")?;
+        let t = { let rt = rt()?; rt.comm(comm)?; committed(&rt, datatype)? };
+        // SAFETY: the caller's in-out argument.
+        let pos = unsafe { get(position)? };
+        let need = n * t.size;
+        if pos < 0 || outsize < 0 || pos as usize + need > outsize as usize {
+            return Err(fail(class::TRUNCATE, format!(
+                "MPI_Pack: {need} bytes do not fit at position {pos} of a {outsize}-byte buffer")));
+        }
+        // SAFETY: MPI: outbuf holds outsize bytes, inbuf incount elements of the type.
+        unsafe {
+            let out = std::slice::from_raw_parts_mut((outbuf as *mut u8).add(pos as usize), need);
+            t.pack(inbuf as *const u8, n, out);
+            put(position, pos + need as c_int)
+        }
+    }
+
+    fn MPI_Unpack / PMPI_Unpack(inbuf: *const std::ffi::c_void, insize: c_int, position: *mut c_int, outbuf: *mut std::ffi::c_void, outcount: c_int, datatype: H, comm: H) [comm] {
+        let n = count_of(outcount, "outcount")?;
+        let t = { let rt = rt()?; rt.comm(comm)?; committed(&rt, datatype)? };
+        // SAFETY: the caller's in-out argument.
+        let pos = unsafe { get(position)? };
+        let need = n * t.size;
+        if pos < 0 || insize < 0 || pos as usize + need > insize as usize {
+            return Err(fail(class::TRUNCATE, format!(
+                "MPI_Unpack: {need} bytes wanted at position {pos} of a {insize}-byte buffer")));
+        }
+        // SAFETY: MPI: inbuf holds insize bytes, outbuf outcount elements of the type.
+        unsafe {
+            let data = std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), need);
+            t.unpack(data, outbuf as *mut u8, n);
+            put(position, pos + need as c_int)
+        }
+    }
+
+    fn MPI_Pack_size / PMPI_Pack_size(incount: c_int, datatype: H, comm: H, size: *mut c_int) [comm] {
+        let n = count_of(incount, "incount")?;
+        let t = { let rt = rt()?; rt.comm(comm)?; lookup(&rt, datatype)? };
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, (n * t.size) as c_int) }
+    }
+
+    fn MPI_Get_address / PMPI_Get_address(location: *const std::ffi::c_void, address: *mut Aint) {
+        // SAFETY: the caller's output argument.
+        unsafe { put(address, location as Aint) }
+    }
+}
+
+/// MPI_Aint_add: address arithmetic as the standard defines it (no MPI state needed).
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_add(base: Aint, disp: Aint) -> Aint {
+    base.wrapping_add(disp)
+}
+#[no_mangle]
+pub extern "C" fn MPI_Aint_add(base: Aint, disp: Aint) -> Aint {
+    PMPI_Aint_add(base, disp)
+}
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
+    addr1.wrapping_sub(addr2)
+}
+#[no_mangle]
+pub extern "C" fn MPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
+    PMPI_Aint_diff(addr1, addr2)
+}
+
+/// The alignment C gives a member of this type (its largest basic element, at most 16).
+fn alignment(t: &Dtype) -> usize {
+    use Basic::*;
+    match t.basic {
+        Some(I8 | U8 | Bool | Byte) => 1,
+        Some(I16 | U16) => 2,
+        Some(I32 | U32 | F32 | C32 | TwoInt | FloatInt | ShortInt) => 4,
+        Some(LongDouble | LongDoubleComplex | LongDoubleInt) => 16,
+        Some(Marker) => 1,
+        Some(_) => 8,
+        None => {
+            // A derived type of mixed members: the strictest of its named parts.
+            if t.size == 0 {
+                1
+            } else {
+                8.min(t.size.next_power_of_two())
+            }
+        }
+    }
+}

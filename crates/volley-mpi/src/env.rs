@@ -1,0 +1,279 @@
+//! The environment: initialisation and finalisation, thread levels, the clock, Abort, versions,
+//! error handlers and the predefined attributes.
+
+use crate::abi::{self, class, H};
+use crate::err::{fail, get, put, put_str, R};
+use crate::state::{self, handle, index, rt, Rt, Slab, CTX_WORDS, KIND_ERRH};
+use std::ffi::{c_char, c_void};
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+/// Joins the job and builds the face's state: MPI_COMM_WORLD (context 0) and MPI_COMM_SELF
+/// (context 1).
+fn init(required: c_int) -> R<c_int> {
+    match state::PHASE.load(Ordering::Acquire) {
+        0 => {}
+        state::PHASE_RUNNING => {
+            return Err(fail(
+                class::OTHER,
+                "MPI_Init was called twice: call it once per process",
+            ))
+        }
+        _ => {
+            return Err(fail(
+                class::OTHER,
+                "MPI cannot be initialised again after MPI_Finalize",
+            ))
+        }
+    }
+    let world = volley::World::init()
+        .map_err(|e| crate::err::fatal("MPI_Init", &format!("cannot join the job: {e}")))?;
+    // volley's world is used by one thread at a time: MPI_THREAD_SERIALIZED at most.
+    let provided = required.clamp(abi::THREAD_SINGLE, abi::THREAD_SERIALIZED);
+    let mut rt = Rt {
+        world,
+        thread_level: provided,
+        main_thread: std::thread::current().id(),
+        comms: Vec::new(),
+        types: Vec::new(),
+        groups: Vec::new(),
+        reqs: Slab::default(),
+        msgs: Slab::default(),
+        ops: Vec::new(),
+        errhandlers: Vec::new(),
+        keyvals: Vec::new(),
+        ctx_free: [u64::MAX; CTX_WORDS],
+        bsend_buf: None,
+        bsend_used: 0,
+        orphans: Vec::new(),
+    };
+    let all: Arc<[usize]> = (0..rt.world.size()).collect();
+    let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);
+    let wc = rt.make_comm(0, all)?;
+    let sc = rt.make_comm(1, me)?;
+    rt.ctx_take(0, true);
+    rt.ctx_take(1, true);
+    rt.add_comm(wc, abi::ERRORS_ARE_FATAL);
+    rt.add_comm(sc, abi::ERRORS_ARE_FATAL);
+    rt.comms[0].as_mut().expect("just made").name = "MPI_COMM_WORLD".into();
+    rt.comms[1].as_mut().expect("just made").name = "MPI_COMM_SELF".into();
+    ATTRS[ATTR_UNIVERSE].store(rt.world.size() as c_int, Ordering::Relaxed);
+    state::install(rt);
+    Ok(provided)
+}
+
+/// The values the predefined attributes point to (MPI_Comm_get_attr hands out their addresses).
+static ATTRS: [AtomicI32; 6] = [
+    AtomicI32::new(abi::MAX_TAG),
+    AtomicI32::new(abi::PROC_NULL),
+    AtomicI32::new(abi::ANY_SOURCE),
+    AtomicI32::new(0),
+    AtomicI32::new(0),
+    AtomicI32::new(0),
+];
+const ATTR_UNIVERSE: usize = 5;
+
+/// The address of a predefined attribute's value, if `keyval` names one.
+pub fn predefined_attr(keyval: c_int) -> Option<*mut c_void> {
+    let i = match keyval {
+        abi::TAG_UB => 0,
+        abi::HOST => 1,
+        abi::IO => 2,
+        abi::WTIME_IS_GLOBAL => 3,
+        abi::APPNUM => 4,
+        abi::UNIVERSE_SIZE => ATTR_UNIVERSE,
+        abi::LASTUSEDCODE => return Some(&LASTUSED as *const AtomicI32 as *mut c_void),
+        _ => return None,
+    };
+    Some(&ATTRS[i] as *const AtomicI32 as *mut c_void)
+}
+static LASTUSED: AtomicI32 = AtomicI32::new(class::LASTCODE);
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// MPI_Wtime: seconds on the monotonic clock (nanosecond resolution), from a fixed point in this
+/// process's life. Needs no initialisation.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtime() -> f64 {
+    EPOCH.elapsed().as_secs_f64()
+}
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> f64 {
+    PMPI_Wtime()
+}
+/// MPI_Wtick: the clock's resolution.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtick() -> f64 {
+    1e-9
+}
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> f64 {
+    PMPI_Wtick()
+}
+
+/// MPI_Pcontrol: profiling control. Without a profiling tool there is nothing to control; a tool
+/// that wraps it sees the call. (C declares it variadic; the level is the only argument read.)
+#[no_mangle]
+pub extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
+    PMPI_Pcontrol(level)
+}
+
+const LIBRARY_VERSION: &str = concat!(
+    "volley MPI ",
+    env!("CARGO_PKG_VERSION"),
+    " (MPI 3.1 point-to-point, communicators, groups, datatypes; on volley's shared-memory rings and network protocol)"
+);
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+crate::mpi! {
+    fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) {
+        init(abi::THREAD_SINGLE).map(|_| ())
+    }
+
+    fn MPI_Init_thread / PMPI_Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) {
+        let p = init(required)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(provided, p) }
+    }
+
+    fn MPI_Initialized / PMPI_Initialized(flag: *mut c_int) {
+        let f = state::PHASE.load(Ordering::Acquire) != 0;
+        // SAFETY: the caller's output argument.
+        unsafe { put(flag, f as c_int) }
+    }
+
+    fn MPI_Finalized / PMPI_Finalized(flag: *mut c_int) {
+        let f = state::PHASE.load(Ordering::Acquire) == state::PHASE_FINALIZED;
+        // SAFETY: the caller's output argument.
+        unsafe { put(flag, f as c_int) }
+    }
+
+    fn MPI_Finalize / PMPI_Finalize() {
+        {
+            let mut rt = rt()?;
+            // Buffered sends and requests the program freed finish first.
+            crate::p2p::finish_all(&mut rt);
+        }
+        // Closing the world sends what is queued and tells the peers this rank is done.
+        drop(state::uninstall());
+        Ok(())
+    }
+
+    fn MPI_Query_thread / PMPI_Query_thread(provided: *mut c_int) {
+        let p = rt()?.thread_level;
+        // SAFETY: the caller's output argument.
+        unsafe { put(provided, p) }
+    }
+
+    fn MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) {
+        let main = rt()?.main_thread == std::thread::current().id();
+        // SAFETY: the caller's output argument.
+        unsafe { put(flag, main as c_int) }
+    }
+
+    fn MPI_Abort / PMPI_Abort(comm: H, errorcode: c_int) {
+        let rank = state::world_rank().map(|r| r.to_string()).unwrap_or_else(|| "?".into());
+        let _ = comm;
+        eprintln!("volley MPI: MPI_Abort called on rank {rank} with error code {errorcode}; the job ends");
+        // The launcher stops every other rank when one exits with an error, and exits with this
+        // rank's code. (An exit code is 8 bits: 256 would read as success, so it stays 255.)
+        let code = if errorcode != 0 && errorcode & 0xff == 0 { 255 } else { errorcode & 0xff };
+        std::process::exit(if code == 0 { 1 } else { code })
+    }
+
+    fn MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) {
+        // SAFETY: MPI: name holds MPI_MAX_PROCESSOR_NAME bytes.
+        unsafe { put_str(name, abi::MAX_PROCESSOR_NAME, resultlen, &hostname()) }
+    }
+
+    fn MPI_Get_version / PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) {
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(version, 3)?;
+            put(subversion, 1)
+        }
+    }
+
+    fn MPI_Get_library_version / PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) {
+        // SAFETY: MPI: version holds MPI_MAX_LIBRARY_VERSION_STRING bytes.
+        unsafe { put_str(version, abi::MAX_LIBRARY_VERSION_STRING, resultlen, LIBRARY_VERSION) }
+    }
+
+    fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: H, errhandler: H) [comm] {
+        let mut rt = rt()?;
+        match errhandler {
+            abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => {}
+            h => {
+                index(KIND_ERRH, h).and_then(|i| rt.errhandlers.get(i).copied().flatten()).ok_or_else(|| {
+                    fail(class::ERRHANDLER, format!("{h:#x} is not an error handler"))
+                })?;
+            }
+        }
+        rt.comm_slot_mut(comm)?.errhandler = errhandler;
+        Ok(())
+    }
+
+    fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: H, errhandler: *mut H) [comm] {
+        let h = rt()?.comm_slot(comm)?.errhandler;
+        // SAFETY: the caller's output argument.
+        unsafe { put(errhandler, h) }
+    }
+
+    fn MPI_Comm_create_errhandler / PMPI_Comm_create_errhandler(function: Option<state::ErrFn>, errhandler: *mut H) {
+        let f = function.ok_or_else(|| fail(class::ARG, "the error handler function is a null pointer"))?;
+        let mut rt = rt()?;
+        rt.errhandlers.push(Some(f));
+        let h = handle(KIND_ERRH, rt.errhandlers.len() - 1);
+        // SAFETY: the caller's output argument.
+        unsafe { put(errhandler, h) }
+    }
+
+    fn MPI_Errhandler_free / PMPI_Errhandler_free(errhandler: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(errhandler)? };
+        // A handler in use by a communicator stays usable (MPI frees it when unused); volley
+        // keeps user handlers for the process's life, a few bytes each.
+        if !matches!(h, abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT) && index(KIND_ERRH, h).is_none() {
+            return Err(fail(class::ERRHANDLER, format!("{h:#x} is not an error handler")));
+        }
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(errhandler, abi::ERRHANDLER_NULL) }
+    }
+
+    fn MPI_Comm_call_errhandler / PMPI_Comm_call_errhandler(comm: H, errorcode: c_int) {
+        {
+            rt()?.comm_slot(comm)?;
+        }
+        let class = crate::err::class_of(errorcode).unwrap_or(class::OTHER);
+        match state::errhandler_of(comm) {
+            state::Handler::Return => Ok(()),
+            state::Handler::User(f) => {
+                let mut c = comm;
+                let mut e = errorcode;
+                // SAFETY: the program's handler, called as MPI defines.
+                unsafe { f(&mut c, &mut e) };
+                Ok(())
+            }
+            state::Handler::Fatal => crate::err::fatal(
+                "MPI_Comm_call_errhandler",
+                &crate::err::string_of(errorcode).unwrap_or_else(|| format!("error class {class}")),
+            ),
+        }
+    }
+}

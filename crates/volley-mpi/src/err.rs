@@ -1,0 +1,319 @@
+//! MPI's errors: classes and codes, what each says, error handlers, and the small helpers that
+//! read and write the C caller's memory.
+//!
+//! A code is its class in the low 8 bits and, above them, the slot of a message that says what
+//! went wrong in words (the last 64 are kept): `MPI_Error_class` masks, `MPI_Error_string`
+//! prints the class's text and the message. A failure goes to the handler of the communicator
+//! it happened on: MPI_ERRORS_ARE_FATAL (the default) prints which function failed, on which
+//! rank and why, then ends the job; MPI_ERRORS_RETURN returns the code; a user's handler is
+//! called with the communicator and the code.
+
+use crate::abi::{self, class, H};
+use crate::state::{self, PHASE_RUNNING};
+use std::ffi::c_char;
+use std::os::raw::c_int;
+use std::sync::atomic::Ordering;
+use volley_sys::Exclusive;
+
+/// A failed MPI call: its class and what to tell the user.
+#[derive(Debug)]
+pub struct Fail {
+    pub class: c_int,
+    pub msg: String,
+    /// The communicator whose error handler decides, when not the call's own (a request's).
+    pub comm: Option<H>,
+}
+
+pub type R<T = ()> = Result<T, Fail>;
+
+pub fn fail(class: c_int, msg: impl Into<String>) -> Fail {
+    Fail {
+        class,
+        msg: msg.into(),
+        comm: None,
+    }
+}
+
+/// The messages of the latest failures, by slot (codes name them).
+struct Messages {
+    next: usize,
+    slots: Vec<String>,
+}
+const SLOTS: usize = 64;
+static MESSAGES: Exclusive<Messages> = Exclusive::new(Messages {
+    next: 0,
+    slots: Vec::new(),
+});
+
+/// A code for `class` whose string says `msg`.
+pub fn code_for(class: c_int, msg: String) -> c_int {
+    let Some(mut m) = MESSAGES.try_borrow_mut() else {
+        return class;
+    };
+    if m.slots.len() < SLOTS {
+        m.slots.resize(SLOTS, String::new());
+    }
+    let slot = m.next;
+    m.next = (m.next + 1) % SLOTS;
+    m.slots[slot] = msg;
+    class | (((slot + 1) as c_int) << 8)
+}
+
+pub fn class_of(code: c_int) -> Option<c_int> {
+    if code < 0 {
+        return None;
+    }
+    let c = code & 0xff;
+    let slot = code >> 8;
+    if slot as usize > SLOTS || describe(c).is_none() {
+        return None;
+    }
+    Some(c)
+}
+
+/// The text of a class.
+pub fn describe(class: c_int) -> Option<&'static str> {
+    Some(match class {
+        0 => "no error",
+        1 => "invalid buffer pointer",
+        2 => "invalid count argument",
+        3 => "invalid datatype",
+        4 => "invalid tag",
+        5 => "invalid communicator",
+        6 => "invalid rank",
+        7 => "invalid request",
+        8 => "invalid root",
+        9 => "invalid group",
+        10 => "invalid operation",
+        11 => "invalid topology",
+        12 => "invalid dimension argument",
+        13 => "invalid argument",
+        14 => "unknown error",
+        15 => "message truncated: the receive buffer is smaller than the message",
+        16 => "other error",
+        17 => "internal error in volley's MPI",
+        18 => "pending request",
+        19 => "error code is in the status",
+        36 => "invalid keyval",
+        39 => "out of memory",
+        40 => "collective arguments not identical on all processes",
+        58 => "operation not supported by volley's MPI",
+        61 => "invalid error handler",
+        75 => "a process the operation needs has failed (MPIX_ERR_PROC_FAILED)",
+        c if (20..=60).contains(&c) => "error (file, RMA, info or spawn class)",
+        _ => return None,
+    })
+}
+
+/// The full string of a code.
+pub fn string_of(code: c_int) -> Option<String> {
+    let class = class_of(code)?;
+    let mut s = describe(class)?.to_string();
+    let slot = (code >> 8) as usize;
+    if slot > 0 {
+        if let Some(m) = MESSAGES.try_borrow_mut() {
+            if let Some(msg) = m.slots.get(slot - 1).filter(|m| !m.is_empty()) {
+                s.push_str(": ");
+                s.push_str(msg);
+            }
+        }
+    }
+    Some(s)
+}
+
+/// The end of every exported call: success, or the failure handed to the error handler of
+/// communicator `comm`.
+pub fn finish(name: &str, comm: H, r: R) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(f) => raise(name, f.comm.unwrap_or(comm), f.class, f.msg),
+    }
+}
+
+/// A failure of `name` on `comm`: the handler decides.
+pub fn raise(name: &str, comm: H, class: c_int, msg: String) -> c_int {
+    let handler = state::errhandler_of(comm);
+    let code = code_for(class, format!("{name}: {msg}"));
+    match handler {
+        state::Handler::Return => code,
+        state::Handler::User(f) => {
+            let mut c = comm;
+            let mut e = code;
+            // SAFETY: a function the program registered with MPI_Comm_create_errhandler, called
+            // as MPI defines (a pointer to the communicator and to the code).
+            unsafe { f(&mut c, &mut e) };
+            code
+        }
+        state::Handler::Fatal => fatal(name, &msg),
+    }
+}
+
+/// MPI_ERRORS_ARE_FATAL: say what failed, where and why, then end the job (the launcher stops
+/// the other ranks when one exits with an error).
+pub fn fatal(name: &str, msg: &str) -> ! {
+    let rank = state::world_rank()
+        .map(|r| format!("rank {r}"))
+        .unwrap_or_else(|| "a rank".into());
+    eprintln!(
+        "volley MPI: {name} failed on {rank}: {msg}\nvolley MPI: the error handler is MPI_ERRORS_ARE_FATAL, so the job ends (set MPI_ERRORS_RETURN on the communicator to handle errors in the program)"
+    );
+    std::process::exit(1)
+}
+
+/// Fails unless MPI is initialised and not finalised.
+pub fn running() -> R {
+    match state::PHASE.load(Ordering::Acquire) {
+        PHASE_RUNNING => Ok(()),
+        0 => Err(fail(
+            class::OTHER,
+            "MPI is not initialised: call MPI_Init first",
+        )),
+        _ => Err(fail(
+            class::OTHER,
+            "MPI has been finalised: no MPI call may follow MPI_Finalize",
+        )),
+    }
+}
+
+/// Writes `v` to the caller's output argument `p`.
+///
+/// # Safety
+/// `p` is null (an error) or valid for a write of `T`.
+pub unsafe fn put<T>(p: *mut T, v: T) -> R {
+    if p.is_null() {
+        return Err(fail(class::ARG, "an output argument is a null pointer"));
+    }
+    // SAFETY: non-null, and valid for a write by the caller's contract.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Reads the caller's argument `p`.
+///
+/// # Safety
+/// `p` is null (an error) or valid for a read of `T`.
+pub unsafe fn get<T: Copy>(p: *const T) -> R<T> {
+    if p.is_null() {
+        return Err(fail(class::ARG, "an argument pointer is null"));
+    }
+    // SAFETY: non-null, and valid for a read by the caller's contract.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// The caller's array of `n` elements at `p` (empty when `n` is 0, whatever `p` is).
+///
+/// # Safety
+/// `p` is valid for reads of `n` elements when `n > 0`.
+pub unsafe fn array<'a, T>(p: *const T, n: c_int) -> R<&'a [T]> {
+    if n < 0 {
+        return Err(fail(class::COUNT, format!("negative count {n}")));
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(fail(class::ARG, "an array argument is a null pointer"));
+    }
+    // SAFETY: non-null, and valid for n elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n as usize) })
+}
+
+/// The caller's writable array of `n` elements at `p`.
+///
+/// # Safety
+/// `p` is valid for reads and writes of `n` elements when `n > 0`.
+pub unsafe fn array_mut<'a, T>(p: *mut T, n: c_int) -> R<&'a mut [T]> {
+    if n < 0 {
+        return Err(fail(class::COUNT, format!("negative count {n}")));
+    }
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(fail(class::ARG, "an array argument is a null pointer"));
+    }
+    // SAFETY: non-null, and valid for n elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n as usize) })
+}
+
+/// Copies `s` into the caller's string buffer of `cap` bytes (NUL-terminated, cut to fit) and
+/// its length into `len`.
+///
+/// # Safety
+/// `buf` is valid for `cap` bytes; `len` for an int.
+pub unsafe fn put_str(buf: *mut c_char, cap: usize, len: *mut c_int, s: &str) -> R {
+    if buf.is_null() {
+        return Err(fail(class::ARG, "the string buffer is a null pointer"));
+    }
+    let n = s.len().min(cap.saturating_sub(1));
+    // SAFETY: buf holds cap bytes by the caller's contract and n + 1 <= cap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    // SAFETY: as put's.
+    unsafe { put(len, n as c_int) }
+}
+
+/// The caller's NUL-terminated string.
+///
+/// # Safety
+/// `p` is null (an error) or a valid C string.
+pub unsafe fn c_str(p: *const c_char) -> R<String> {
+    if p.is_null() {
+        return Err(fail(class::ARG, "a string argument is a null pointer"));
+    }
+    // SAFETY: a valid NUL-terminated string by the caller's contract.
+    Ok(unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// What a core receive error is in MPI's terms.
+pub fn from_recv(e: &volley::RecvError) -> Fail {
+    use volley::RecvError as E;
+    let class = match e {
+        E::BufferTooSmall { .. } => class::TRUNCATE,
+        E::PeerLost(_) | E::NoSenders { .. } => class::PROC_FAILED,
+        E::NoSuchRank { .. } => class::RANK,
+        _ => class::OTHER,
+    };
+    fail(class, e.to_string())
+}
+
+/// What a core send error is in MPI's terms.
+pub fn from_send(e: &volley::SendError) -> Fail {
+    use volley::SendError as E;
+    let class = match e {
+        E::PeerLost(_) => class::PROC_FAILED,
+        E::NoSuchRank { .. } => class::RANK,
+        _ => class::OTHER,
+    };
+    fail(class, e.to_string())
+}
+
+pub fn from_request(e: &volley::RequestError) -> Fail {
+    match e {
+        volley::RequestError::Send(s) => from_send(s),
+        volley::RequestError::Recv(r) => from_recv(r),
+        other => fail(class::REQUEST, other.to_string()),
+    }
+}
+
+crate::mpi! {
+    fn MPI_Error_string / PMPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) {
+        let s = string_of(errorcode).ok_or_else(|| {
+            fail(class::ARG, format!("{errorcode} is not an error code of volley's MPI"))
+        })?;
+        // SAFETY: MPI: string holds MPI_MAX_ERROR_STRING bytes.
+        unsafe { put_str(string, abi::MAX_ERROR_STRING, resultlen, &s) }
+    }
+
+    fn MPI_Error_class / PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) {
+        let c = class_of(errorcode).ok_or_else(|| {
+            fail(class::ARG, format!("{errorcode} is not an error code of volley's MPI"))
+        })?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(errorclass, c) }
+    }
+}

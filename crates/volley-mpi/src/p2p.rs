@@ -1,0 +1,1363 @@
+//! Point-to-point: MPI's send modes, receives, probes, matched probes and requests, on the
+//! core's matcher and requests.
+//!
+//! A contiguous buffer is lent to the core as it is (no copy on the face's side: the core moves
+//! the bytes once, through the ring, by single copy or through the network); a non-contiguous
+//! one is packed into (or unpacked from) a buffer of the request's own.
+//!
+//! Send modes: standard and ready sends are the core's send; a synchronous send carries the
+//! core's `SYNC_TAG` flag in its tag, and completes when the receiver's acknowledgement (sent by
+//! the core the moment a receive matches it) arrives on the communicator's second context; a
+//! buffered send copies into the attached buffer's budget and completes at once.
+//!
+//! Truncation: a message longer than the receive buffer fails the core's receive, which leaves it
+//! queued and names its envelope; the face then takes it whole into a buffer of its size, copies
+//! what fits and reports MPI_ERR_TRUNCATE (nothing is lost silently).
+
+use crate::abi::{self, class, Status, H};
+use crate::dtype::{committed, TypeRef};
+use crate::err::{fail, from_recv, from_request, from_send, get, put, Fail, R};
+use crate::state::{handle, index, rt, CommCore, Rt, KIND_MSG, KIND_REQ};
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::sync::Arc;
+use volley::{RawBuf, RawBufMut, RecvError, RequestError, RequestId};
+
+/// The synchronous-send flag in the core's tag.
+pub const SYNC: u32 = volley::SYNC_TAG;
+
+/// A pointer into the program's memory, held by a request until it completes (MPI's buffer
+/// rule makes that sound; see the crate's safety contract).
+#[derive(Clone, Copy)]
+pub struct Ptr(pub *mut u8);
+// SAFETY: the memory belongs to the program, which lends it to MPI until the operation
+// completes; the face uses it from one thread at a time.
+unsafe impl Send for Ptr {}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Standard,
+    Sync,
+    Ready,
+    Buffered,
+}
+
+/// What a persistent request starts each time.
+#[derive(Clone, Copy)]
+pub struct Spec {
+    pub send: Option<Mode>,
+    pub buf: Ptr,
+    pub count: c_int,
+    pub dtype: H,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: H,
+}
+
+/// Where a receive's data goes.
+pub struct Target {
+    pub buf: Ptr,
+    pub count: usize,
+    pub dtype: TypeRef,
+}
+
+/// A request of the face.
+pub struct Req {
+    pub comm: H,
+    pub core_comm: Option<Arc<CommCore>>,
+    /// The core's request for the data, until it completes.
+    pub core: Option<RequestId>,
+    /// A synchronous send's acknowledgement receive, until it arrives.
+    pub ack: Option<RequestId>,
+    /// Completed: `status` (and `err`) hold the result.
+    pub done: bool,
+    pub status: Status,
+    pub err: Option<Fail>,
+    /// A receive: where its data goes (staged through `stage` when not contiguous).
+    pub target: Option<Target>,
+    /// Packed data of a non-contiguous send or receive, lent to the core.
+    pub stage: Vec<u8>,
+    /// A persistent request's operation; it is inactive while `core`, `ack` are None and not
+    /// `done`.
+    pub persistent: Option<Spec>,
+    pub active: bool,
+    /// Bytes a buffered send holds of the attached buffer.
+    pub bsend: usize,
+}
+
+impl Req {
+    fn finished(comm: H, status: Status) -> Req {
+        Req {
+            comm,
+            core_comm: None,
+            core: None,
+            ack: None,
+            done: true,
+            status,
+            err: None,
+            target: None,
+            stage: Vec::new(),
+            persistent: None,
+            active: true,
+            bsend: 0,
+        }
+    }
+}
+
+/// A message taken by MPI_Mprobe / MPI_Improbe, waiting for its MPI_Mrecv.
+pub struct Msg {
+    pub data: Vec<u8>,
+    pub status: Status,
+}
+
+fn check_tag(tag: c_int, any_ok: bool) -> R<Option<u32>> {
+    if any_ok && tag == abi::ANY_TAG {
+        return Ok(None);
+    }
+    if !(0..=abi::MAX_TAG).contains(&tag) {
+        return Err(fail(
+            class::TAG,
+            format!(
+                "tag {tag} is invalid: tags are 0 to MPI_TAG_UB ({}){}",
+                abi::MAX_TAG,
+                if any_ok { ", or MPI_ANY_TAG" } else { "" }
+            ),
+        ));
+    }
+    Ok(Some(tag as u32))
+}
+
+fn check_count(count: c_int) -> R<usize> {
+    if count < 0 {
+        return Err(fail(class::COUNT, format!("count {count} is negative")));
+    }
+    Ok(count as usize)
+}
+
+/// The source of a receive: None for any.
+fn source_of(c: &CommCore, source: c_int) -> R<Option<usize>> {
+    if source == abi::ANY_SOURCE {
+        return Ok(None);
+    }
+    c.world_rank(source).map(Some)
+}
+
+/// A status for a message the core matched.
+fn status_of(c: &CommCore, st: &volley::Status, bytes: usize) -> Status {
+    let mut s = Status {
+        source: c.comm_rank(st.source),
+        tag: (st.tag & !SYNC) as c_int,
+        error: 0,
+        internal: [0; 5],
+    };
+    s.set_bytes(bytes as u64);
+    s
+}
+
+/// Starts a send (MPI_Isend and its modes; the blocking sends wait on it).
+#[allow(clippy::too_many_arguments)]
+fn start_send(
+    rt: &mut Rt,
+    mode: Mode,
+    buf: *const c_void,
+    count: c_int,
+    dtype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Req> {
+    let c = rt.comm(comm)?;
+    let t = committed(rt, dtype)?;
+    let n = check_count(count)?;
+    let tag = check_tag(tag, false)?.expect("not any");
+    if dest == abi::PROC_NULL {
+        return Ok(Req::finished(comm, Status::proc_null()));
+    }
+    let w = c.world_rank(dest)?;
+    let bytes = n * t.size;
+    let mut stage = Vec::new();
+    let mut bsend = 0;
+    if mode == Mode::Buffered || !t.contig {
+        stage = vec![0u8; bytes];
+        // SAFETY: MPI: buf holds count elements of the datatype.
+        unsafe { t.pack(buf as *const u8, n, &mut stage) };
+    }
+    if mode == Mode::Buffered {
+        let (_, cap) = rt.bsend_buf.ok_or_else(|| {
+            fail(
+                class::BUFFER,
+                "MPI_Bsend needs a buffer: attach one with MPI_Buffer_attach first",
+            )
+        })?;
+        bsend = bytes + abi::BSEND_OVERHEAD;
+        if rt.bsend_used + bsend > cap {
+            reap_orphans(rt);
+        }
+        if rt.bsend_used + bsend > cap {
+            return Err(fail(
+                class::BUFFER,
+                format!(
+                    "the attached buffer ({cap} bytes) cannot hold this {bytes}-byte message beside the {} bytes buffered sends hold now (each takes MPI_BSEND_OVERHEAD = {} bytes more): attach a larger buffer",
+                    rt.bsend_used,
+                    abi::BSEND_OVERHEAD
+                ),
+            ));
+        }
+        rt.bsend_used += bsend;
+    }
+    let data = if stage.is_empty() && t.contig {
+        buf as *const u8
+    } else {
+        stage.as_ptr()
+    };
+    let ctag = if mode == Mode::Sync { tag | SYNC } else { tag };
+    // SAFETY: MPI's buffer rule: the program leaves buf untouched until the request completes;
+    // a staged copy lives in the request, which outlives the core's request.
+    let lent = unsafe { RawBuf::new(data, bytes) };
+    let core = c.ep.isend_lent(w, ctag, lent).map_err(|e| {
+        rt.bsend_used -= bsend;
+        from_send(&e)
+    })?;
+    let ack = if mode == Mode::Sync {
+        // SAFETY: an empty buffer: nothing is written.
+        let none = unsafe { RawBufMut::new(std::ptr::NonNull::<u8>::dangling().as_ptr(), 0) };
+        Some(
+            c.coll
+                .irecv_lent(Some(w), Some(tag), none)
+                .map_err(|e| from_recv(&e))?,
+        )
+    } else {
+        None
+    };
+    let mut status = Status::empty();
+    status.set_bytes(bytes as u64);
+    Ok(Req {
+        comm,
+        core_comm: Some(c),
+        core: Some(core),
+        ack,
+        done: false,
+        status,
+        err: None,
+        target: None,
+        stage,
+        persistent: None,
+        active: true,
+        bsend,
+    })
+}
+
+/// Posts a receive (MPI_Irecv; MPI_Recv of a non-contiguous type waits on it).
+fn start_recv(
+    rt: &mut Rt,
+    buf: *mut c_void,
+    count: c_int,
+    dtype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Req> {
+    let c = rt.comm(comm)?;
+    let t = committed(rt, dtype)?;
+    let n = check_count(count)?;
+    let tag = check_tag(tag, true)?;
+    if source == abi::PROC_NULL {
+        return Ok(Req::finished(comm, Status::proc_null()));
+    }
+    let src = source_of(&c, source)?;
+    let bytes = n * t.size;
+    let mut stage = Vec::new();
+    let into = if t.contig {
+        buf as *mut u8
+    } else {
+        stage = vec![0u8; bytes];
+        stage.as_mut_ptr()
+    };
+    // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes); a
+    // staging buffer lives in the request.
+    let lent = unsafe { RawBufMut::new(into, bytes) };
+    let core = c.ep.irecv_lent(src, tag, lent).map_err(|e| from_recv(&e))?;
+    Ok(Req {
+        comm,
+        core_comm: Some(c),
+        core: Some(core),
+        ack: None,
+        done: false,
+        status: Status::empty(),
+        err: None,
+        target: Some(Target {
+            buf: Ptr(buf as *mut u8),
+            count: n,
+            dtype: t,
+        }),
+        stage,
+        persistent: None,
+        active: true,
+        bsend: 0,
+    })
+}
+
+/// Takes a message the core refused for being too long for the buffer: received whole, what
+/// fits copied, MPI_ERR_TRUNCATE reported.
+fn truncated(
+    c: &CommCore,
+    env: &volley::Status,
+    target: &Target,
+    stage: &mut [u8],
+) -> (Status, Fail) {
+    let mut tmp = vec![0u8; env.len];
+    let got =
+        c.ep.recv_matching(Some(env.source), Some(env.tag & !SYNC), &mut tmp);
+    let cap = target.count * target.dtype.size;
+    let mut st = status_of(c, env, cap.min(env.len));
+    let msg = format!(
+        "message truncated: {} bytes arrived from rank {} with tag {}, the receive buffer holds {} ({} x {}); the first {} bytes were stored",
+        env.len, st.source, st.tag, cap, target.count, target.dtype.size, cap
+    );
+    if let Err(e) = got {
+        return (st, from_recv(&e));
+    }
+    if target.dtype.contig {
+        // SAFETY: MPI: the receive buffer holds count elements, cap bytes.
+        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), target.buf.0, cap) };
+    } else {
+        stage.copy_from_slice(&tmp[..cap]);
+        // SAFETY: MPI: the receive buffer holds count elements of the type.
+        unsafe { target.dtype.unpack(stage, target.buf.0, target.count) };
+    }
+    st.error = class::TRUNCATE;
+    (st, fail(class::TRUNCATE, msg))
+}
+
+/// Records the result of one of `req`'s core requests.
+fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>) {
+    if req.ack == Some(id) {
+        req.ack = None;
+        if let Err(e) = r {
+            req.err.get_or_insert(from_request(&e));
+        }
+    } else {
+        req.core = None;
+        let c = req
+            .core_comm
+            .clone()
+            .expect("a request with a core part has a communicator");
+        match (r, req.target.as_ref()) {
+            (Ok(st), Some(t)) => {
+                req.status = status_of(&c, &st, st.len);
+                if !t.dtype.contig {
+                    // SAFETY: MPI: the receive buffer holds count elements of the type.
+                    unsafe { t.dtype.unpack(&req.stage[..st.len], t.buf.0, t.count) };
+                }
+            }
+            (Ok(_), None) => {}
+            (
+                Err(RequestError::Recv(RecvError::BufferTooSmall {
+                    envelope: Some(env),
+                    ..
+                })),
+                Some(t),
+            ) => {
+                let (st, e) = truncated(&c, &env, t, &mut req.stage);
+                req.status = st;
+                req.err = Some(e);
+            }
+            (Err(RequestError::Cancelled), _) => {
+                req.status = Status::empty();
+                req.status.internal[2] = 1;
+            }
+            (Err(e), _) => {
+                req.err = Some(from_request(&e));
+            }
+        }
+    }
+    if req.core.is_none() && req.ack.is_none() {
+        req.done = true;
+        if let Some(e) = &req.err {
+            req.status.error = e.class;
+        }
+    }
+}
+
+/// Makes progress on orphaned requests (freed by the program, or buffered sends) and forgets the
+/// completed ones.
+pub fn reap_orphans(rt: &mut Rt) {
+    if rt.orphans.is_empty() {
+        return;
+    }
+    let mut ids = Vec::new();
+    let mut owners = Vec::new();
+    for &(i, g) in &rt.orphans {
+        if let Some(r) = rt.reqs.get_mut(i, g) {
+            for id in [r.core, r.ack].into_iter().flatten() {
+                ids.push(Some(id));
+                owners.push((i, g, id));
+            }
+        }
+    }
+    let mut results = Vec::new();
+    rt.world.test_some(&mut ids, |k, r| results.push((k, r)));
+    for (k, r) in results {
+        let (i, g, id) = owners[k];
+        if let Some(req) = rt.reqs.get_mut(i, g) {
+            settle(req, id, r);
+        }
+    }
+    let mut keep = Vec::new();
+    for (i, g) in std::mem::take(&mut rt.orphans) {
+        let done = rt.reqs.get_mut(i, g).map(|r| r.done).unwrap_or(true);
+        if done {
+            if let Some(r) = rt.reqs.remove(i, g) {
+                rt.bsend_used -= r.bsend;
+            }
+        } else {
+            keep.push((i, g));
+        }
+    }
+    rt.orphans = keep;
+}
+
+/// A request handle's slot.
+fn req_at(h: H) -> Option<(usize, u32)> {
+    if h == abi::REQUEST_NULL {
+        return None;
+    }
+    let idx = index(KIND_REQ, h & 0xffff_ffff)?;
+    Some((idx, (h >> 32) as u32))
+}
+
+fn req_handle(i: usize, g: u32) -> H {
+    handle(KIND_REQ, i) | ((g as usize) << 32)
+}
+
+fn bad_req(h: H) -> Fail {
+    fail(
+        class::REQUEST,
+        format!(
+            "{h:#x} is not an active request handle (already completed and freed, or never made)"
+        ),
+    )
+}
+
+/// Stores a request; its handle.
+fn store(rt: &mut Rt, r: Req) -> H {
+    let (i, g) = rt.reqs.insert(r);
+    req_handle(i, g)
+}
+
+/// Drives the requests named by `hs` (null and inactive ones skipped) until `enough(done,
+/// active)` holds, waiting between passes as the world's wait mode says when `block`, else
+/// making one pass.
+fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bool) -> R {
+    let mut ids: Vec<Option<RequestId>> = Vec::new();
+    let mut owners: Vec<(usize, u32, RequestId)> = Vec::new();
+    let mut results: Vec<(usize, Result<volley::Status, RequestError>)> = Vec::new();
+    loop {
+        reap_orphans(rt);
+        ids.clear();
+        owners.clear();
+        let (mut done, mut active) = (0, 0);
+        for &h in hs {
+            let Some((i, g)) = req_at(h) else { continue };
+            let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+            if !r.active {
+                continue;
+            }
+            active += 1;
+            if r.done {
+                done += 1;
+                continue;
+            }
+            for id in [r.core, r.ack].into_iter().flatten() {
+                ids.push(Some(id));
+                owners.push((i, g, id));
+            }
+        }
+        if enough(done, active) || ids.is_empty() {
+            return Ok(());
+        }
+        results.clear();
+        if block {
+            rt.world.wait_some(&mut ids, |k, r| results.push((k, r)));
+        } else {
+            rt.world.test_some(&mut ids, |k, r| results.push((k, r)));
+        }
+        for (k, r) in results.drain(..) {
+            let (i, g, id) = owners[k];
+            if let Some(req) = rt.reqs.get_mut(i, g) {
+                settle(req, id, r);
+            }
+        }
+        if !block {
+            // One pass made; count again for the caller.
+            let (mut done, mut active) = (0, 0);
+            for &h in hs {
+                if let Some(r) = req_at(h).and_then(|(i, g)| rt.reqs.get_mut(i, g)) {
+                    if r.active {
+                        active += 1;
+                        done += r.done as usize;
+                    }
+                }
+            }
+            let _ = enough(done, active);
+            return Ok(());
+        }
+    }
+}
+
+/// Collects a completed request: its status and error, and its handle made MPI_REQUEST_NULL
+/// (a persistent request goes inactive instead).
+fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
+    let Some((i, g)) = req_at(*h) else {
+        return (Status::empty(), None);
+    };
+    let Some(r) = rt.reqs.get_mut(i, g) else {
+        return (Status::empty(), Some(bad_req(*h)));
+    };
+    if !r.active {
+        return (Status::empty(), None);
+    }
+    let st = r.status;
+    let comm = r.comm;
+    let e = r.err.take().map(|mut e| {
+        e.comm = Some(comm);
+        e
+    });
+    if r.persistent.is_some() {
+        rt.bsend_used -= r.bsend;
+        r.bsend = 0;
+        r.active = false;
+        r.done = false;
+        r.core_comm = None;
+        r.target = None;
+        r.stage = Vec::new();
+        return (st, e);
+    }
+    if let Some(r) = rt.reqs.remove(i, g) {
+        rt.bsend_used -= r.bsend;
+    }
+    *h = abi::REQUEST_NULL;
+    (st, e)
+}
+
+fn is_done(rt: &mut Rt, h: H) -> R<Option<bool>> {
+    let Some((i, g)) = req_at(h) else {
+        return Ok(None);
+    };
+    let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+    Ok(r.active.then_some(r.done))
+}
+
+/// Writes a status unless the program passed MPI_STATUS_IGNORE.
+///
+/// # Safety
+/// `p` is null or points to a status.
+unsafe fn put_status(p: *mut Status, st: Status) {
+    if !p.is_null() {
+        // SAFETY: the caller's status.
+        unsafe { p.write_unaligned(st) };
+    }
+}
+
+/// A blocking operation: start it, wait for it, collect it.
+fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
+    let mut h = store(rt, r);
+    drive(rt, &[h], true, |d, a| d >= a)?;
+    let (st, e) = collect(rt, &mut h);
+    // SAFETY: the caller's status argument.
+    unsafe { put_status(status, st) };
+    e.map_or(Ok(()), Err)
+}
+
+/// MPI_Send and MPI_Rsend: straight through the core for a contiguous buffer.
+fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
+    let mut rt = rt()?;
+    let c = rt.comm(comm)?;
+    let t = committed(&rt, datatype)?;
+    if t.contig && dest != abi::PROC_NULL {
+        let n = check_count(count)?;
+        let tag = check_tag(tag, false)?.expect("not any");
+        let w = c.world_rank(dest)?;
+        let bytes = n * t.size;
+        let data: &[u8] = if bytes == 0 {
+            &[]
+        } else {
+            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
+        };
+        return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
+    }
+    let r = start_send(
+        &mut rt,
+        Mode::Standard,
+        buf,
+        count,
+        datatype,
+        dest,
+        tag,
+        comm,
+    )?;
+    blocking(&mut rt, r, std::ptr::null_mut())
+}
+
+/// MPI_Recv: straight into the caller's buffer for a contiguous type.
+fn recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+    status: *mut Status,
+) -> R {
+    let mut rt = rt()?;
+    let c = rt.comm(comm)?;
+    let t = committed(&rt, datatype)?;
+    if t.contig && source != abi::PROC_NULL {
+        let n = check_count(count)?;
+        let ctag = check_tag(tag, true)?;
+        let src = source_of(&c, source)?;
+        let bytes = n * t.size;
+        let out: &mut [u8] = if bytes == 0 {
+            &mut []
+        } else {
+            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
+        };
+        drop(rt);
+        return match c.ep.recv_matching(src, ctag, out) {
+            Ok(st) => {
+                // SAFETY: the caller's status argument.
+                unsafe { put_status(status, status_of(&c, &st, st.len)) };
+                Ok(())
+            }
+            Err(RecvError::BufferTooSmall {
+                envelope: Some(env),
+                ..
+            }) => {
+                let target = Target {
+                    buf: Ptr(buf as *mut u8),
+                    count: n,
+                    dtype: t,
+                };
+                let (st, e) = truncated(&c, &env, &target, &mut []);
+                // SAFETY: the caller's status argument.
+                unsafe { put_status(status, st) };
+                Err(e)
+            }
+            Err(e) => Err(from_recv(&e)),
+        };
+    }
+    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm)?;
+    blocking(&mut rt, r, status)
+}
+
+fn mode_send(
+    mode: Mode,
+    buf: *const c_void,
+    count: c_int,
+    datatype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R {
+    let mut rt = rt()?;
+    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm)?;
+    if mode == Mode::Buffered {
+        // The data is copied: the send completes in the background.
+        let h = store(&mut rt, r);
+        let (i, g) = req_at(h).expect("stored");
+        rt.orphans.push((i, g));
+        return Ok(());
+    }
+    blocking(&mut rt, r, std::ptr::null_mut())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn isend_mode(
+    mode: Mode,
+    buf: *const c_void,
+    count: c_int,
+    datatype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+    request: *mut H,
+) -> R {
+    let mut rt = rt()?;
+    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm)?;
+    let h = if mode == Mode::Buffered {
+        // Complete for the program at once; the data goes on from the buffered copy.
+        let st = r.status;
+        let hb = store(&mut rt, r);
+        let (i, g) = req_at(hb).expect("stored");
+        rt.orphans.push((i, g));
+        store(&mut rt, Req::finished(comm, st))
+    } else {
+        store(&mut rt, r)
+    };
+    // SAFETY: the caller's output argument.
+    unsafe { put(request, h) }
+}
+
+fn persistent(spec: Spec, request: *mut H) -> R {
+    let mut rt = rt()?;
+    // Check the arguments now, as MPI_Send_init's errors are the init call's.
+    let c = rt.comm(spec.comm)?;
+    committed(&rt, spec.dtype)?;
+    check_count(spec.count)?;
+    check_tag(spec.tag, spec.send.is_none())?;
+    if spec.peer != abi::PROC_NULL && !(spec.send.is_none() && spec.peer == abi::ANY_SOURCE) {
+        c.world_rank(spec.peer)?;
+    }
+    let mut r = Req::finished(spec.comm, Status::empty());
+    r.done = false;
+    r.active = false;
+    r.persistent = Some(spec);
+    let h = store(&mut rt, r);
+    // SAFETY: the caller's output argument.
+    unsafe { put(request, h) }
+}
+
+fn start(rt: &mut Rt, h: H) -> R {
+    let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Start on MPI_REQUEST_NULL"))?;
+    let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+    let spec = r.persistent.ok_or_else(|| fail(class::REQUEST, "MPI_Start needs a persistent request (made by MPI_Send_init, MPI_Recv_init and the like)"))?;
+    if r.active {
+        return Err(fail(class::REQUEST, "MPI_Start on a persistent request that is still active: complete it with a wait or test first"));
+    }
+    let mut new = match spec.send {
+        Some(mode) => start_send(
+            rt,
+            mode,
+            spec.buf.0 as *const c_void,
+            spec.count,
+            spec.dtype,
+            spec.peer,
+            spec.tag,
+            spec.comm,
+        )?,
+        None => start_recv(
+            rt,
+            spec.buf.0 as *mut c_void,
+            spec.count,
+            spec.dtype,
+            spec.peer,
+            spec.tag,
+            spec.comm,
+        )?,
+    };
+    new.persistent = Some(spec);
+    *rt.reqs.get_mut(i, g).expect("looked up") = new;
+    Ok(())
+}
+
+crate::mpi! {
+    fn MPI_Send / PMPI_Send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) [comm] {
+        send(buf, count, datatype, dest, tag, comm)
+    }
+
+    fn MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) [comm] {
+        // A ready send may be a standard send (MPI-3.1 section 3.4).
+        send(buf, count, datatype, dest, tag, comm)
+    }
+
+    fn MPI_Ssend / PMPI_Ssend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) [comm] {
+        mode_send(Mode::Sync, buf, count, datatype, dest, tag, comm)
+    }
+
+    fn MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) [comm] {
+        mode_send(Mode::Buffered, buf, count, datatype, dest, tag, comm)
+    }
+
+    fn MPI_Buffer_attach / PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) {
+        let mut rt = rt()?;
+        if rt.bsend_buf.is_some() {
+            return Err(fail(class::BUFFER, "a buffer is already attached: detach it with MPI_Buffer_detach first"));
+        }
+        if size < 0 {
+            return Err(fail(class::ARG, format!("buffer size {size} is negative")));
+        }
+        rt.bsend_buf = Some((buffer as usize, size as usize));
+        Ok(())
+    }
+
+    fn MPI_Buffer_detach / PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) {
+        let mut rt = rt()?;
+        // Waits until every buffered send is done (MPI-3.1 section 3.6.1).
+        while rt.bsend_used > 0 {
+            reap_orphans(&mut rt);
+            if rt.bsend_used > 0 {
+                let _ = rt.world.progress();
+                std::thread::yield_now();
+            }
+        }
+        let (addr, n) = rt.bsend_buf.take().unwrap_or((0, 0));
+        // SAFETY: MPI: buffer_addr points to a pointer, size to an int.
+        unsafe {
+            put(buffer_addr as *mut usize, addr)?;
+            put(size, n as c_int)
+        }
+    }
+
+    fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, status: *mut Status) [comm] {
+        recv(buf, count, datatype, source, tag, comm, status)
+    }
+
+    fn MPI_Sendrecv / PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
+        let mut rt = rt()?;
+        let r = start_recv(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?;
+        let rh = store(&mut rt, r);
+        let s = start_send(&mut rt, Mode::Standard, sendbuf, sendcount, sendtype, dest, sendtag, comm);
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some((i, g)) = req_at(rh) {
+                    if let Some(r) = rt.reqs.get_mut(i, g) {
+                        if let Some(id) = r.core { rt.world.cancel(id); }
+                    }
+                }
+                let mut rh = rh;
+                drive(&mut rt, &[rh], true, |d, a| d >= a)?;
+                collect(&mut rt, &mut rh);
+                return Err(e);
+            }
+        };
+        let sh = store(&mut rt, s);
+        let mut hs = [rh, sh];
+        drive(&mut rt, &hs, true, |d, a| d >= a)?;
+        let (st, re) = collect(&mut rt, &mut hs[0]);
+        let (_, se) = collect(&mut rt, &mut hs[1]);
+        // SAFETY: the caller's status argument.
+        unsafe { put_status(status, st) };
+        match re.or(se) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: H, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
+        // The outgoing data is packed first, so the receive may land in the same buffer.
+        let packed = {
+            let rt = rt()?;
+            let t = committed(&rt, datatype)?;
+            let n = check_count(count)?;
+            let mut v = vec![0u8; n * t.size];
+            // SAFETY: MPI: buf holds count elements of the datatype.
+            unsafe { t.pack(buf as *const u8, n, &mut v) };
+            v
+        };
+        let len = c_int::try_from(packed.len()).map_err(|_| fail(class::COUNT, "message too large for MPI_Sendrecv_replace"))?;
+        // SAFETY: the same contract, with the packed copy as the send buffer.
+        let rc = unsafe {
+            PMPI_Sendrecv(packed.as_ptr() as *const c_void, len, 0x247, dest, sendtag, buf, count, datatype, source, recvtag, comm, status)
+        };
+        if rc != 0 {
+            return Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        isend_mode(Mode::Standard, buf, count, datatype, dest, tag, comm, request)
+    }
+
+    fn MPI_Irsend / PMPI_Irsend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        isend_mode(Mode::Ready, buf, count, datatype, dest, tag, comm, request)
+    }
+
+    fn MPI_Issend / PMPI_Issend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        isend_mode(Mode::Sync, buf, count, datatype, dest, tag, comm, request)
+    }
+
+    fn MPI_Ibsend / PMPI_Ibsend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        isend_mode(Mode::Buffered, buf, count, datatype, dest, tag, comm, request)
+    }
+
+    fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        let mut rt = rt()?;
+        let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm)?;
+        let h = store(&mut rt, r);
+        // SAFETY: the caller's output argument.
+        unsafe { put(request, h) }
+    }
+
+    fn MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        persistent(Spec { send: Some(Mode::Standard), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+    }
+
+    fn MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        persistent(Spec { send: Some(Mode::Sync), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+    }
+
+    fn MPI_Rsend_init / PMPI_Rsend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        persistent(Spec { send: Some(Mode::Ready), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+    }
+
+    fn MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        persistent(Spec { send: Some(Mode::Buffered), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+    }
+
+    fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
+        persistent(Spec { send: None, buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: source, tag, comm }, request)
+    }
+
+    fn MPI_Start / PMPI_Start(request: *mut H) {
+        // SAFETY: the caller's request.
+        let h = unsafe { get(request)? };
+        let mut rt = rt()?;
+        start(&mut rt, h)
+    }
+
+    fn MPI_Startall / PMPI_Startall(count: c_int, array_of_requests: *mut H) {
+        // SAFETY: MPI: the array holds count requests.
+        let hs = unsafe { crate::err::array(array_of_requests, count)? };
+        let mut rt = rt()?;
+        for &h in hs {
+            start(&mut rt, h)?;
+        }
+        Ok(())
+    }
+
+    fn MPI_Wait / PMPI_Wait(request: *mut H, status: *mut Status) {
+        // SAFETY: the caller's request.
+        let mut h = unsafe { get(request)? };
+        let mut rt = rt()?;
+        drive(&mut rt, &[h], true, |d, a| d >= a)?;
+        let (st, e) = collect(&mut rt, &mut h);
+        // SAFETY: the caller's arguments.
+        unsafe {
+            put(request, h)?;
+            put_status(status, st);
+        }
+        e.map_or(Ok(()), Err)
+    }
+
+    fn MPI_Test / PMPI_Test(request: *mut H, flag: *mut c_int, status: *mut Status) {
+        // SAFETY: the caller's request.
+        let mut h = unsafe { get(request)? };
+        let mut rt = rt()?;
+        drive(&mut rt, &[h], false, |d, a| d >= a)?;
+        let done = is_done(&mut rt, h)?.unwrap_or(true);
+        // SAFETY: the caller's flag.
+        unsafe { put(flag, done as c_int)? };
+        if !done {
+            return Ok(());
+        }
+        let (st, e) = collect(&mut rt, &mut h);
+        // SAFETY: the caller's arguments.
+        unsafe {
+            put(request, h)?;
+            put_status(status, st);
+        }
+        e.map_or(Ok(()), Err)
+    }
+
+    fn MPI_Waitall / PMPI_Waitall(count: c_int, array_of_requests: *mut H, array_of_statuses: *mut Status) {
+        // SAFETY: MPI: the array holds count requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, true, |d, a| d >= a)?;
+        let mut any_err = false;
+        for (k, h) in hs.iter_mut().enumerate() {
+            let (st, e) = collect(&mut rt, h);
+            any_err |= e.is_some();
+            if !array_of_statuses.is_null() {
+                // SAFETY: MPI: the status array holds count statuses.
+                unsafe { array_of_statuses.add(k).write_unaligned(st) };
+            }
+        }
+        if any_err {
+            return Err(fail(class::IN_STATUS, "one or more of the requests failed: see the MPI_ERROR field of their statuses"));
+        }
+        Ok(())
+    }
+
+    fn MPI_Testall / PMPI_Testall(count: c_int, array_of_requests: *mut H, flag: *mut c_int, array_of_statuses: *mut Status) {
+        // SAFETY: MPI: the array holds count requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, false, |d, a| d >= a)?;
+        let mut all = true;
+        for &h in hs.iter() {
+            all &= is_done(&mut rt, h)?.unwrap_or(true);
+        }
+        // SAFETY: the caller's flag.
+        unsafe { put(flag, all as c_int)? };
+        if !all {
+            return Ok(());
+        }
+        let mut any_err = false;
+        for (k, h) in hs.iter_mut().enumerate() {
+            let (st, e) = collect(&mut rt, h);
+            any_err |= e.is_some();
+            if !array_of_statuses.is_null() {
+                // SAFETY: MPI: the status array holds count statuses.
+                unsafe { array_of_statuses.add(k).write_unaligned(st) };
+            }
+        }
+        if any_err {
+            return Err(fail(class::IN_STATUS, "one or more of the requests failed: see the MPI_ERROR field of their statuses"));
+        }
+        Ok(())
+    }
+
+    fn MPI_Waitany / PMPI_Waitany(count: c_int, array_of_requests: *mut H, index: *mut c_int, status: *mut Status) {
+        // SAFETY: MPI: the array holds count requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, true, |d, _| d >= 1)?;
+        any_done(&mut rt, hs, index, status, true)
+    }
+
+    fn MPI_Testany / PMPI_Testany(count: c_int, array_of_requests: *mut H, index: *mut c_int, flag: *mut c_int, status: *mut Status) {
+        // SAFETY: MPI: the array holds count requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, false, |d, _| d >= 1)?;
+        let mut active = false;
+        let mut found = false;
+        for &h in hs.iter() {
+            match is_done(&mut rt, h)? {
+                Some(true) => { found = true; active = true; }
+                Some(false) => active = true,
+                None => {}
+            }
+        }
+        // With no active request the flag is true and the index MPI_UNDEFINED.
+        // SAFETY: the caller's flag.
+        unsafe { put(flag, (found || !active) as c_int)? };
+        if found || !active {
+            return any_done(&mut rt, hs, index, status, false);
+        }
+        // SAFETY: the caller's index.
+        unsafe { put(index, abi::UNDEFINED) }
+    }
+
+    fn MPI_Waitsome / PMPI_Waitsome(incount: c_int, array_of_requests: *mut H, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut Status) {
+        // SAFETY: MPI: the array holds incount requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, incount)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, true, |d, _| d >= 1)?;
+        some_done(&mut rt, hs, outcount, array_of_indices, array_of_statuses)
+    }
+
+    fn MPI_Testsome / PMPI_Testsome(incount: c_int, array_of_requests: *mut H, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut Status) {
+        // SAFETY: MPI: the array holds incount requests.
+        let hs = unsafe { crate::err::array_mut(array_of_requests, incount)? };
+        let mut rt = rt()?;
+        drive(&mut rt, hs, false, |d, _| d >= 1)?;
+        some_done(&mut rt, hs, outcount, array_of_indices, array_of_statuses)
+    }
+
+    fn MPI_Request_free / PMPI_Request_free(request: *mut H) {
+        // SAFETY: the caller's request.
+        let h = unsafe { get(request)? };
+        let mut rt = rt()?;
+        let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Request_free on MPI_REQUEST_NULL"))?;
+        let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+        if r.done || (r.persistent.is_some() && !r.active) {
+            let r = rt.reqs.remove(i, g).expect("looked up");
+            rt.bsend_used -= r.bsend;
+        } else {
+            // Completes in the background (MPI-3.1 section 3.7.3).
+            r.persistent = None;
+            rt.orphans.push((i, g));
+        }
+        // SAFETY: the caller's request.
+        unsafe { put(request, abi::REQUEST_NULL) }
+    }
+
+    fn MPI_Request_get_status / PMPI_Request_get_status(request: H, flag: *mut c_int, status: *mut Status) {
+        let mut rt = rt()?;
+        drive(&mut rt, &[request], false, |d, a| d >= a)?;
+        let (done, st) = match req_at(request) {
+            None => (true, Status::empty()),
+            Some((i, g)) => {
+                let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
+                if !r.active { (true, Status::empty()) } else { (r.done, r.status) }
+            }
+        };
+        // SAFETY: the caller's arguments.
+        unsafe {
+            put(flag, done as c_int)?;
+            if done { put_status(status, st); }
+        }
+        Ok(())
+    }
+
+    fn MPI_Cancel / PMPI_Cancel(request: *mut H) {
+        // SAFETY: the caller's request.
+        let h = unsafe { get(request)? };
+        let mut rt = rt()?;
+        let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Cancel on MPI_REQUEST_NULL"))?;
+        let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+        // Only a receive no message has matched can be cancelled; a send completes normally
+        // (MPI lets cancellation fail; MPI_Test_cancelled then says false).
+        if r.target.is_some() {
+            if let Some(id) = r.core {
+                let world = rt.world.clone();
+                world.cancel(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const Status, flag: *mut c_int) {
+        // SAFETY: the caller's arguments.
+        unsafe {
+            let st = get(status)?;
+            put(flag, st.cancelled() as c_int)
+        }
+    }
+
+    fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: H, status: *mut Status) [comm] {
+        let (c, src, tag) = probe_args(source, tag, comm)?;
+        let Some(src) = src else {
+            // SAFETY: the caller's status.
+            unsafe { put_status(status, Status::proc_null()) };
+            return Ok(());
+        };
+        let st = c.ep.probe(src, tag).map_err(|e| from_recv(&e))?;
+        // SAFETY: the caller's status.
+        unsafe { put_status(status, status_of(&c, &st, st.len)) };
+        Ok(())
+    }
+
+    fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: H, flag: *mut c_int, status: *mut Status) [comm] {
+        let (c, src, tag) = probe_args(source, tag, comm)?;
+        let Some(src) = src else {
+            // SAFETY: the caller's arguments.
+            unsafe { put(flag, 1)?; put_status(status, Status::proc_null()) };
+            return Ok(());
+        };
+        let st = c.ep.iprobe(src, tag).map_err(|e| from_recv(&e))?;
+        // SAFETY: the caller's arguments.
+        unsafe {
+            put(flag, st.is_some() as c_int)?;
+            if let Some(st) = st { put_status(status, status_of(&c, &st, st.len)); }
+        }
+        Ok(())
+    }
+
+    fn MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: H, message: *mut H, status: *mut Status) [comm] {
+        let (c, src, tag) = probe_args(source, tag, comm)?;
+        let Some(src) = src else {
+            // SAFETY: the caller's arguments.
+            unsafe { put(message, abi::MESSAGE_NO_PROC)?; put_status(status, Status::proc_null()) };
+            return Ok(());
+        };
+        let st = c.ep.probe(src, tag).map_err(|e| from_recv(&e))?;
+        let h = take_message(&c, &st)?;
+        // SAFETY: the caller's arguments.
+        unsafe { put(message, h)?; put_status(status, status_of(&c, &st, st.len)) };
+        Ok(())
+    }
+
+    fn MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: H, flag: *mut c_int, message: *mut H, status: *mut Status) [comm] {
+        let (c, src, tag) = probe_args(source, tag, comm)?;
+        let Some(src) = src else {
+            // SAFETY: the caller's arguments.
+            unsafe { put(flag, 1)?; put(message, abi::MESSAGE_NO_PROC)?; put_status(status, Status::proc_null()) };
+            return Ok(());
+        };
+        let st = c.ep.iprobe(src, tag).map_err(|e| from_recv(&e))?;
+        // SAFETY: the caller's flag.
+        unsafe { put(flag, st.is_some() as c_int)? };
+        if let Some(st) = st {
+            let h = take_message(&c, &st)?;
+            // SAFETY: the caller's arguments.
+            unsafe { put(message, h)?; put_status(status, status_of(&c, &st, st.len)) };
+        }
+        Ok(())
+    }
+
+    fn MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, datatype: H, message: *mut H, status: *mut Status) {
+        // SAFETY: the caller's message.
+        let m = unsafe { get(message)? };
+        let (st, e) = mrecv(buf, count, datatype, m)?;
+        // SAFETY: the caller's arguments.
+        unsafe { put(message, abi::MESSAGE_NULL)?; put_status(status, st) };
+        e.map_or(Ok(()), Err)
+    }
+
+    fn MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, datatype: H, message: *mut H, request: *mut H) {
+        // SAFETY: the caller's message.
+        let m = unsafe { get(message)? };
+        // The message is here already: the receive completes at once.
+        let (st, e) = mrecv(buf, count, datatype, m)?;
+        let mut rt = rt()?;
+        let mut r = Req::finished(abi::COMM_WORLD, st);
+        r.err = e;
+        let h = store(&mut rt, r);
+        // SAFETY: the caller's arguments.
+        unsafe { put(message, abi::MESSAGE_NULL)?; put(request, h) }
+    }
+
+    fn MPI_Get_count / PMPI_Get_count(status: *const Status, datatype: H, count: *mut c_int) {
+        // SAFETY: the caller's status.
+        let st = unsafe { get(status)? };
+        let rt = rt()?;
+        let t = crate::dtype::lookup(&rt, datatype)?;
+        let bytes = st.bytes() as usize;
+        let n = if t.size == 0 {
+            if bytes == 0 { 0 } else { abi::UNDEFINED }
+        } else if !bytes.is_multiple_of(t.size) {
+            abi::UNDEFINED
+        } else {
+            c_int::try_from(bytes / t.size).unwrap_or(abi::UNDEFINED)
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(count, n) }
+    }
+
+    fn MPI_Get_elements / PMPI_Get_elements(status: *const Status, datatype: H, count: *mut c_int) {
+        // SAFETY: the caller's status.
+        let st = unsafe { get(status)? };
+        let rt = rt()?;
+        let t = crate::dtype::lookup(&rt, datatype)?;
+        let n = t.elements_in(st.bytes() as usize).and_then(|n| c_int::try_from(n).ok()).unwrap_or(abi::UNDEFINED);
+        // SAFETY: the caller's output argument.
+        unsafe { put(count, n) }
+    }
+
+    fn MPI_Get_elements_x / PMPI_Get_elements_x(status: *const Status, datatype: H, count: *mut abi::Count) {
+        // SAFETY: the caller's status.
+        let st = unsafe { get(status)? };
+        let rt = rt()?;
+        let t = crate::dtype::lookup(&rt, datatype)?;
+        let n = t.elements_in(st.bytes() as usize).map(|n| n as abi::Count).unwrap_or(abi::UNDEFINED as abi::Count);
+        // SAFETY: the caller's output argument.
+        unsafe { put(count, n) }
+    }
+}
+
+fn any_done(rt: &mut Rt, hs: &mut [H], index: *mut c_int, status: *mut Status, _block: bool) -> R {
+    for (k, h) in hs.iter_mut().enumerate() {
+        if is_done(rt, *h)? == Some(true) {
+            let (st, e) = collect(rt, h);
+            // SAFETY: the caller's arguments.
+            unsafe {
+                put(index, k as c_int)?;
+                put_status(status, st);
+            }
+            return e.map_or(Ok(()), Err);
+        }
+    }
+    // No active request: index MPI_UNDEFINED, empty status.
+    // SAFETY: the caller's arguments.
+    unsafe {
+        put(index, abi::UNDEFINED)?;
+        put_status(status, Status::empty());
+    }
+    Ok(())
+}
+
+fn some_done(
+    rt: &mut Rt,
+    hs: &mut [H],
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut Status,
+) -> R {
+    let mut active = false;
+    let mut n = 0usize;
+    let mut any_err = false;
+    for (k, h) in hs.iter_mut().enumerate() {
+        match is_done(rt, *h)? {
+            Some(true) => {
+                active = true;
+                let (st, e) = collect(rt, h);
+                any_err |= e.is_some();
+                // SAFETY: MPI: indices and statuses hold incount entries.
+                unsafe {
+                    put(indices.add(n), k as c_int)?;
+                    if !statuses.is_null() {
+                        statuses.add(n).write_unaligned(st);
+                    }
+                }
+                n += 1;
+            }
+            Some(false) => active = true,
+            None => {}
+        }
+    }
+    let out = if active { n as c_int } else { abi::UNDEFINED };
+    // SAFETY: the caller's output argument.
+    unsafe { put(outcount, out)? };
+    if any_err {
+        return Err(fail(
+            class::IN_STATUS,
+            "one or more of the requests failed: see the MPI_ERROR field of their statuses",
+        ));
+    }
+    Ok(())
+}
+
+/// (communicator, source (None for MPI_PROC_NULL; inner None for any), tag) of a probe.
+#[allow(clippy::type_complexity)]
+fn probe_args(
+    source: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<(Arc<CommCore>, Option<Option<usize>>, Option<u32>)> {
+    let c = { rt()?.comm(comm)? };
+    let tag = check_tag(tag, true)?;
+    if source == abi::PROC_NULL {
+        return Ok((c, None, tag));
+    }
+    let src = source_of(&c, source)?;
+    Ok((c, Some(src), tag))
+}
+
+/// Takes the message a matched probe found out of the matcher, into a message handle.
+fn take_message(c: &CommCore, st: &volley::Status) -> R<H> {
+    let mut data = vec![0u8; st.len];
+    let got =
+        c.ep.recv_matching(Some(st.source), Some(st.tag & !SYNC), &mut data)
+            .map_err(|e| from_recv(&e))?;
+    let status = status_of(c, &got, got.len);
+    let mut rt = rt()?;
+    let (i, g) = rt.msgs.insert(Msg { data, status });
+    Ok(handle(KIND_MSG, i) | ((g as usize) << 32))
+}
+
+fn mrecv(buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<(Status, Option<Fail>)> {
+    if m == abi::MESSAGE_NO_PROC {
+        return Ok((Status::proc_null(), None));
+    }
+    let mut rt = rt()?;
+    let t = committed(&rt, datatype)?;
+    let n = check_count(count)?;
+    let i = index(KIND_MSG, m & 0xffff_ffff).ok_or_else(|| {
+        fail(
+            class::REQUEST,
+            format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe"),
+        )
+    })?;
+    let msg = rt.msgs.remove(i, (m >> 32) as u32).ok_or_else(|| fail(class::REQUEST, format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe (each is received once)")))?;
+    let cap = n * t.size;
+    let take = cap.min(msg.data.len());
+    // SAFETY: MPI: buf holds count elements of the datatype.
+    unsafe { t.unpack(&msg.data[..take], buf as *mut u8, n) };
+    let mut st = msg.status;
+    if msg.data.len() > cap {
+        st.set_bytes(cap as u64);
+        st.error = class::TRUNCATE;
+        let e = fail(class::TRUNCATE, format!("message truncated: {} bytes arrived, the receive buffer holds {cap}; the first {cap} bytes were stored", msg.data.len()));
+        return Ok((st, Some(e)));
+    }
+    Ok((st, None))
+}
+
+/// Completes every request still in flight (MPI_Finalize: buffered sends and freed requests
+/// finish before the process leaves).
+pub fn finish_all(rt: &mut Rt) {
+    while !rt.orphans.is_empty() {
+        reap_orphans(rt);
+        if !rt.orphans.is_empty() {
+            let _ = rt.world.progress();
+            std::thread::yield_now();
+        }
+    }
+}

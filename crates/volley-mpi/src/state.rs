@@ -1,0 +1,423 @@
+//! The face's state: the world, and the tables behind the handles a program holds.
+//!
+//! One [`Rt`] per process, in an [`Exclusive`] cell: one compare-and-swap per MPI call and no
+//! lock, since calls come from one thread at a time (the thread levels volley provides). The
+//! borrow is never held while the program's own code runs (error handlers, attribute callbacks,
+//! user reduction functions): those may call MPI.
+//!
+//! Handles: predefined ones are mpi.h's small constants; a handle the face creates is
+//! `kind << 24 | index` (requests add a generation above bit 32, so a freed request's handle is
+//! never taken for a later one).
+
+use crate::abi::{self, class, H};
+use crate::dtype::Dtype;
+use crate::err::{fail, R};
+use crate::p2p::{Msg, Req};
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use volley::{Endpoint, World};
+use volley_sys::{Exclusive, ExclusiveGuard};
+
+pub const PHASE_RUNNING: u8 = 1;
+pub const PHASE_FINALIZED: u8 = 2;
+/// 0 before MPI_Init, then PHASE_RUNNING, then PHASE_FINALIZED.
+pub static PHASE: AtomicU8 = AtomicU8::new(0);
+
+static RT: Exclusive<Option<Rt>> = Exclusive::new(None);
+
+pub const KIND_COMM: usize = 1;
+pub const KIND_TYPE: usize = 2;
+pub const KIND_GROUP: usize = 3;
+pub const KIND_REQ: usize = 4;
+pub const KIND_OP: usize = 5;
+pub const KIND_ERRH: usize = 6;
+pub const KIND_MSG: usize = 7;
+
+pub fn handle(kind: usize, idx: usize) -> H {
+    (kind << 24) | idx
+}
+
+/// The index of a handle of `kind`, if it is one.
+pub fn index(kind: usize, h: H) -> Option<usize> {
+    ((h >> 24) & 0xff == kind).then_some(h & 0xff_ffff)
+}
+
+/// Context ids: 1024 per process (MPICH's scheme): a new communicator takes the lowest id that
+/// is free at every member, agreed by an AND-reduction of the free masks over the parent.
+pub const CTX_WORDS: usize = 16;
+/// The core port of context `cid`'s point-to-point traffic (collectives use the next one).
+pub fn port_of(cid: u32) -> u32 {
+    0x4000_0000 + 2 * cid
+}
+
+/// A communicator's fixed part, shared by the calls that use it.
+pub struct CommCore {
+    pub cid: u32,
+    /// Point-to-point messages.
+    pub ep: Endpoint,
+    /// Collectives and synchronous-send acknowledgements.
+    pub coll: Endpoint,
+    /// Job rank of each rank of the communicator.
+    pub group: Arc<[usize]>,
+    /// This process's rank in the communicator.
+    pub rank: usize,
+    /// Rank in the communicator of each job rank (None when the communicator is the world's
+    /// identity, or the job rank is not a member).
+    pub w2c: Option<Vec<i32>>,
+}
+
+impl CommCore {
+    pub fn size(&self) -> usize {
+        self.group.len()
+    }
+
+    /// The job rank of communicator rank `r`.
+    pub fn world_rank(&self, r: c_int) -> R<usize> {
+        if r < 0 || r as usize >= self.group.len() {
+            return Err(fail(
+                class::RANK,
+                format!(
+                    "rank {r} is not in the communicator (it has {} ranks: 0 to {})",
+                    self.group.len(),
+                    self.group.len() as i64 - 1
+                ),
+            ));
+        }
+        Ok(self.group[r as usize])
+    }
+
+    /// The communicator rank of job rank `w`.
+    pub fn comm_rank(&self, w: usize) -> c_int {
+        match &self.w2c {
+            None => w as c_int,
+            Some(m) => m.get(w).copied().unwrap_or(abi::UNDEFINED),
+        }
+    }
+}
+
+/// What a communicator handle names: the shared part, and what the program may change.
+pub struct CommSlot {
+    pub core: Arc<CommCore>,
+    pub name: String,
+    pub errhandler: H,
+    /// (keyval, value) of the attributes set on it.
+    pub attrs: Vec<(c_int, usize)>,
+}
+
+pub type ErrFn = unsafe extern "C" fn(*mut H, *mut c_int, ...);
+pub type CopyFn = unsafe extern "C" fn(
+    H,
+    c_int,
+    *mut std::ffi::c_void,
+    *mut std::ffi::c_void,
+    *mut std::ffi::c_void,
+    *mut c_int,
+) -> c_int;
+pub type DeleteFn =
+    unsafe extern "C" fn(H, c_int, *mut std::ffi::c_void, *mut std::ffi::c_void) -> c_int;
+pub type UserFn =
+    unsafe extern "C" fn(*mut std::ffi::c_void, *mut std::ffi::c_void, *mut c_int, *mut H);
+
+/// An attribute key made by MPI_Comm_create_keyval: the copy callback (0: null copy, 1: dup),
+/// the delete callback (0: none), the extra state.
+#[derive(Clone, Copy)]
+pub struct Keyval {
+    pub copy: usize,
+    pub delete: usize,
+    pub extra: usize,
+}
+
+#[derive(Clone, Copy)]
+pub struct UserOp {
+    pub f: UserFn,
+    pub commute: bool,
+}
+
+/// A slab: slots reused, so a program with a bounded number of live objects allocates nothing
+/// once warm.
+pub struct Slab<T> {
+    pub slots: Vec<(u32, Option<T>)>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    /// Stores `v`; its index and generation.
+    pub fn insert(&mut self, v: T) -> (usize, u32) {
+        if let Some(i) = self.free.pop() {
+            let s = &mut self.slots[i as usize];
+            s.0 = s.0.wrapping_add(1);
+            s.1 = Some(v);
+            (i as usize, s.0)
+        } else {
+            self.slots.push((0, Some(v)));
+            (self.slots.len() - 1, 0)
+        }
+    }
+    pub fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut T> {
+        match self.slots.get_mut(i) {
+            Some((g, Some(v))) if *g == gen => Some(v),
+            _ => None,
+        }
+    }
+    pub fn remove(&mut self, i: usize, gen: u32) -> Option<T> {
+        match self.slots.get_mut(i) {
+            Some((g, v @ Some(_))) if *g == gen => {
+                self.free.push(i as u32);
+                v.take()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The process's MPI state.
+pub struct Rt {
+    pub world: World,
+    pub thread_level: c_int,
+    pub main_thread: std::thread::ThreadId,
+    pub comms: Vec<Option<CommSlot>>,
+    pub types: Vec<Option<Arc<Dtype>>>,
+    pub groups: Vec<Option<Arc<[usize]>>>,
+    pub reqs: Slab<Req>,
+    pub msgs: Slab<Msg>,
+    pub ops: Vec<Option<UserOp>>,
+    pub errhandlers: Vec<Option<ErrFn>>,
+    pub keyvals: Vec<Option<Keyval>>,
+    pub ctx_free: [u64; CTX_WORDS],
+    /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
+    pub bsend_buf: Option<(usize, usize)>,
+    pub bsend_used: usize,
+    /// Requests the program freed before they completed, and buffered sends: completed in the
+    /// background (as MPI_Request_free says), by every wait and test.
+    pub orphans: Vec<(usize, u32)>,
+}
+
+pub struct RtGuard(ExclusiveGuard<'static, Option<Rt>>);
+
+impl std::ops::Deref for RtGuard {
+    type Target = Rt;
+    fn deref(&self) -> &Rt {
+        self.0.as_ref().expect("checked when the guard was made")
+    }
+}
+impl std::ops::DerefMut for RtGuard {
+    fn deref_mut(&mut self) -> &mut Rt {
+        self.0.as_mut().expect("checked when the guard was made")
+    }
+}
+
+/// The state, if MPI is running.
+pub fn rt() -> R<RtGuard> {
+    crate::err::running()?;
+    let g = RT.try_borrow_mut().ok_or_else(|| {
+        fail(
+            class::OTHER,
+            "two threads are inside MPI at once, or MPI was called from a callback that MPI itself runs: volley's MPI provides MPI_THREAD_SERIALIZED at most",
+        )
+    })?;
+    if g.is_none() {
+        return Err(fail(class::OTHER, "MPI is not initialised"));
+    }
+    Ok(RtGuard(g))
+}
+
+/// Installs the state (MPI_Init).
+pub fn install(rt: Rt) {
+    *RT.borrow_mut() = Some(rt);
+    PHASE.store(PHASE_RUNNING, Ordering::Release);
+}
+
+/// Takes the state out (MPI_Finalize).
+pub fn uninstall() -> Option<Rt> {
+    PHASE.store(PHASE_FINALIZED, Ordering::Release);
+    RT.borrow_mut().take()
+}
+
+pub enum Handler {
+    Fatal,
+    Return,
+    User(ErrFn),
+}
+
+/// The error handler in force on `comm` (errors outside any communicator, and before MPI_Init,
+/// use MPI_COMM_WORLD's, which is fatal by default).
+pub fn errhandler_of(comm: H) -> Handler {
+    let Some(g) = RT.try_borrow_mut() else {
+        return Handler::Fatal;
+    };
+    let Some(rt) = g.as_ref() else {
+        return Handler::Fatal;
+    };
+    let h = rt
+        .comm_slot(comm)
+        .or_else(|_| rt.comm_slot(abi::COMM_WORLD))
+        .map(|s| s.errhandler)
+        .unwrap_or(abi::ERRORS_ARE_FATAL);
+    match h {
+        abi::ERRORS_RETURN => Handler::Return,
+        abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => Handler::Fatal,
+        h => match index(KIND_ERRH, h).and_then(|i| rt.errhandlers.get(i).copied().flatten()) {
+            Some(f) => Handler::User(f),
+            None => Handler::Fatal,
+        },
+    }
+}
+
+/// This process's job rank, when MPI is running (for messages).
+pub fn world_rank() -> Option<usize> {
+    let g = RT.try_borrow_mut()?;
+    g.as_ref().map(|rt| rt.world.rank())
+}
+
+impl Rt {
+    pub fn comm_slot(&self, h: H) -> R<&CommSlot> {
+        let i = match h {
+            abi::COMM_WORLD => 0,
+            abi::COMM_SELF => 1,
+            abi::COMM_NULL => {
+                return Err(fail(class::COMM, "the communicator is MPI_COMM_NULL"));
+            }
+            h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h))?,
+        };
+        self.comms
+            .get(i)
+            .and_then(|s| s.as_ref())
+            .ok_or_else(|| bad_comm(h))
+    }
+
+    pub fn comm_slot_mut(&mut self, h: H) -> R<&mut CommSlot> {
+        let i = match h {
+            abi::COMM_WORLD => 0,
+            abi::COMM_SELF => 1,
+            abi::COMM_NULL => {
+                return Err(fail(class::COMM, "the communicator is MPI_COMM_NULL"));
+            }
+            h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h))?,
+        };
+        self.comms
+            .get_mut(i)
+            .and_then(|s| s.as_mut())
+            .ok_or_else(|| bad_comm(h))
+    }
+
+    /// The communicator `h` names.
+    pub fn comm(&self, h: H) -> R<Arc<CommCore>> {
+        Ok(self.comm_slot(h)?.core.clone())
+    }
+
+    /// Stores a new communicator; its handle.
+    pub fn add_comm(&mut self, core: CommCore, errhandler: H) -> H {
+        let slot = CommSlot {
+            core: Arc::new(core),
+            name: String::new(),
+            errhandler,
+            attrs: Vec::new(),
+        };
+        let i = match self.comms.iter().position(|s| s.is_none()) {
+            Some(i) => {
+                self.comms[i] = Some(slot);
+                i
+            }
+            None => {
+                self.comms.push(Some(slot));
+                self.comms.len() - 1
+            }
+        };
+        handle(KIND_COMM, i)
+    }
+
+    pub fn group(&self, h: H) -> R<Arc<[usize]>> {
+        if h == abi::GROUP_EMPTY {
+            return Ok(Arc::from(Vec::new()));
+        }
+        index(KIND_GROUP, h)
+            .and_then(|i| self.groups.get(i).cloned().flatten())
+            .ok_or_else(|| {
+                fail(
+                    class::GROUP,
+                    format!("{h:#x} is not a group handle (freed, or never made)"),
+                )
+            })
+    }
+
+    pub fn add_group(&mut self, g: Arc<[usize]>) -> H {
+        if g.is_empty() {
+            return abi::GROUP_EMPTY;
+        }
+        let i = match self.groups.iter().position(|s| s.is_none()) {
+            Some(i) => {
+                self.groups[i] = Some(g);
+                i
+            }
+            None => {
+                self.groups.push(Some(g));
+                self.groups.len() - 1
+            }
+        };
+        handle(KIND_GROUP, i)
+    }
+
+    /// Opens the two endpoints of context `cid` and makes the communicator.
+    pub fn make_comm(&self, cid: u32, group: Arc<[usize]>) -> R<CommCore> {
+        let me = self.world.rank();
+        let rank = group
+            .iter()
+            .position(|&w| w == me)
+            .ok_or_else(|| fail(class::INTERN, "this process is not in the new group"))?;
+        let open = |port| {
+            self.world.open(port).map_err(|e| {
+                fail(
+                    class::INTERN,
+                    format!("cannot open the communicator's context: {e}"),
+                )
+            })
+        };
+        let ep = open(port_of(cid))?;
+        let coll = open(port_of(cid) + 1)?;
+        ep.set_tag_ignore(crate::p2p::SYNC);
+        let identity =
+            group.len() == self.world.size() && group.iter().enumerate().all(|(i, &w)| i == w);
+        let w2c = (!identity).then(|| {
+            let mut m = vec![abi::UNDEFINED; self.world.size()];
+            for (i, &w) in group.iter().enumerate() {
+                m[w] = i as c_int;
+            }
+            m
+        });
+        Ok(CommCore {
+            cid,
+            ep,
+            coll,
+            group,
+            rank,
+            w2c,
+        })
+    }
+
+    /// Marks context `cid` taken (or free again).
+    pub fn ctx_take(&mut self, cid: u32, taken: bool) {
+        let (w, b) = (cid as usize / 64, cid % 64);
+        if taken {
+            self.ctx_free[w] &= !(1u64 << b);
+        } else {
+            self.ctx_free[w] |= 1u64 << b;
+        }
+    }
+}
+
+fn bad_comm(h: H) -> crate::err::Fail {
+    fail(
+        class::COMM,
+        format!("{h:#x} is not a communicator handle (freed, or never made)"),
+    )
+}

@@ -1,0 +1,74 @@
+/* Attribute caching (MPI-3.1 section 6.7): copy callbacks run on dup, delete callbacks on free
+ * and on replacement; predefined attributes of MPI_COMM_WORLD. */
+#include "check.h"
+
+static int copies, deletes;
+
+static int copy_fn(MPI_Comm c, int key, void *extra, void *in, void *out, int *flag) {
+    (void)c; (void)key; (void)extra;
+    copies++;
+    *(void **)out = (void *)((char *)in + 1);
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+static int delete_fn(MPI_Comm c, int key, void *val, void *extra) {
+    (void)c; (void)key; (void)val;
+    deletes++;
+    CHECK(extra == (void *)&deletes);
+    return MPI_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int key, nocopy, flag;
+    void *v;
+    OK(MPI_Comm_create_keyval(copy_fn, delete_fn, &key, &deletes));
+    OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &nocopy, NULL));
+    MPI_Comm c;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    OK(MPI_Comm_get_attr(c, key, &v, &flag));
+    CHECK(!flag);
+    OK(MPI_Comm_set_attr(c, key, (void *)100));
+    OK(MPI_Comm_set_attr(c, nocopy, (void *)7));
+    OK(MPI_Comm_get_attr(c, key, &v, &flag));
+    CHECK(flag && v == (void *)100);
+    /* Replacing runs the delete callback on the old value. */
+    OK(MPI_Comm_set_attr(c, key, (void *)200));
+    CHECK(deletes == 1);
+    MPI_Comm d;
+    OK(MPI_Comm_dup(c, &d));
+    CHECK(copies == 1);
+    OK(MPI_Comm_get_attr(d, key, &v, &flag));
+    CHECK(flag && v == (void *)201);
+    OK(MPI_Comm_get_attr(d, nocopy, &v, &flag));
+    CHECK(!flag);
+    OK(MPI_Comm_delete_attr(d, key));
+    CHECK(deletes == 2);
+    OK(MPI_Comm_free(&d));
+    CHECK(deletes == 2);
+    OK(MPI_Comm_free(&c));
+    CHECK(deletes == 3);
+    OK(MPI_Comm_free_keyval(&key));
+    CHECK(key == MPI_KEYVAL_INVALID);
+    OK(MPI_Comm_free_keyval(&nocopy));
+    /* Predefined attributes. */
+    int *ub;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
+    CHECK(flag && *ub >= 32767);
+    int *wg;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &wg, &flag));
+    CHECK(!flag || *wg == 0 || *wg == 1);
+    int *us;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_UNIVERSE_SIZE, &us, &flag));
+    CHECK(!flag || *us >= world_size());
+    /* The largest tag is usable. */
+    int rank = world_rank();
+    if (world_size() >= 2 && rank < 2) {
+        int x = rank;
+        OK(MPI_Sendrecv_replace(&x, 1, MPI_INT, 1 - rank, *ub, 1 - rank, *ub, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(x == 1 - rank);
+    }
+    pass("attrs");
+    return 0;
+}

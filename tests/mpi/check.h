@@ -1,0 +1,45 @@
+/* What every MPI test program uses: CHECK stops the job with the file, line and condition that
+ * failed. Written against the MPI standard only, so each test runs on any MPI (volley's, MPICH). */
+#ifndef VOLLEY_MPI_TEST_CHECK_H
+#define VOLLEY_MPI_TEST_CHECK_H
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            int rank_ = -1;                                                          \
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank_);                                   \
+            fprintf(stderr, "FAILED on rank %d: %s:%d: %s\n", rank_, __FILE__,       \
+                    __LINE__, #cond);                                                \
+            fflush(stderr);                                                          \
+            MPI_Abort(MPI_COMM_WORLD, 3);                                            \
+        }                                                                            \
+    } while (0)
+
+/* An MPI call that must succeed. */
+#define OK(call) CHECK((call) == MPI_SUCCESS)
+
+static inline int world_rank(void) {
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+static inline int world_size(void) {
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+/* Ends a passing test: every rank says so, rank 0 last. */
+static inline void pass(const char *name) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+        printf("%s: ok\n", name);
+        fflush(stdout);
+    }
+    MPI_Finalize();
+}
+#endif

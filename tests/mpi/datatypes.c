@@ -1,0 +1,207 @@
+/* Derived datatypes (MPI-3.1 chapter 4): every constructor's size, bounds and typemap, checked
+ * by sending with the derived type and receiving contiguous data (and back); Pack and Unpack;
+ * envelope and contents; predefined pair types. */
+#include "check.h"
+#include <stddef.h>
+#include <string.h>
+
+/* Sends count elements of t from src to the other rank of the pair and receives n ints. */
+static void roundtrip(MPI_Datatype t, void *src, int count, int *got, int n) {
+    int rank = world_rank();
+    if (rank == 0) {
+        OK(MPI_Send(src, count, t, 1, 0, MPI_COMM_WORLD));
+    } else if (rank == 1) {
+        MPI_Status st;
+        int c;
+        OK(MPI_Recv(got, n, MPI_INT, 0, 0, MPI_COMM_WORLD, &st));
+        OK(MPI_Get_count(&st, MPI_INT, &c));
+        CHECK(c == n);
+    }
+    OK(MPI_Bcast(got, n, MPI_INT, 1, MPI_COMM_WORLD));
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    CHECK(world_size() >= 2);
+    int a[64];
+    for (int i = 0; i < 64; i++)
+        a[i] = i;
+    int got[64];
+    int size;
+    MPI_Aint lb, ext, tlb, text;
+
+    MPI_Datatype contig, vec, hvec, idx, hidx, blk, st, sub, res, dup;
+    OK(MPI_Type_contiguous(3, MPI_INT, &contig));
+    OK(MPI_Type_commit(&contig));
+    OK(MPI_Type_size(contig, &size));
+    CHECK(size == 12);
+    roundtrip(contig, a, 2, got, 6);
+    CHECK(got[5] == 5);
+
+    /* vector: 3 blocks of 2, stride 5: 0 1 5 6 10 11 */
+    OK(MPI_Type_vector(3, 2, 5, MPI_INT, &vec));
+    OK(MPI_Type_commit(&vec));
+    OK(MPI_Type_size(vec, &size));
+    OK(MPI_Type_get_extent(vec, &lb, &ext));
+    CHECK(size == 24 && lb == 0 && ext == 12 * 4);
+    roundtrip(vec, a, 1, got, 6);
+    CHECK(got[0] == 0 && got[1] == 1 && got[2] == 5 && got[3] == 6 && got[4] == 10 && got[5] == 11);
+    /* Two vectors in a row start at the extent: 12 13 17 18 22 23. */
+    roundtrip(vec, a, 2, got, 12);
+    CHECK(got[6] == 12 && got[11] == 23);
+
+    OK(MPI_Type_create_hvector(2, 1, 16, MPI_INT, &hvec));
+    OK(MPI_Type_commit(&hvec));
+    roundtrip(hvec, a, 1, got, 2);
+    CHECK(got[0] == 0 && got[1] == 4);
+
+    int bl[3] = {1, 2, 1}, dp[3] = {10, 3, 0};
+    OK(MPI_Type_indexed(3, bl, dp, MPI_INT, &idx));
+    OK(MPI_Type_commit(&idx));
+    OK(MPI_Type_get_extent(idx, &lb, &ext));
+    OK(MPI_Type_get_true_extent(idx, &tlb, &text));
+    CHECK(lb == 0 && ext == 44 && tlb == 0 && text == 44);
+    roundtrip(idx, a, 1, got, 4);
+    CHECK(got[0] == 10 && got[1] == 3 && got[2] == 4 && got[3] == 0);
+
+    MPI_Aint hd[2] = {8, 0};
+    int hbl[2] = {1, 1};
+    OK(MPI_Type_create_hindexed(2, hbl, hd, MPI_INT, &hidx));
+    OK(MPI_Type_commit(&hidx));
+    roundtrip(hidx, a, 1, got, 2);
+    CHECK(got[0] == 2 && got[1] == 0);
+
+    int bd[3] = {6, 2, 9};
+    OK(MPI_Type_create_indexed_block(3, 2, bd, MPI_INT, &blk));
+    OK(MPI_Type_commit(&blk));
+    roundtrip(blk, a, 1, got, 6);
+    CHECK(got[0] == 6 && got[1] == 7 && got[2] == 2 && got[4] == 9 && got[5] == 10);
+
+    /* A struct of (char, double, int), sent as itself. */
+    struct s { char c; double d; int i; } sv[2] = {{'a', 1.5, 7}, {'b', 2.5, 8}}, sr[2];
+    int sbl[3] = {1, 1, 1};
+    MPI_Aint sd[3] = {offsetof(struct s, c), offsetof(struct s, d), offsetof(struct s, i)};
+    MPI_Datatype sty[3] = {MPI_CHAR, MPI_DOUBLE, MPI_INT};
+    OK(MPI_Type_create_struct(3, sbl, sd, sty, &st));
+    OK(MPI_Type_commit(&st));
+    OK(MPI_Type_size(st, &size));
+    OK(MPI_Type_get_extent(st, &lb, &ext));
+    CHECK(size == 1 + 8 + 4 && lb == 0 && ext == (MPI_Aint)sizeof(struct s));
+    memset(sr, 0, sizeof sr);
+    if (world_rank() == 0)
+        OK(MPI_Send(sv, 2, st, 1, 1, MPI_COMM_WORLD));
+    else if (world_rank() == 1) {
+        OK(MPI_Recv(sr, 2, st, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(sr[1].c == 'b' && sr[1].d == 2.5 && sr[1].i == 8 && sr[0].i == 7);
+    }
+
+    /* A 2x3 block at (1,2) of a 4x6 C array. */
+    int sizes[2] = {4, 6}, subs[2] = {2, 3}, starts[2] = {1, 2};
+    OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &sub));
+    OK(MPI_Type_commit(&sub));
+    OK(MPI_Type_get_extent(sub, &lb, &ext));
+    CHECK(lb == 0 && ext == 24 * 4);
+    roundtrip(sub, a, 1, got, 6);
+    CHECK(got[0] == 8 && got[1] == 9 && got[2] == 10 && got[3] == 14 && got[5] == 16);
+    MPI_Datatype subf;
+    OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, &subf));
+    OK(MPI_Type_commit(&subf));
+    /* Fortran order: dimension 0 is fastest: elements (1..2, 2..4) at 1 + 2*4 .. */
+    roundtrip(subf, a, 1, got, 6);
+    CHECK(got[0] == 9 && got[1] == 10 && got[2] == 13 && got[3] == 14 && got[4] == 17 && got[5] == 18);
+
+    /* Resized: an int with extent 8 picks every other int. */
+    OK(MPI_Type_create_resized(MPI_INT, 0, 8, &res));
+    OK(MPI_Type_commit(&res));
+    OK(MPI_Type_get_extent(res, &lb, &ext));
+    CHECK(lb == 0 && ext == 8);
+    roundtrip(res, a, 4, got, 4);
+    CHECK(got[0] == 0 && got[1] == 2 && got[3] == 6);
+
+    OK(MPI_Type_dup(vec, &dup));
+    OK(MPI_Type_commit(&dup));
+    int ni, na, nd, comb;
+    OK(MPI_Type_get_envelope(dup, &ni, &na, &nd, &comb));
+    CHECK(comb == MPI_COMBINER_DUP && nd == 1);
+    OK(MPI_Type_get_envelope(vec, &ni, &na, &nd, &comb));
+    CHECK(comb == MPI_COMBINER_VECTOR && ni == 3 && na == 0 && nd == 1);
+    int ints[3];
+    MPI_Aint addrs[1];
+    MPI_Datatype types[1];
+    OK(MPI_Type_get_contents(vec, 3, 0, 1, ints, addrs, types));
+    CHECK(ints[0] == 3 && ints[1] == 2 && ints[2] == 5 && types[0] == MPI_INT);
+    OK(MPI_Type_get_envelope(MPI_INT, &ni, &na, &nd, &comb));
+    CHECK(comb == MPI_COMBINER_NAMED);
+
+    /* Names. */
+    char name[MPI_MAX_OBJECT_NAME];
+    int len;
+    OK(MPI_Type_get_name(MPI_DOUBLE, name, &len));
+    CHECK(strcmp(name, "MPI_DOUBLE") == 0);
+    OK(MPI_Type_set_name(vec, "pairs"));
+    OK(MPI_Type_get_name(vec, name, &len));
+    CHECK(strcmp(name, "pairs") == 0 && len == 5);
+
+    /* Pack and Unpack. */
+    char packed[256];
+    int pos = 0, psize;
+    OK(MPI_Pack_size(1, vec, MPI_COMM_WORLD, &psize));
+    CHECK(psize >= 24);
+    OK(MPI_Pack(a, 1, vec, packed, sizeof packed, &pos, MPI_COMM_WORLD));
+    double pi = 3.25;
+    OK(MPI_Pack(&pi, 1, MPI_DOUBLE, packed, sizeof packed, &pos, MPI_COMM_WORLD));
+    int un[6];
+    double pd;
+    int upos = 0;
+    OK(MPI_Unpack(packed, pos, &upos, un, 6, MPI_INT, MPI_COMM_WORLD));
+    OK(MPI_Unpack(packed, pos, &upos, &pd, 1, MPI_DOUBLE, MPI_COMM_WORLD));
+    CHECK(un[2] == 5 && un[5] == 11 && pd == 3.25 && upos == pos);
+    if (world_rank() == 0)
+        OK(MPI_Send(packed, pos, MPI_PACKED, 1, 2, MPI_COMM_WORLD));
+    else if (world_rank() == 1) {
+        char in[256];
+        int c;
+        MPI_Status s2;
+        OK(MPI_Recv(in, 256, MPI_PACKED, 0, 2, MPI_COMM_WORLD, &s2));
+        OK(MPI_Get_count(&s2, MPI_PACKED, &c));
+        CHECK(c == pos);
+        upos = 0;
+        int v6[6];
+        OK(MPI_Unpack(in, c, &upos, v6, 1, vec, MPI_COMM_WORLD));
+        CHECK(v6[0] == 0 && v6[5] == 11);
+    }
+
+    /* Pair types: sizes and MINLOC / MAXLOC. */
+    OK(MPI_Type_size(MPI_DOUBLE_INT, &size));
+    CHECK(size == 12);
+    OK(MPI_Type_size(MPI_2INT, &size));
+    CHECK(size == 8);
+    struct { double v; int i; } in = {world_rank() % 3, world_rank()}, out;
+    OK(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD));
+    CHECK(out.v == (world_size() >= 3 ? 2.0 : 1.0) && out.i == (world_size() >= 3 ? 2 : 1));
+    OK(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD));
+    CHECK(out.v == 0.0 && out.i == 0);
+
+    /* Get_elements counts basic elements of a partial derived type. */
+    if (world_rank() == 0)
+        OK(MPI_Send(a, 5, MPI_INT, 1, 3, MPI_COMM_WORLD));
+    else if (world_rank() == 1) {
+        MPI_Status s3;
+        int c, e;
+        OK(MPI_Recv(got, 2, contig, 0, 3, MPI_COMM_WORLD, &s3));
+        OK(MPI_Get_count(&s3, contig, &c));
+        OK(MPI_Get_elements(&s3, contig, &e));
+        CHECK(c == MPI_UNDEFINED && e == 5);
+    }
+
+    MPI_Datatype all[] = {contig, vec, hvec, idx, hidx, blk, st, sub, subf, res, dup};
+    for (int i = 0; i < 11; i++)
+        OK(MPI_Type_free(&all[i]));
+    CHECK(all[0] == MPI_DATATYPE_NULL);
+    MPI_Aint x1, x2;
+    OK(MPI_Get_address(&a[0], &x1));
+    OK(MPI_Get_address(&a[5], &x2));
+    CHECK(MPI_Aint_diff(x2, x1) == 20 && MPI_Aint_add(x1, 20) == x2);
+    pass("datatypes");
+    return 0;
+}
