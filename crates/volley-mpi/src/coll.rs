@@ -242,7 +242,7 @@ macro_rules! bits {
     }};
 }
 
-/// MINLOC / MAXLOC on (value, int) pairs laid out as the pair type says.
+/// MINLOC / MAXLOC on packed (value, int) pairs: the int at `$ioff`, `$ext` bytes a pair.
 macro_rules! loc {
     ($t:ty, $op:expr, $a:expr, $b:expr, $ioff:expr, $ext:expr) => {{
         const S: usize = std::mem::size_of::<$t>();
@@ -338,11 +338,12 @@ pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &
                 },
                 _ if bitwise => return Err(unsupported()),
                 FloatInt | DoubleInt | LongInt | TwoInt | ShortInt if loc => match b {
+                    // Packed: the int right after the value.
                     FloatInt => loc!(f32, o, inout, input, 4, 8),
-                    DoubleInt => loc!(f64, o, inout, input, 8, 16),
-                    LongInt => loc!(i64, o, inout, input, 8, 16),
+                    DoubleInt => loc!(f64, o, inout, input, 8, 12),
+                    LongInt => loc!(i64, o, inout, input, 8, 12),
                     TwoInt => loc!(i32, o, inout, input, 4, 8),
-                    _ => loc!(i16, o, inout, input, 4, 8),
+                    _ => loc!(i16, o, inout, input, 2, 6),
                 },
                 _ if loc => return Err(unsupported()),
                 I8 => arith!(i8, o, inout, input, unsupported()),

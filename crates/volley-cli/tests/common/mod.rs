@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: run `volley run` with real processes, with a watchdog.
 #![allow(dead_code)]
 
+pub mod hosts;
+
 use std::process::{Command, Output, Stdio};
 
 pub const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");

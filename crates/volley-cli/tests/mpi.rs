@@ -1,0 +1,353 @@
+//! volley's MPI, end to end: the MPI test programs of tests/mpi (written from the standard) built
+//! with `volley mpicc` and run by `volley run`, each also built with Debian's MPICH and run by
+//! its `mpirun` (so that they test MPI, not volley's reading of it); NetPIPE's NPmpi, unmodified,
+//! over shared memory and across network namespaces. Needs libmpi.so next to the volley binary
+//! (`cargo build --release --workspace`), MPICH (`mpicc.mpich`) and NetPIPE's source
+//! (`./scripts/test` installs both).
+
+mod common;
+
+use common::hosts::Hosts;
+use common::{text, volley, VOLLEY};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mpi")
+}
+
+/// A scratch directory for this test's binaries, removed on drop.
+struct Scratch(PathBuf);
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("volley-mpi-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("make a scratch directory");
+        Scratch(d)
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn must(o: Output, what: &str) -> String {
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success(),
+        "{what} failed with {:?}\nstdout:\n{out}\nstderr:\n{err}",
+        o.status
+    );
+    out
+}
+
+/// Builds tests/mpi/NAME.c with `volley mpicc` (or MPICH's mpicc) into `dir`.
+fn build(dir: &Path, name: &str, mpich: bool) -> PathBuf {
+    let src = sources().join(format!("{name}.c"));
+    let exe = dir.join(if mpich {
+        format!("{name}.mpich")
+    } else {
+        name.to_string()
+    });
+    let mut c = if mpich {
+        Command::new("mpicc.mpich")
+    } else {
+        let mut c = Command::new(VOLLEY);
+        c.arg("mpicc");
+        c
+    };
+    c.args(["-O1", "-Wall", "-o"]).arg(&exe).arg(&src);
+    let o = c.output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run {}: {e}; ./scripts/test installs MPICH",
+            if mpich { "mpicc.mpich" } else { VOLLEY }
+        )
+    });
+    must(o, &format!("compiling {name}.c"));
+    exe
+}
+
+/// Runs `exe` with `n` ranks under volley or MPICH's launcher (with a watchdog either way).
+fn launch(exe: &Path, n: usize, mpich: bool) -> Output {
+    launch_with(exe, n, mpich, &[], &[])
+}
+
+fn launch_with(exe: &Path, n: usize, mpich: bool, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let np = n.to_string();
+    let exe = exe.to_str().expect("utf-8 path");
+    if mpich {
+        Command::new("timeout")
+            .args(["300", "mpirun.mpich", "-n", &np, exe])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run mpirun.mpich")
+    } else {
+        let mut full = vec!["-n", &np, exe];
+        full.extend_from_slice(args);
+        volley(&full, env)
+    }
+}
+
+/// Builds a test program with both MPIs and runs it with each on `n` ranks; it must pass.
+fn passes(name: &str, n: usize) {
+    passes_with(name, n, &[], &[]);
+}
+
+/// Like `passes`, with arguments for the program and environment for volley's run.
+fn passes_with(name: &str, n: usize, args: &[&str], env: &[(&str, &str)]) {
+    let s = Scratch::new(name);
+    for mpich in [false, true] {
+        let exe = build(&s.0, name, mpich);
+        let out = must(
+            launch_with(&exe, n, mpich, args, env),
+            &format!(
+                "{name} {args:?} on {}",
+                if mpich { "MPICH" } else { "volley" }
+            ),
+        );
+        assert!(
+            out.contains(&format!("{name}: ok")),
+            "{name}: no ok line:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn matching_wildcards_and_order() {
+    passes("matching", 4);
+}
+
+#[test]
+fn matching_with_more_ranks_than_cores() {
+    passes("matching", 9);
+}
+
+#[test]
+fn probes_and_matched_probes() {
+    passes("probe", 3);
+}
+
+#[test]
+fn truncation_is_an_error_and_loses_nothing_else() {
+    passes("truncate", 2);
+}
+
+#[test]
+fn synchronous_sends_complete_when_matched() {
+    passes("ssend", 3);
+}
+
+#[test]
+fn requests_waits_tests_cancel_and_persistent() {
+    passes("requests", 3);
+}
+
+#[test]
+fn communicators_and_groups() {
+    passes("comms", 5);
+}
+
+#[test]
+fn attribute_caching() {
+    passes("attrs", 2);
+}
+
+#[test]
+fn every_datatype_constructor_and_packing() {
+    passes("datatypes", 4);
+}
+
+#[test]
+fn error_handlers_classes_and_strings() {
+    passes("errors", 2);
+}
+
+#[test]
+fn a_flood_of_unexpected_large_messages_keeps_memory_bounded() {
+    // Received in the order sent: the ring is the eager limit, the sender waits.
+    passes_with("flood", 2, &[], &[]);
+}
+
+#[test]
+fn a_flood_received_last_first_keeps_memory_bounded_with_single_copy() {
+    // Last first: every earlier message stays unexpected. By single copy each is a descriptor
+    // in the ring, its data in the sender's memory until matched. (Without single copy volley
+    // cannot yet hold more than VOLLEY_UNEXPECTED_BYTES of unexpected data per process: see
+    // docs/mpi.md.)
+    passes_with(
+        "flood",
+        2,
+        &["reverse"],
+        &[("VOLLEY_SINGLE_COPY_THRESHOLD", "65536")],
+    );
+}
+
+#[test]
+fn abort_ends_the_job_with_its_code() {
+    let s = Scratch::new("abort");
+    for mpich in [false, true] {
+        let exe = build(&s.0, "abort", mpich);
+        let o = launch(&exe, 4, mpich);
+        let (out, err) = text(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(7),
+            "{}: stdout:\n{out}\nstderr:\n{err}",
+            if mpich { "MPICH" } else { "volley" }
+        );
+        assert!(
+            !out.contains("not stopped"),
+            "a rank outlived MPI_Abort:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn singleton_init_without_a_launcher() {
+    let s = Scratch::new("singleton");
+    for mpich in [false, true] {
+        let exe = build(&s.0, "singleton", mpich);
+        let mut c = Command::new(&exe);
+        for (k, _) in
+            std::env::vars().filter(|(k, _)| k.starts_with("VOLLEY_") || k.starts_with("PMI"))
+        {
+            c.env_remove(k);
+        }
+        let out = must(c.output().expect("run the singleton"), "singleton");
+        assert!(out.contains("singleton: ok"), "{out}");
+    }
+}
+
+#[test]
+fn mpicc_show_prints_the_command() {
+    let o = Command::new(VOLLEY)
+        .args(["mpicc", "-show", "x.c", "-o", "x"])
+        .output()
+        .expect("run volley mpicc");
+    let out = must(o, "volley mpicc -show");
+    assert!(
+        out.contains("-lmpi") && out.contains("-Wl,-rpath,") && out.contains("x.c"),
+        "{out}"
+    );
+    let pc = Path::new(VOLLEY)
+        .parent()
+        .unwrap()
+        .join("pkgconfig/volley-mpi.pc");
+    let pc = std::fs::read_to_string(&pc).expect("volley mpicc writes pkgconfig/volley-mpi.pc");
+    assert!(pc.contains("Libs:") && pc.contains("-lmpi"), "{pc}");
+}
+
+/// NetPIPE's source, unpacked by ./scripts/test from Debian's source package.
+fn netpipe_src() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/netpipe/NetPIPE-3.7.2");
+    assert!(
+        d.join("src/mpi.c").exists(),
+        "{} is missing: ./scripts/test fetches NetPIPE's source (apt-get source netpipe)",
+        d.display()
+    );
+    d
+}
+
+/// Builds NPmpi from NetPIPE's own makefile with `volley mpicc` as its MPICC (in a copy of the
+/// tree: tests run side by side).
+fn npmpi(dir: &Path) -> PathBuf {
+    let src = dir.join("NetPIPE");
+    must(
+        Command::new("cp")
+            .arg("-r")
+            .arg(netpipe_src())
+            .arg(&src)
+            .output()
+            .expect("run cp"),
+        "copying NetPIPE's source",
+    );
+    let o = Command::new("make")
+        .arg("-C")
+        .arg(&src)
+        .arg("-s")
+        .arg("mpi")
+        .arg(format!("MPICC={VOLLEY} mpicc"))
+        .output()
+        .expect("run make");
+    must(o, "building NPmpi");
+    let exe = dir.join("NPmpi");
+    std::fs::rename(src.join("NPmpi"), &exe).expect("move NPmpi");
+    exe
+}
+
+/// NetPIPE's results: (bytes, Mbps) per line of its output file.
+fn np_results(path: &Path) -> Vec<(u64, f64)> {
+    let s = std::fs::read_to_string(path).expect("NetPIPE's output file");
+    s.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn check_np(path: &Path, what: &str) {
+    let r = np_results(path);
+    assert!(
+        r.len() > 50,
+        "{what}: NetPIPE stopped early ({} sizes)",
+        r.len()
+    );
+    let last = r.last().unwrap().0;
+    assert!(
+        last >= 4 << 20,
+        "{what}: NetPIPE's largest message was {last} bytes"
+    );
+    assert!(
+        r.iter().all(|&(_, mbps)| mbps > 0.0),
+        "{what}: a size measured no throughput"
+    );
+}
+
+#[test]
+fn netpipe_unmodified_on_shared_memory_in_all_three_modes() {
+    let s = Scratch::new("netpipe");
+    let exe = npmpi(&s.0);
+    for (mode, flag) in [
+        ("plain", None),
+        ("asynchronous receives", Some("-a")),
+        ("synchronous sends", Some("-S")),
+    ] {
+        let out = s.0.join(format!("np{}.out", flag.unwrap_or("")));
+        let mut args = vec![
+            "-n",
+            "2",
+            exe.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend(flag);
+        let o = volley(&args, &[]);
+        must(o, &format!("NPmpi ({mode})"));
+        check_np(&out, mode);
+    }
+}
+
+#[test]
+fn netpipe_unmodified_across_namespaces_over_udp_and_eth() {
+    let s = Scratch::new("netpipe-net");
+    let exe = npmpi(&s.0);
+    for transport in ["udp", "eth"] {
+        let h = Hosts::new(2, 1500);
+        let out = s.0.join(format!("np-{transport}.out"));
+        let o = h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", transport)],
+            &[
+                exe.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "-u",
+                "8388608",
+            ],
+        );
+        must(o, &format!("NPmpi over {transport}"));
+        check_np(&out, transport);
+    }
+}
