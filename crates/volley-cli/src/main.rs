@@ -4,6 +4,7 @@
 mod bench;
 mod info;
 mod mpicc;
+mod mpirun;
 mod multi;
 mod plot;
 mod run;
@@ -45,6 +46,19 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run an MPI program with mpirun's common options (-np N, --hosts, --bind-to core,
+    /// --oversubscribe, -genv): translated to `volley run`.
+    #[command(disable_help_flag = true)]
+    Mpirun {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The same as mpirun.
+    #[command(disable_help_flag = true)]
+    Mpiexec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Show the transports and modes found on this machine, which are usable and why not, and
     /// the settings in force with where each came from.
     Info,
@@ -62,6 +76,8 @@ fn main() {
         Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
         Cmd::Mpicc { args } => mpicc::run(false, args),
         Cmd::Mpicxx { args } => mpicc::run(true, args),
+        Cmd::Mpirun { args } => mpirun::run("mpirun", args),
+        Cmd::Mpiexec { args } => mpirun::run("mpiexec", args),
         Cmd::Info => info::info(),
         Cmd::Agent(args) => multi::agent(args),
     };

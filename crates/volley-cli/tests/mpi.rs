@@ -159,6 +159,53 @@ fn every_datatype_constructor_and_packing() {
 }
 
 #[test]
+fn info_objects() {
+    passes("info", 2);
+}
+
+#[test]
+fn mpirun_and_mpiexec_names_take_other_mpis_options() {
+    let s = Scratch::new("mpirun");
+    let exe = build(&s.0, "matching", false);
+    let dir = Path::new(VOLLEY).parent().unwrap();
+    for (name, args) in [
+        (
+            "mpirun",
+            vec![
+                "-np",
+                "3",
+                "--oversubscribe",
+                "--allow-run-as-root",
+                "--mca",
+                "btl",
+                "self,vader",
+                "--bind-to",
+                "core",
+            ],
+        ),
+        ("mpiexec", vec!["-n", "2", "-genv", "SOME_VAR", "1", "-l"]),
+    ] {
+        let o = Command::new("timeout")
+            .arg("300")
+            .arg(dir.join(name))
+            .args(&args)
+            .arg(&exe)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run {name}: {e}"));
+        let out = must(o, name);
+        assert!(out.contains("matching: ok"), "{name}: {out}");
+    }
+    // An option it does not know is refused, naming it.
+    let o = Command::new(dir.join("mpirun"))
+        .args(["-n", "2", "--frobnicate", "x"])
+        .output()
+        .expect("run mpirun");
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("--frobnicate"), "{err}");
+}
+
+#[test]
 fn error_handlers_classes_and_strings() {
     passes("errors", 2);
 }
@@ -201,6 +248,34 @@ fn abort_ends_the_job_with_its_code() {
             "a rank outlived MPI_Abort:\n{out}"
         );
     }
+}
+
+#[test]
+fn a_dead_peer_is_an_error_not_a_hang() {
+    let s = Scratch::new("killed");
+    // volley: the other ranks run on (--keep-going); rank 0's receive fails with
+    // MPIX_ERR_PROC_FAILED, and the job exits with the killed rank's status.
+    let exe = build(&s.0, "killed", false);
+    let o = volley(&["--keep-going", "-n", "3", exe.to_str().unwrap()], &[]);
+    let (out, err) = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(128 + 9),
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(
+        out.contains("killed: rank 0's receive from the dead rank failed")
+            && out.contains("MPIX_ERR_PROC_FAILED"),
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    // MPICH: its launcher ends the job; it must end, with a failure.
+    let exe = build(&s.0, "killed", true);
+    let o = launch(&exe, 3, true);
+    assert!(
+        !o.status.success() && o.status.code() != Some(124),
+        "MPICH: {:?}",
+        o.status
+    );
 }
 
 #[test]

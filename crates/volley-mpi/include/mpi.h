@@ -415,7 +415,16 @@ P(int, Allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 P(int, Alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
 P(int, Op_create, (MPI_User_function *user_fn, int commute, MPI_Op *op)) \
 P(int, Op_free, (MPI_Op *op)) \
-P(int, Op_commutative, (MPI_Op op, int *commute))
+P(int, Op_commutative, (MPI_Op op, int *commute)) \
+P(int, Info_create, (MPI_Info *info)) \
+P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \
+P(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag)) \
+P(int, Info_get_valuelen, (MPI_Info info, const char *key, int *valuelen, int *flag)) \
+P(int, Info_delete, (MPI_Info info, const char *key)) \
+P(int, Info_dup, (MPI_Info info, MPI_Info *newinfo)) \
+P(int, Info_free, (MPI_Info *info)) \
+P(int, Info_get_nkeys, (MPI_Info info, int *nkeys)) \
+P(int, Info_get_nthkey, (MPI_Info info, int n, char *key))
 
 #define VOLLEY_DECLARE_MPI(ret, name, args) ret MPI_##name args; ret PMPI_##name args;
 VOLLEY_MPI_FUNCTIONS(VOLLEY_DECLARE_MPI)

@@ -91,6 +91,8 @@ pub const MAX_TAG: c_int = (1 << 30) - 1;
 
 pub const MAX_ERROR_STRING: usize = 512;
 pub const MAX_OBJECT_NAME: usize = 128;
+pub const MAX_INFO_KEY: usize = 256;
+pub const MAX_INFO_VAL: usize = 1024;
 pub const MAX_PROCESSOR_NAME: usize = 256;
 pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const BSEND_OVERHEAD: usize = 512;
@@ -158,6 +160,10 @@ pub mod class {
     pub const INTERN: c_int = 17;
     pub const PENDING: c_int = 18;
     pub const IN_STATUS: c_int = 19;
+    pub const INFO_KEY: c_int = 31;
+    pub const INFO_NOKEY: c_int = 32;
+    pub const INFO_VALUE: c_int = 33;
+    pub const INFO: c_int = 34;
     pub const KEYVAL: c_int = 36;
     pub const NO_MEM: c_int = 39;
     pub const NOT_SAME: c_int = 40;

@@ -44,6 +44,7 @@ fn init(required: c_int) -> R<c_int> {
         ops: Vec::new(),
         errhandlers: Vec::new(),
         keyvals: Vec::new(),
+        infos: Vec::new(),
         ctx_free: [u64::MAX; CTX_WORDS],
         bsend_buf: None,
         bsend_used: 0,

@@ -29,6 +29,7 @@ mod comm;
 mod dtype;
 mod env;
 mod err;
+mod info;
 mod p2p;
 mod state;
 

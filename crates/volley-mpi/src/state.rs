@@ -33,6 +33,7 @@ pub const KIND_REQ: usize = 4;
 pub const KIND_OP: usize = 5;
 pub const KIND_ERRH: usize = 6;
 pub const KIND_MSG: usize = 7;
+pub const KIND_INFO: usize = 8;
 
 pub fn handle(kind: usize, idx: usize) -> H {
     (kind << 24) | idx
@@ -193,6 +194,7 @@ pub struct Rt {
     pub ops: Vec<Option<UserOp>>,
     pub errhandlers: Vec<Option<ErrFn>>,
     pub keyvals: Vec<Option<Keyval>>,
+    pub infos: Vec<Option<crate::info::Info>>,
     pub ctx_free: [u64; CTX_WORDS],
     /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
     pub bsend_buf: Option<(usize, usize)>,

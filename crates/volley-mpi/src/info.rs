@@ -1,0 +1,158 @@
+//! Info objects (MPI-3.1 section 9): ordered (key, value) strings. volley's MPI reads no hints
+//! yet; the objects still behave as the standard says, for programs that pass them around.
+
+use crate::abi::{self, class, H};
+use crate::err::{c_str, fail, get, put, put_str, R};
+use crate::state::{handle, index, rt, KIND_INFO};
+use std::ffi::c_char;
+use std::os::raw::c_int;
+
+pub type Info = Vec<(String, String)>;
+
+fn key(k: *const c_char) -> R<String> {
+    // SAFETY: MPI: a C string.
+    let k = unsafe { c_str(k)? };
+    if k.is_empty() || k.len() >= abi::MAX_INFO_KEY {
+        return Err(fail(
+            class::INFO_KEY,
+            format!(
+                "info key {k:?} is empty or longer than MPI_MAX_INFO_KEY - 1 ({})",
+                abi::MAX_INFO_KEY - 1
+            ),
+        ));
+    }
+    Ok(k)
+}
+
+fn with<T>(h: H, f: impl FnOnce(&mut Info) -> R<T>) -> R<T> {
+    let mut rt = rt()?;
+    if h == abi::INFO_ENV {
+        let mut env = Info::new();
+        return f(&mut env);
+    }
+    let i = index(KIND_INFO, h)
+        .ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle")))?;
+    let info = rt
+        .infos
+        .get_mut(i)
+        .and_then(|s| s.as_mut())
+        .ok_or_else(|| {
+            fail(
+                class::INFO,
+                format!("{h:#x} is not an info handle (freed?)"),
+            )
+        })?;
+    f(info)
+}
+
+fn store(info: Info, out: *mut H) -> R {
+    let mut rt = rt()?;
+    let i = match rt.infos.iter().position(|s| s.is_none()) {
+        Some(i) => {
+            rt.infos[i] = Some(info);
+            i
+        }
+        None => {
+            rt.infos.push(Some(info));
+            rt.infos.len() - 1
+        }
+    };
+    drop(rt);
+    // SAFETY: the caller's output argument.
+    unsafe { put(out, handle(KIND_INFO, i)) }
+}
+
+crate::mpi! {
+    fn MPI_Info_create / PMPI_Info_create(info: *mut H) {
+        store(Info::new(), info)
+    }
+
+    fn MPI_Info_set / PMPI_Info_set(info: H, k: *const c_char, value: *const c_char) {
+        let k = key(k)?;
+        // SAFETY: MPI: a C string.
+        let v = unsafe { c_str(value)? };
+        if v.len() >= abi::MAX_INFO_VAL {
+            return Err(fail(class::INFO_VALUE, format!("info value of {} bytes is longer than MPI_MAX_INFO_VAL - 1", v.len())));
+        }
+        with(info, |i| {
+            match i.iter_mut().find(|e| e.0 == k) {
+                Some(e) => e.1 = v,
+                None => i.push((k, v)),
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_get / PMPI_Info_get(info: H, k: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) {
+        let k = key(k)?;
+        let v = with(info, |i| Ok(i.iter().find(|e| e.0 == k).map(|e| e.1.clone())))?;
+        // SAFETY: the caller's arguments: value holds valuelen + 1 bytes.
+        unsafe {
+            put(flag, v.is_some() as c_int)?;
+            if let Some(v) = v {
+                let mut n = 0;
+                put_str(value, valuelen.max(0) as usize + 1, &mut n, &v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Info_get_valuelen / PMPI_Info_get_valuelen(info: H, k: *const c_char, valuelen: *mut c_int, flag: *mut c_int) {
+        let k = key(k)?;
+        let v = with(info, |i| Ok(i.iter().find(|e| e.0 == k).map(|e| e.1.len())))?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(flag, v.is_some() as c_int)?;
+            if let Some(n) = v {
+                put(valuelen, n as c_int)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Info_delete / PMPI_Info_delete(info: H, k: *const c_char) {
+        let k = key(k)?;
+        with(info, |i| {
+            let before = i.len();
+            i.retain(|e| e.0 != k);
+            if i.len() == before {
+                return Err(fail(class::INFO_NOKEY, format!("info key {k:?} is not set")));
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_dup / PMPI_Info_dup(info: H, newinfo: *mut H) {
+        let copy = with(info, |i| Ok(i.clone()))?;
+        store(copy, newinfo)
+    }
+
+    fn MPI_Info_free / PMPI_Info_free(info: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(info)? };
+        {
+            let mut rt = rt()?;
+            let i = index(KIND_INFO, h).ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle made by MPI_Info_create or MPI_Info_dup")))?;
+            rt.infos.get_mut(i).and_then(|s| s.take()).ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle (freed already?)")))?;
+        }
+        // SAFETY: the caller's in-out argument.
+        unsafe { put(info, abi::INFO_NULL) }
+    }
+
+    fn MPI_Info_get_nkeys / PMPI_Info_get_nkeys(info: H, nkeys: *mut c_int) {
+        let n = with(info, |i| Ok(i.len()))?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(nkeys, n as c_int) }
+    }
+
+    fn MPI_Info_get_nthkey / PMPI_Info_get_nthkey(info: H, n: c_int, k: *mut c_char) {
+        let name = with(info, |i| {
+            i.get(n.max(0) as usize).filter(|_| n >= 0).map(|e| e.0.clone()).ok_or_else(|| {
+                fail(class::ARG, format!("key number {n} does not exist: the info has {} keys", i.len()))
+            })
+        })?;
+        let mut len = 0;
+        // SAFETY: MPI: k holds MPI_MAX_INFO_KEY bytes.
+        unsafe { put_str(k, abi::MAX_INFO_KEY, &mut len, &name) }
+    }
+}
