@@ -20,7 +20,10 @@ fn sources() -> PathBuf {
 struct Scratch(PathBuf);
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("volley-mpi-{name}-{}", std::process::id()));
+        // Tests run side by side, some with the same program: one directory each.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("volley-mpi-{name}-{}-{k}", std::process::id()));
         std::fs::create_dir_all(&d).expect("make a scratch directory");
         Scratch(d)
     }
