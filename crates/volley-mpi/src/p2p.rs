@@ -572,9 +572,10 @@ fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
 /// MPI_Send and MPI_Rsend: straight through the core for a contiguous buffer.
 fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
     let mut rt = rt()?;
-    let c = rt.comm(comm)?;
     let t = committed(&rt, datatype)?;
     if t.contig && dest != abi::PROC_NULL {
+        // The fast path borrows the communicator from the table (no reference count touched).
+        let c = &rt.comm_slot(comm)?.core;
         let n = check_count(count)?;
         let tag = check_tag(tag, false)?.expect("not any");
         let w = c.world_rank(dest)?;
@@ -611,12 +612,14 @@ fn recv(
     status: *mut Status,
 ) -> R {
     let mut rt = rt()?;
-    let c = rt.comm(comm)?;
     let t = committed(&rt, datatype)?;
     if t.contig && source != abi::PROC_NULL {
+        // The state stays borrowed while the receive waits: nothing the program wrote runs
+        // meanwhile (MPI programs bind no active ports), and the borrow costs no reference count.
+        let c = &rt.comm_slot(comm)?.core;
         let n = check_count(count)?;
         let ctag = check_tag(tag, true)?;
-        let src = source_of(&c, source)?;
+        let src = source_of(c, source)?;
         let bytes = n * t.size;
         let out: &mut [u8] = if bytes == 0 {
             &mut []
@@ -624,11 +627,10 @@ fn recv(
             // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
             unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
         };
-        drop(rt);
         return match c.ep.recv_matching(src, ctag, out) {
             Ok(st) => {
                 // SAFETY: the caller's status argument.
-                unsafe { put_status(status, status_of(&c, &st, st.len)) };
+                unsafe { put_status(status, status_of(c, &st, st.len)) };
                 Ok(())
             }
             Err(RecvError::BufferTooSmall {
@@ -640,7 +642,7 @@ fn recv(
                     count: n,
                     dtype: t,
                 };
-                let (st, e) = truncated(&c, &env, &target, &mut []);
+                let (st, e) = truncated(c, &env, &target, &mut []);
                 // SAFETY: the caller's status argument.
                 unsafe { put_status(status, st) };
                 Err(e)
