@@ -162,6 +162,16 @@ fn every_datatype_constructor_and_packing() {
 }
 
 #[test]
+fn collectives_give_the_standard_results() {
+    passes("collectives", 5);
+}
+
+#[test]
+fn collectives_on_a_world_of_one() {
+    passes("collectives", 1);
+}
+
+#[test]
 fn info_objects() {
     passes("info", 2);
 }

@@ -283,6 +283,11 @@ typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
 #define MPI_COMM_NULL_COPY_FN   ((MPI_Comm_copy_attr_function *)0x0)
 #define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)0x1)
 #define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0x0)
+#define MPI_NULL_COPY_FN        MPI_COMM_NULL_COPY_FN
+#define MPI_DUP_FN              MPI_COMM_DUP_FN
+#define MPI_NULL_DELETE_FN      MPI_COMM_NULL_DELETE_FN
+typedef MPI_Comm_copy_attr_function MPI_Copy_function;
+typedef MPI_Comm_delete_attr_function MPI_Delete_function;
 
 /* The functions. Each is also declared as PMPI_ below. */
 #define VOLLEY_MPI_FUNCTIONS(P) \
@@ -413,9 +418,33 @@ P(int, Gather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 P(int, Scatter, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)) \
 P(int, Allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
 P(int, Alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Gatherv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm)) \
+P(int, Scatterv, (const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)) \
+P(int, Allgatherv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Alltoallv, (const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Alltoallw, (const void *sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm)) \
+P(int, Reduce_scatter_block, (const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)) \
+P(int, Reduce_scatter, (const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)) \
+P(int, Scan, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)) \
+P(int, Exscan, (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)) \
+P(int, Reduce_local, (const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype, MPI_Op op)) \
 P(int, Op_create, (MPI_User_function *user_fn, int commute, MPI_Op *op)) \
 P(int, Op_free, (MPI_Op *op)) \
 P(int, Op_commutative, (MPI_Op op, int *commute)) \
+P(int, Alloc_mem, (MPI_Aint size, MPI_Info info, void *baseptr)) \
+P(int, Free_mem, (void *base)) \
+P(int, Comm_get_parent, (MPI_Comm *parent)) \
+P(int, Comm_dup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm)) \
+P(int, Comm_set_info, (MPI_Comm comm, MPI_Info info)) \
+P(int, Comm_get_info, (MPI_Comm comm, MPI_Info *info_used)) \
+P(int, Keyval_create, (MPI_Comm_copy_attr_function *copy_fn, MPI_Comm_delete_attr_function *delete_fn, int *keyval, void *extra_state)) \
+P(int, Keyval_free, (int *keyval)) \
+P(int, Attr_put, (MPI_Comm comm, int keyval, void *attribute_val)) \
+P(int, Attr_get, (MPI_Comm comm, int keyval, void *attribute_val, int *flag)) \
+P(int, Attr_delete, (MPI_Comm comm, int keyval)) \
+P(int, Status_set_elements, (MPI_Status *status, MPI_Datatype datatype, int count)) \
+P(int, Status_set_elements_x, (MPI_Status *status, MPI_Datatype datatype, MPI_Count count)) \
+P(int, Status_set_cancelled, (MPI_Status *status, int flag)) \
 P(int, Info_create, (MPI_Info *info)) \
 P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \
 P(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag)) \

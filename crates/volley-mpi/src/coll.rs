@@ -24,6 +24,12 @@ pub const TAG_GATHER: u32 = (1 << 30) | 4;
 pub const TAG_SCATTER: u32 = (1 << 30) | 5;
 pub const TAG_ALLTOALL: u32 = (1 << 30) | 7;
 pub const TAG_CID: u32 = (1 << 30) | 8;
+pub const TAG_GATHERV: u32 = (1 << 30) | 9;
+pub const TAG_SCATTERV: u32 = (1 << 30) | 10;
+pub const TAG_ALLGATHERV: u32 = (1 << 30) | 11;
+pub const TAG_ALLTOALLV: u32 = (1 << 30) | 12;
+pub const TAG_SCAN: u32 = (1 << 30) | 13;
+pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
 
 /// Posts every receive, then every send, then waits for all: one step of a collective.
 pub fn exchange(
@@ -708,5 +714,316 @@ crate::mpi! {
         };
         // SAFETY: the caller's output argument.
         unsafe { put(commute, c as c_int) }
+    }
+}
+
+/// The address of element `i` of type `t` from `base`.
+fn at(base: *const c_void, i: isize, t: &Dtype) -> *const c_void {
+    (base as *const u8).wrapping_offset(i * t.extent()) as *const c_void
+}
+
+/// An array of `n` ints from the caller.
+fn ints<'a>(p: *const c_int, n: usize) -> R<&'a [c_int]> {
+    // SAFETY: MPI: the array holds one entry per rank of the communicator.
+    unsafe { crate::err::array(p, n as c_int) }
+}
+
+fn nonneg(v: &[c_int], what: &str) -> R {
+    if let Some(x) = v.iter().find(|&&x| x < 0) {
+        return Err(fail(class::COUNT, format!("a {what} is negative ({x})")));
+    }
+    Ok(())
+}
+
+/// Every rank sends `blocks[r]` to rank r and receives `sizes[r]` bytes from it; what came
+/// from r is handed to `put(r, bytes)`. The rank's own block is handed over without a message.
+fn all_to_all_bytes(
+    c: &CommCore,
+    tag: u32,
+    blocks: &[Vec<u8>],
+    sizes: &[usize],
+    mut put: impl FnMut(usize, &[u8]),
+) -> R {
+    let n = c.size();
+    let mut got: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0u8; b]).collect();
+    {
+        let sends: Vec<(usize, u32, &[u8])> = (0..n)
+            .filter(|&r| r != c.rank)
+            .map(|r| (r, tag, &blocks[r][..]))
+            .collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = got
+            .iter_mut()
+            .enumerate()
+            .filter(|(r, _)| *r != c.rank)
+            .map(|(r, b)| (r, tag, &mut b[..]))
+            .collect();
+        exchange(c, &sends, &mut recvs)?;
+    }
+    for (r, b) in got.iter().enumerate() {
+        if r == c.rank {
+            put(r, &blocks[r]);
+        } else {
+            put(r, b);
+        }
+    }
+    Ok(())
+}
+
+fn two_types(
+    st: H,
+    rt_: H,
+    send_needed: bool,
+    recv_needed: bool,
+) -> R<(Option<TypeRef>, Option<TypeRef>)> {
+    let rt = rt()?;
+    let s = if send_needed {
+        Some(committed(&rt, st)?)
+    } else {
+        None
+    };
+    let r = if recv_needed {
+        Some(committed(&rt, rt_)?)
+    } else {
+        None
+    };
+    Ok((s, r))
+}
+
+crate::mpi! {
+    fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let root = root_of(&c, root)?;
+        let is_root = c.rank == root;
+        let place = is_root && in_place(sendbuf);
+        let (st_, rt_) = two_types(sendtype, recvtype, !place, is_root)?;
+        if !is_root {
+            let t = st_.expect("sender");
+            let mine = packed(&t, sendbuf, count(sendcount)?);
+            return exchange(&c, &[(root, TAG_GATHERV, &mine)], &mut []);
+        }
+        let t = rt_.expect("root");
+        let n = c.size();
+        let (rc, ds) = (ints(recvcounts, n)?, ints(displs, n)?);
+        nonneg(rc, "receive count")?;
+        let mut got: Vec<Vec<u8>> = rc.iter().map(|&k| vec![0u8; k as usize * t.size]).collect();
+        if let Some(s) = &st_ {
+            let mine = packed(s, sendbuf, count(sendcount)?);
+            if mine.len() != got[root].len() {
+                return Err(fail(class::TRUNCATE, format!("MPI_Gatherv: the root sends itself {} bytes but expects {}", mine.len(), got[root].len())));
+            }
+            got[root] = mine;
+        }
+        {
+            let mut recvs: Vec<(usize, u32, &mut [u8])> = got.iter_mut().enumerate().filter(|(r, _)| *r != root).map(|(r, b)| (r, TAG_GATHERV, &mut b[..])).collect();
+            exchange(&c, &[], &mut recvs)?;
+        }
+        for r in 0..n {
+            if r == root && place {
+                continue;
+            }
+            unpacked(&t, &got[r], at(recvbuf, ds[r] as isize, &t) as *mut c_void, rc[r] as usize);
+        }
+        Ok(())
+    }
+
+    fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let root = root_of(&c, root)?;
+        let is_root = c.rank == root;
+        let place = is_root && in_place(recvbuf);
+        let (st_, rt_) = two_types(sendtype, recvtype, is_root, !place)?;
+        if !is_root {
+            let t = rt_.expect("receiver");
+            let rn = count(recvcount)?;
+            let mut v = vec![0u8; rn * t.size];
+            exchange(&c, &[], &mut [(root, TAG_SCATTERV, &mut v)])?;
+            unpacked(&t, &v, recvbuf, rn);
+            return Ok(());
+        }
+        let t = st_.expect("root");
+        let n = c.size();
+        let (sc, ds) = (ints(sendcounts, n)?, ints(displs, n)?);
+        nonneg(sc, "send count")?;
+        let blocks: Vec<Vec<u8>> = (0..n).map(|r| packed(&t, at(sendbuf, ds[r] as isize, &t), sc[r] as usize)).collect();
+        let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != root).map(|r| (r, TAG_SCATTERV, &blocks[r][..])).collect();
+        exchange(&c, &sends, &mut [])?;
+        if let Some(r) = rt_ {
+            let rn = count(recvcount)?;
+            if rn * r.size != blocks[root].len() {
+                return Err(fail(class::TRUNCATE, "MPI_Scatterv: the root's own block and its receive size differ"));
+            }
+            unpacked(&r, &blocks[root], recvbuf, rn);
+        }
+        Ok(())
+    }
+
+    fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let place = in_place(sendbuf);
+        let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
+        let t = rt_.expect("receiver");
+        let n = c.size();
+        let (rc, ds) = (ints(recvcounts, n)?, ints(displs, n)?);
+        nonneg(rc, "receive count")?;
+        let mine = match &st_ {
+            Some(s) => packed(s, sendbuf, count(sendcount)?),
+            None => packed(&t, at(recvbuf, ds[c.rank] as isize, &t), rc[c.rank] as usize),
+        };
+        if mine.len() != rc[c.rank] as usize * t.size {
+            return Err(fail(class::TRUNCATE, "MPI_Allgatherv: this rank's block and its receive count differ"));
+        }
+        let blocks: Vec<Vec<u8>> = vec![mine; n];
+        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
+        all_to_all_bytes(&c, TAG_ALLGATHERV, &blocks, &sizes, |r, b| {
+            unpacked(&t, b, at(recvbuf, ds[r] as isize, &t) as *mut c_void, rc[r] as usize);
+        })
+    }
+
+    fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let place = in_place(sendbuf);
+        let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
+        let t = rt_.expect("receiver");
+        let n = c.size();
+        let (rc, rd) = (ints(recvcounts, n)?, ints(rdispls, n)?);
+        nonneg(rc, "receive count")?;
+        let blocks: Vec<Vec<u8>> = match &st_ {
+            Some(s) => {
+                let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
+                nonneg(sc, "send count")?;
+                (0..n).map(|r| packed(s, at(sendbuf, sd[r] as isize, s), sc[r] as usize)).collect()
+            }
+            // MPI_IN_PLACE: what goes to r is where r's data will land.
+            None => (0..n).map(|r| packed(&t, at(recvbuf, rd[r] as isize, &t), rc[r] as usize)).collect(),
+        };
+        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
+        all_to_all_bytes(&c, TAG_ALLTOALLV, &blocks, &sizes, |r, b| {
+            unpacked(&t, b, at(recvbuf, rd[r] as isize, &t) as *mut c_void, rc[r] as usize);
+        })
+    }
+
+    fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let n = c.size();
+        let place = in_place(sendbuf);
+        let (rc, rd) = (ints(recvcounts, n)?, ints(rdispls, n)?);
+        nonneg(rc, "receive count")?;
+        // SAFETY: MPI: one datatype per rank.
+        let rts = unsafe { crate::err::array(recvtypes, n as c_int)? };
+        let rtypes: Vec<TypeRef> = { let rt = rt()?; rts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()? };
+        // Displacements of alltoallw are in bytes.
+        let byte_at = |base: *const c_void, d: c_int| (base as *const u8).wrapping_offset(d as isize) as *const c_void;
+        let blocks: Vec<Vec<u8>> = if place {
+            (0..n).map(|r| packed(&rtypes[r], byte_at(recvbuf, rd[r]), rc[r] as usize)).collect()
+        } else {
+            let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
+            nonneg(sc, "send count")?;
+            // SAFETY: MPI: one datatype per rank.
+            let sts = unsafe { crate::err::array(sendtypes, n as c_int)? };
+            let stypes: Vec<TypeRef> = { let rt = rt()?; sts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()? };
+            (0..n).map(|r| packed(&stypes[r], byte_at(sendbuf, sd[r]), sc[r] as usize)).collect()
+        };
+        let sizes: Vec<usize> = (0..n).map(|r| rc[r] as usize * rtypes[r].size).collect();
+        all_to_all_bytes(&c, TAG_ALLTOALLV, &blocks, &sizes, |r, b| {
+            unpacked(&rtypes[r], b, byte_at(recvbuf, rd[r]) as *mut c_void, rc[r] as usize);
+        })
+    }
+
+    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let k = count(recvcount)?;
+        let n = c.size();
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mine = packed(&t, src, k * n);
+        let mut all = vec![0u8; mine.len()];
+        reduce_bytes(&c, 0, op, &t, datatype, k * n, &mine, &mut all)?;
+        let b = k * t.size;
+        let mut block = vec![0u8; b];
+        if c.rank == 0 {
+            let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|r| (r, TAG_SCATTER, &all[r * b..(r + 1) * b])).collect();
+            exchange(&c, &sends, &mut [])?;
+            block.copy_from_slice(&all[..b]);
+        } else {
+            exchange(&c, &[], &mut [(0, TAG_SCATTER, &mut block)])?;
+        }
+        unpacked(&t, &block, recvbuf, k);
+        Ok(())
+    }
+
+    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let n = c.size();
+        let rc = ints(recvcounts, n)?;
+        nonneg(rc, "receive count")?;
+        let total: usize = rc.iter().map(|&k| k as usize).sum();
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mine = packed(&t, src, total);
+        let mut all = vec![0u8; mine.len()];
+        reduce_bytes(&c, 0, op, &t, datatype, total, &mine, &mut all)?;
+        let offs: Vec<usize> = rc.iter().scan(0usize, |acc, &k| { let o = *acc; *acc += k as usize * t.size; Some(o) }).collect();
+        let mut block = vec![0u8; rc[c.rank] as usize * t.size];
+        if c.rank == 0 {
+            let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|r| (r, TAG_SCATTERV, &all[offs[r]..offs[r] + rc[r] as usize * t.size])).collect();
+            exchange(&c, &sends, &mut [])?;
+            let b = block.len();
+            block.copy_from_slice(&all[..b]);
+        } else {
+            exchange(&c, &[], &mut [(0, TAG_SCATTERV, &mut block)])?;
+        }
+        unpacked(&t, &block, recvbuf, rc[c.rank] as usize);
+        Ok(())
+    }
+
+    fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let k = count(count_)?;
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mut acc = packed(&t, src, k);
+        // A chain in rank order: prefix(r) = prefix(r - 1) op x_r.
+        if c.rank > 0 {
+            let mut prev = vec![0u8; acc.len()];
+            exchange(&c, &[], &mut [(c.rank - 1, TAG_SCAN, &mut prev)])?;
+            apply(op, &t, datatype, k, &prev, &mut acc)?;
+        }
+        if c.rank + 1 < c.size() {
+            exchange(&c, &[(c.rank + 1, TAG_SCAN, &acc)], &mut [])?;
+        }
+        unpacked(&t, &acc, recvbuf, k);
+        Ok(())
+    }
+
+    fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        let (c, t) = args(comm, datatype)?;
+        let k = count(count_)?;
+        let op = op_of(op)?;
+        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
+        let mine = packed(&t, src, k);
+        // Rank r receives x_0 op ... op x_{r-1}; rank 0's receive buffer is left as it is.
+        let mut out = mine.clone();
+        if c.rank > 0 {
+            let mut prev = vec![0u8; mine.len()];
+            exchange(&c, &[], &mut [(c.rank - 1, TAG_EXSCAN, &mut prev)])?;
+            out.copy_from_slice(&mine);
+            apply(op, &t, datatype, k, &prev, &mut out)?;
+            unpacked(&t, &prev, recvbuf, k);
+        }
+        if c.rank + 1 < c.size() {
+            exchange(&c, &[(c.rank + 1, TAG_EXSCAN, &out)], &mut [])?;
+        }
+        Ok(())
+    }
+
+    fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count_: c_int, datatype: H, op: H) {
+        let t = { let rt = rt()?; committed(&rt, datatype)? };
+        let k = count(count_)?;
+        let op = op_of(op)?;
+        let a = packed(&t, inbuf, k);
+        let mut b = packed(&t, inoutbuf, k);
+        apply(op, &t, datatype, k, &a, &mut b)?;
+        unpacked(&t, &b, inoutbuf, k);
+        Ok(())
     }
 }

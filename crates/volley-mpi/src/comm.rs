@@ -180,6 +180,73 @@ crate::mpi! {
         unsafe { put(newcomm, h) }
     }
 
+    fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: H, _info: H, newcomm: *mut H) [comm] {
+        // volley reads no communicator hints: a dup.
+        // SAFETY: the same contract.
+        let rc = unsafe { PMPI_Comm_dup(comm, newcomm) };
+        if rc != 0 {
+            return Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: H, _info: H) [comm] {
+        rt()?.comm(comm)?;
+        Ok(())
+    }
+
+    fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: H, info_used: *mut H) [comm] {
+        rt()?.comm(comm)?;
+        // No hints in use: a new, empty info object.
+        // SAFETY: the same contract.
+        let rc = unsafe { crate::info::PMPI_Info_create(info_used) };
+        if rc != 0 {
+            return Err(fail(class::INTERN, "cannot make an info object"));
+        }
+        Ok(())
+    }
+
+    fn MPI_Keyval_create / PMPI_Keyval_create(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
+        // MPI-1's name of MPI_Comm_create_keyval (deprecated, still used).
+        // SAFETY: the same contract.
+        match unsafe { PMPI_Comm_create_keyval(copy_fn, delete_fn, keyval, extra_state) } {
+            0 => Ok(()),
+            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
+        }
+    }
+
+    fn MPI_Keyval_free / PMPI_Keyval_free(keyval: *mut c_int) {
+        // SAFETY: the same contract.
+        match unsafe { PMPI_Comm_free_keyval(keyval) } {
+            0 => Ok(()),
+            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
+        }
+    }
+
+    fn MPI_Attr_put / PMPI_Attr_put(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
+        // SAFETY: the same contract.
+        match unsafe { PMPI_Comm_set_attr(comm, keyval, attribute_val) } {
+            0 => Ok(()),
+            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
+        }
+    }
+
+    fn MPI_Attr_get / PMPI_Attr_get(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) [comm] {
+        // SAFETY: the same contract.
+        match unsafe { PMPI_Comm_get_attr(comm, keyval, attribute_val, flag) } {
+            0 => Ok(()),
+            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
+        }
+    }
+
+    fn MPI_Attr_delete / PMPI_Attr_delete(comm: H, keyval: c_int) [comm] {
+        // SAFETY: the same contract.
+        match unsafe { PMPI_Comm_delete_attr(comm, keyval) } {
+            0 => Ok(()),
+            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
+        }
+    }
+
     fn MPI_Comm_split / PMPI_Comm_split(comm: H, color: c_int, key: c_int, newcomm: *mut H) [comm] {
         split(comm, color, key, newcomm)
     }

@@ -278,3 +278,58 @@ crate::mpi! {
         }
     }
 }
+
+crate::mpi! {
+    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: abi::Aint, _info: H, baseptr: *mut c_void) {
+        if size < 0 {
+            return Err(fail(class::ARG, format!("MPI_Alloc_mem: size {size} is negative")));
+        }
+        // Plain memory: volley registers nothing with the network (no RDMA to pin for).
+        // SAFETY: malloc of a checked size; a null result is reported.
+        let p = unsafe { libc::malloc((size as usize).max(1)) };
+        if p.is_null() {
+            return Err(fail(class::NO_MEM, format!("MPI_Alloc_mem: cannot allocate {size} bytes")));
+        }
+        // SAFETY: MPI: baseptr points to a pointer.
+        unsafe { put(baseptr as *mut *mut c_void, p) }
+    }
+
+    fn MPI_Free_mem / PMPI_Free_mem(base: *mut c_void) {
+        // SAFETY: MPI: base came from MPI_Alloc_mem (malloc), freed once.
+        unsafe { libc::free(base) };
+        Ok(())
+    }
+
+    fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut H) {
+        rt()?;
+        // No dynamic processes: no parent.
+        // SAFETY: the caller's output argument.
+        unsafe { put(parent, abi::COMM_NULL) }
+    }
+
+    fn MPI_Status_set_elements / PMPI_Status_set_elements(status: *mut abi::Status, datatype: H, count: c_int) {
+        let size = { let rt = rt()?; crate::dtype::lookup(&rt, datatype)?.size };
+        // SAFETY: the caller's status.
+        let mut st = unsafe { get(status)? };
+        st.set_bytes((count.max(0) as u64) * size as u64);
+        // SAFETY: the caller's status.
+        unsafe { put(status, st) }
+    }
+
+    fn MPI_Status_set_elements_x / PMPI_Status_set_elements_x(status: *mut abi::Status, datatype: H, count: abi::Count) {
+        let size = { let rt = rt()?; crate::dtype::lookup(&rt, datatype)?.size };
+        // SAFETY: the caller's status.
+        let mut st = unsafe { get(status)? };
+        st.set_bytes((count.max(0) as u64) * size as u64);
+        // SAFETY: the caller's status.
+        unsafe { put(status, st) }
+    }
+
+    fn MPI_Status_set_cancelled / PMPI_Status_set_cancelled(status: *mut abi::Status, flag: c_int) {
+        // SAFETY: the caller's status.
+        let mut st = unsafe { get(status)? };
+        st.internal[2] = (flag != 0) as c_int;
+        // SAFETY: the caller's status.
+        unsafe { put(status, st) }
+    }
+}
