@@ -127,6 +127,11 @@ fn matching_with_more_ranks_than_cores() {
 }
 
 #[test]
+fn a_large_isend_does_not_stop_a_barrier_behind_it() {
+    passes("isend_barrier", 3);
+}
+
+#[test]
 fn probes_and_matched_probes() {
     passes("probe", 3);
 }

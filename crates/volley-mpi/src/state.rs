@@ -387,6 +387,11 @@ impl Rt {
         let ep = open(port_of(cid))?;
         let coll = open(port_of(cid) + 1)?;
         ep.set_tag_ignore(crate::p2p::SYNC);
+        // Both contexts are received by envelope only: their unexpected messages may be drained
+        // out of a full ring from the start (a large send followed by a barrier must not stop the
+        // barrier's message behind it).
+        ep.use_matching();
+        coll.use_matching();
         let identity =
             group.len() == self.world.size() && group.iter().enumerate().all(|(i, &w)| i == w);
         let w2c = (!identity).then(|| {

@@ -566,10 +566,23 @@ impl Consumer {
     }
 
     /// Whether, as of the last scan that reached the end of what was published, a record of the
-    /// largest size might not fit: the producer may be waiting for room.
+    /// largest size might not fit: the producer may be waiting for room. A record that would
+    /// wrap needs the padding to the end of the ring too (see `Producer::reserve`): without
+    /// counting it, a ring whose producer waits could look as if it had room, and a receiver
+    /// waiting for a message behind a full ring would never drain it.
     #[inline]
     pub fn looks_full(&self) -> bool {
-        self.backlog() + slots_for(self.max_payload) > self.cap
+        let Some((_, end)) = self.memo else {
+            return false;
+        };
+        let k = slots_for(self.max_payload);
+        let off = end & self.mask;
+        let need = if off + k > self.cap {
+            self.cap - off + k
+        } else {
+            k
+        };
+        end.saturating_sub(self.tail) + need > self.cap
     }
 
     /// The first record not yet taken, if the producer has published one. Does not take it.
@@ -792,6 +805,49 @@ mod tests {
         }
         assert_eq!(next_expected, next_sent);
         assert!(c.all_released());
+    }
+
+    #[test]
+    fn a_ring_that_does_not_look_full_has_room_for_the_largest_record() {
+        // From every starting offset: fill the ring with the largest records until the producer
+        // refuses one, let the consumer scan (finding nothing it wants), and check what it
+        // concludes: if the ring does not look full, the largest record must fit. (Before the
+        // padding of a record that wraps was counted, a ring whose producer waited for room
+        // could look as if it had some, and a receiver waiting behind it never drained it.)
+        let s = seg(4096, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        let max = vec![7u8; c.max_payload];
+        let mut full_seen = 0;
+        for start in 0..64 {
+            // Move the ring's position with small records, consumed at once.
+            for _ in 0..start {
+                assert!(p.try_push(meta(Kind::Whole, 1), &[1]));
+                let info = c.peek().unwrap().unwrap();
+                let h = c.take(&info);
+                c.release(h);
+            }
+            loop {
+                while p.try_push(meta(Kind::Whole, max.len() as u64), &max) {}
+                assert!(c.scan(99, |_| false).unwrap().is_none());
+                if c.looks_full() {
+                    full_seen += 1;
+                    break;
+                }
+                // The scan freed some room (a pad it consumed): the producer must use it.
+                assert!(
+                    p.try_push(meta(Kind::Whole, max.len() as u64), &max),
+                    "start {start}: the ring does not look full, but the largest record does not fit"
+                );
+            }
+            while let Some(info) = c.peek().unwrap() {
+                let h = c.take(&info);
+                c.release(h);
+            }
+            assert!(c.scan(99, |_| false).unwrap().is_none());
+            assert!(!c.looks_full(), "an empty ring looks full");
+        }
+        assert_eq!(full_seen, 64);
     }
 
     #[test]

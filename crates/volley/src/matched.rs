@@ -106,6 +106,19 @@ impl Endpoint {
         }
     }
 
+    /// Declares that this endpoint's messages are received by envelope (matched receives and
+    /// probes), never in arrival order: from now on, messages for it that block a full ring may
+    /// be drained into the process's unexpected-message buffers (see docs/matching.md). The first
+    /// matched receive does this by itself; a face calls it when it opens the endpoint, so that
+    /// messages arriving before its first receive cannot block the ring for other contexts (an
+    /// MPI program may send a large message and then enter a barrier).
+    pub fn use_matching(&self) {
+        if !self.matched.load(Ordering::Relaxed) {
+            self.matched.store(true, Ordering::Relaxed);
+            self.world.eng().note_matched_context(self.port);
+        }
+    }
+
     pub(crate) fn pattern(
         &self,
         source: Option<usize>,
@@ -119,11 +132,7 @@ impl Endpoint {
                 });
             }
         }
-        if !self.matched.load(Ordering::Relaxed) {
-            // First matched receive on this port: its messages may now be drained.
-            self.matched.store(true, Ordering::Relaxed);
-            self.world.eng().note_matched_context(self.port);
-        }
+        self.use_matching();
         Ok(Pattern::new(self.port, source, tag).ignoring(self.tag_ignore.load(Ordering::Relaxed)))
     }
 }
