@@ -445,6 +445,22 @@ P(int, Attr_delete, (MPI_Comm comm, int keyval)) \
 P(int, Status_set_elements, (MPI_Status *status, MPI_Datatype datatype, int count)) \
 P(int, Status_set_elements_x, (MPI_Status *status, MPI_Datatype datatype, MPI_Count count)) \
 P(int, Status_set_cancelled, (MPI_Status *status, int flag)) \
+P(MPI_Fint, Comm_c2f, (MPI_Comm comm)) \
+P(MPI_Comm, Comm_f2c, (MPI_Fint comm)) \
+P(MPI_Fint, Type_c2f, (MPI_Datatype datatype)) \
+P(MPI_Datatype, Type_f2c, (MPI_Fint datatype)) \
+P(MPI_Fint, Group_c2f, (MPI_Group group)) \
+P(MPI_Group, Group_f2c, (MPI_Fint group)) \
+P(MPI_Fint, Request_c2f, (MPI_Request request)) \
+P(MPI_Request, Request_f2c, (MPI_Fint request)) \
+P(MPI_Fint, Op_c2f, (MPI_Op op)) \
+P(MPI_Op, Op_f2c, (MPI_Fint op)) \
+P(MPI_Fint, Info_c2f, (MPI_Info info)) \
+P(MPI_Info, Info_f2c, (MPI_Fint info)) \
+P(MPI_Fint, Errhandler_c2f, (MPI_Errhandler errhandler)) \
+P(MPI_Errhandler, Errhandler_f2c, (MPI_Fint errhandler)) \
+P(MPI_Fint, Message_c2f, (MPI_Message message)) \
+P(MPI_Message, Message_f2c, (MPI_Fint message)) \
 P(int, Info_create, (MPI_Info *info)) \
 P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \
 P(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag)) \

@@ -247,6 +247,7 @@ static PREDEFINED: LazyLock<Vec<Option<Dtype>>> = LazyLock::new(|| {
 });
 
 /// A datatype the program named: predefined (static) or made by a constructor.
+#[derive(Clone)]
 pub enum TypeRef {
     Static(&'static Dtype),
     Made(Arc<Dtype>),

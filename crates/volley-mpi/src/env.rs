@@ -333,3 +333,37 @@ crate::mpi! {
         unsafe { put(status, st) }
     }
 }
+
+/// MPI_*_c2f and MPI_*_f2c: every handle volley makes fits a positive C int (see `state`), so a
+/// Fortran handle is the same number.
+macro_rules! fortran_handles {
+    ($($c2f:ident $pc2f:ident $f2c:ident $pf2c:ident),* $(,)?) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pc2f(h: H) -> c_int {
+            h as c_int
+        }
+        #[no_mangle]
+        pub extern "C" fn $c2f(h: H) -> c_int {
+            $pc2f(h)
+        }
+        #[no_mangle]
+        pub extern "C" fn $pf2c(f: c_int) -> H {
+            f as u32 as H
+        }
+        #[no_mangle]
+        pub extern "C" fn $f2c(f: c_int) -> H {
+            $pf2c(f)
+        }
+    )*};
+}
+
+fortran_handles! {
+    MPI_Comm_c2f PMPI_Comm_c2f MPI_Comm_f2c PMPI_Comm_f2c,
+    MPI_Type_c2f PMPI_Type_c2f MPI_Type_f2c PMPI_Type_f2c,
+    MPI_Group_c2f PMPI_Group_c2f MPI_Group_f2c PMPI_Group_f2c,
+    MPI_Request_c2f PMPI_Request_c2f MPI_Request_f2c PMPI_Request_f2c,
+    MPI_Op_c2f PMPI_Op_c2f MPI_Op_f2c PMPI_Op_f2c,
+    MPI_Info_c2f PMPI_Info_c2f MPI_Info_f2c PMPI_Info_f2c,
+    MPI_Errhandler_c2f PMPI_Errhandler_c2f MPI_Errhandler_f2c PMPI_Errhandler_f2c,
+    MPI_Message_c2f PMPI_Message_c2f MPI_Message_f2c PMPI_Message_f2c,
+}

@@ -17,7 +17,7 @@
 use crate::abi::{self, class, Status, H};
 use crate::dtype::{committed, TypeRef};
 use crate::err::{fail, from_recv, from_request, from_send, get, put, Fail, R};
-use crate::state::{handle, index, rt, CommCore, Rt, KIND_MSG, KIND_REQ};
+use crate::state::{gen_handle, gen_index, rt, CommCore, Rt, KIND_MSG, KIND_REQ, MAX_OBJECTS};
 use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -42,8 +42,9 @@ pub enum Mode {
     Buffered,
 }
 
-/// What a persistent request starts each time.
-#[derive(Clone, Copy)]
+/// What a persistent request starts each time. It holds its communicator and datatype: the
+/// program may free their handles while the request lives (MPI-3.1 sections 4.1.9 and 6.4.3).
+#[derive(Clone)]
 pub struct Spec {
     pub send: Option<Mode>,
     pub buf: Ptr,
@@ -52,6 +53,7 @@ pub struct Spec {
     pub peer: c_int,
     pub tag: c_int,
     pub comm: H,
+    pub held: Option<(Arc<CommCore>, TypeRef)>,
 }
 
 /// Where a receive's data goes.
@@ -165,9 +167,12 @@ fn start_send(
     dest: c_int,
     tag: c_int,
     comm: H,
+    held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
-    let c = rt.comm(comm)?;
-    let t = committed(rt, dtype)?;
+    let (c, t) = match held {
+        Some((c, t)) => (c.clone(), t.clone()),
+        None => (rt.comm(comm)?, committed(rt, dtype)?),
+    };
     let n = check_count(count)?;
     let tag = check_tag(tag, false)?.expect("not any");
     if dest == abi::PROC_NULL {
@@ -248,6 +253,7 @@ fn start_send(
 }
 
 /// Posts a receive (MPI_Irecv; MPI_Recv of a non-contiguous type waits on it).
+#[allow(clippy::too_many_arguments)]
 fn start_recv(
     rt: &mut Rt,
     buf: *mut c_void,
@@ -256,9 +262,12 @@ fn start_recv(
     source: c_int,
     tag: c_int,
     comm: H,
+    held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
-    let c = rt.comm(comm)?;
-    let t = committed(rt, dtype)?;
+    let (c, t) = match held {
+        Some((c, t)) => (c.clone(), t.clone()),
+        None => (rt.comm(comm)?, committed(rt, dtype)?),
+    };
     let n = check_count(count)?;
     let tag = check_tag(tag, true)?;
     if source == abi::PROC_NULL {
@@ -422,12 +431,11 @@ fn req_at(h: H) -> Option<(usize, u32)> {
     if h == abi::REQUEST_NULL {
         return None;
     }
-    let idx = index(KIND_REQ, h & 0xffff_ffff)?;
-    Some((idx, (h >> 32) as u32))
+    gen_index(KIND_REQ, h)
 }
 
 fn req_handle(i: usize, g: u32) -> H {
-    handle(KIND_REQ, i) | ((g as usize) << 32)
+    gen_handle(KIND_REQ, i, g)
 }
 
 fn bad_req(h: H) -> Fail {
@@ -440,9 +448,16 @@ fn bad_req(h: H) -> Fail {
 }
 
 /// Stores a request; its handle.
-fn store(rt: &mut Rt, r: Req) -> H {
+fn store(rt: &mut Rt, r: Req) -> R<H> {
     let (i, g) = rt.reqs.insert(r);
-    req_handle(i, g)
+    if i >= MAX_OBJECTS {
+        rt.reqs.remove(i, g);
+        return Err(fail(
+            class::NO_MEM,
+            format!("more than {MAX_OBJECTS} requests are active or not yet completed by a wait or test: complete some first"),
+        ));
+    }
+    Ok(req_handle(i, g))
 }
 
 /// Drives the requests named by `hs` (null and inactive ones skipped) until `enough(done,
@@ -561,7 +576,7 @@ unsafe fn put_status(p: *mut Status, st: Status) {
 
 /// A blocking operation: start it, wait for it, collect it.
 fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
-    let mut h = store(rt, r);
+    let mut h = store(rt, r)?;
     drive(rt, &[h], true, |d, a| d >= a)?;
     let (st, e) = collect(rt, &mut h);
     // SAFETY: the caller's status argument.
@@ -597,6 +612,7 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         dest,
         tag,
         comm,
+        None,
     )?;
     blocking(&mut rt, r, std::ptr::null_mut())
 }
@@ -650,7 +666,7 @@ fn recv(
             Err(e) => Err(from_recv(&e)),
         };
     }
-    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm)?;
+    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
     blocking(&mut rt, r, status)
 }
 
@@ -664,10 +680,10 @@ fn mode_send(
     comm: H,
 ) -> R {
     let mut rt = rt()?;
-    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm)?;
+    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm, None)?;
     if mode == Mode::Buffered {
         // The data is copied: the send completes in the background.
-        let h = store(&mut rt, r);
+        let h = store(&mut rt, r)?;
         let (i, g) = req_at(h).expect("stored");
         rt.orphans.push((i, g));
         return Ok(());
@@ -687,16 +703,16 @@ fn isend_mode(
     request: *mut H,
 ) -> R {
     let mut rt = rt()?;
-    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm)?;
+    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm, None)?;
     let h = if mode == Mode::Buffered {
         // Complete for the program at once; the data goes on from the buffered copy.
         let st = r.status;
-        let hb = store(&mut rt, r);
+        let hb = store(&mut rt, r)?;
         let (i, g) = req_at(hb).expect("stored");
         rt.orphans.push((i, g));
-        store(&mut rt, Req::finished(comm, st))
+        store(&mut rt, Req::finished(comm, st))?
     } else {
-        store(&mut rt, r)
+        store(&mut rt, r)?
     };
     // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
@@ -706,7 +722,9 @@ fn persistent(spec: Spec, request: *mut H) -> R {
     let mut rt = rt()?;
     // Check the arguments now, as MPI_Send_init's errors are the init call's.
     let c = rt.comm(spec.comm)?;
-    committed(&rt, spec.dtype)?;
+    let t = committed(&rt, spec.dtype)?;
+    let mut spec = spec;
+    spec.held = Some((c.clone(), t));
     check_count(spec.count)?;
     check_tag(spec.tag, spec.send.is_none())?;
     if spec.peer != abi::PROC_NULL && !(spec.send.is_none() && spec.peer == abi::ANY_SOURCE) {
@@ -716,7 +734,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
     r.done = false;
     r.active = false;
     r.persistent = Some(spec);
-    let h = store(&mut rt, r);
+    let h = store(&mut rt, r)?;
     // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
 }
@@ -724,7 +742,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
 fn start(rt: &mut Rt, h: H) -> R {
     let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Start on MPI_REQUEST_NULL"))?;
     let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-    let spec = r.persistent.ok_or_else(|| fail(class::REQUEST, "MPI_Start needs a persistent request (made by MPI_Send_init, MPI_Recv_init and the like)"))?;
+    let spec = r.persistent.clone().ok_or_else(|| fail(class::REQUEST, "MPI_Start needs a persistent request (made by MPI_Send_init, MPI_Recv_init and the like)"))?;
     if r.active {
         return Err(fail(class::REQUEST, "MPI_Start on a persistent request that is still active: complete it with a wait or test first"));
     }
@@ -738,6 +756,7 @@ fn start(rt: &mut Rt, h: H) -> R {
             spec.peer,
             spec.tag,
             spec.comm,
+            spec.held.as_ref(),
         )?,
         None => start_recv(
             rt,
@@ -747,6 +766,7 @@ fn start(rt: &mut Rt, h: H) -> R {
             spec.peer,
             spec.tag,
             spec.comm,
+            spec.held.as_ref(),
         )?,
     };
     new.persistent = Some(spec);
@@ -808,9 +828,9 @@ crate::mpi! {
 
     fn MPI_Sendrecv / PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
         let mut rt = rt()?;
-        let r = start_recv(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?;
-        let rh = store(&mut rt, r);
-        let s = start_send(&mut rt, Mode::Standard, sendbuf, sendcount, sendtype, dest, sendtag, comm);
+        let r = start_recv(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
+        let rh = store(&mut rt, r)?;
+        let s = start_send(&mut rt, Mode::Standard, sendbuf, sendcount, sendtype, dest, sendtag, comm, None);
         let s = match s {
             Ok(s) => s,
             Err(e) => {
@@ -825,7 +845,7 @@ crate::mpi! {
                 return Err(e);
             }
         };
-        let sh = store(&mut rt, s);
+        let sh = store(&mut rt, s)?;
         let mut hs = [rh, sh];
         drive(&mut rt, &hs, true, |d, a| d >= a)?;
         let (st, re) = collect(&mut rt, &mut hs[0]);
@@ -878,30 +898,30 @@ crate::mpi! {
 
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
         let mut rt = rt()?;
-        let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm)?;
-        let h = store(&mut rt, r);
+        let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
+        let h = store(&mut rt, r)?;
         // SAFETY: the caller's output argument.
         unsafe { put(request, h) }
     }
 
     fn MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
-        persistent(Spec { send: Some(Mode::Standard), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+        persistent(Spec { send: Some(Mode::Standard), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm, held: None }, request)
     }
 
     fn MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
-        persistent(Spec { send: Some(Mode::Sync), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+        persistent(Spec { send: Some(Mode::Sync), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm, held: None }, request)
     }
 
     fn MPI_Rsend_init / PMPI_Rsend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
-        persistent(Spec { send: Some(Mode::Ready), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+        persistent(Spec { send: Some(Mode::Ready), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm, held: None }, request)
     }
 
     fn MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
-        persistent(Spec { send: Some(Mode::Buffered), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm }, request)
+        persistent(Spec { send: Some(Mode::Buffered), buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: dest, tag, comm, held: None }, request)
     }
 
     fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
-        persistent(Spec { send: None, buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: source, tag, comm }, request)
+        persistent(Spec { send: None, buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: source, tag, comm, held: None }, request)
     }
 
     fn MPI_Start / PMPI_Start(request: *mut H) {
@@ -1191,7 +1211,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let mut r = Req::finished(abi::COMM_WORLD, st);
         r.err = e;
-        let h = store(&mut rt, r);
+        let h = store(&mut rt, r)?;
         // SAFETY: the caller's arguments.
         unsafe { put(message, abi::MESSAGE_NULL)?; put(request, h) }
     }
@@ -1321,7 +1341,16 @@ fn take_message(c: &CommCore, st: &volley::Status) -> R<H> {
     let status = status_of(c, &got, got.len);
     let mut rt = rt()?;
     let (i, g) = rt.msgs.insert(Msg { data, status });
-    Ok(handle(KIND_MSG, i) | ((g as usize) << 32))
+    if i >= MAX_OBJECTS {
+        rt.msgs.remove(i, g);
+        return Err(fail(
+            class::NO_MEM,
+            format!(
+                "more than {MAX_OBJECTS} matched-probe messages are waiting for their MPI_Mrecv"
+            ),
+        ));
+    }
+    Ok(gen_handle(KIND_MSG, i, g))
 }
 
 fn mrecv(buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<(Status, Option<Fail>)> {
@@ -1331,13 +1360,13 @@ fn mrecv(buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<(Status, Option
     let mut rt = rt()?;
     let t = committed(&rt, datatype)?;
     let n = check_count(count)?;
-    let i = index(KIND_MSG, m & 0xffff_ffff).ok_or_else(|| {
+    let (i, mg) = gen_index(KIND_MSG, m).ok_or_else(|| {
         fail(
             class::REQUEST,
             format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe"),
         )
     })?;
-    let msg = rt.msgs.remove(i, (m >> 32) as u32).ok_or_else(|| fail(class::REQUEST, format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe (each is received once)")))?;
+    let msg = rt.msgs.remove(i, mg).ok_or_else(|| fail(class::REQUEST, format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe (each is received once)")))?;
     let cap = n * t.size;
     let take = cap.min(msg.data.len());
     // SAFETY: MPI: buf holds count elements of the datatype.

@@ -35,13 +35,30 @@ pub const KIND_ERRH: usize = 6;
 pub const KIND_MSG: usize = 7;
 pub const KIND_INFO: usize = 8;
 
+/// Objects of one kind a process can hold at once.
+pub const MAX_OBJECTS: usize = 1 << 20;
+const INDEX_MASK: usize = MAX_OBJECTS - 1;
+/// Bits of generation in request and message handles.
+pub const GEN_MASK: u32 = 0x7f;
+
 pub fn handle(kind: usize, idx: usize) -> H {
-    (kind << 24) | idx
+    debug_assert!(idx < MAX_OBJECTS);
+    (kind << 27) | idx
 }
 
 /// The index of a handle of `kind`, if it is one.
 pub fn index(kind: usize, h: H) -> Option<usize> {
-    ((h >> 24) & 0xff == kind).then_some(h & 0xff_ffff)
+    (h >> 27 == kind).then_some(h & INDEX_MASK)
+}
+
+/// A handle with a generation (requests, matched-probe messages).
+pub fn gen_handle(kind: usize, idx: usize, gen: u32) -> H {
+    handle(kind, idx) | (((gen & GEN_MASK) as usize) << 20)
+}
+
+/// The index and generation of a handle made by `gen_handle`.
+pub fn gen_index(kind: usize, h: H) -> Option<(usize, u32)> {
+    index(kind, h).map(|i| (i, ((h >> 20) as u32) & GEN_MASK))
 }
 
 /// Context ids: 1024 per process (MPICH's scheme): a new communicator takes the lowest id that
@@ -166,13 +183,13 @@ impl<T> Slab<T> {
     }
     pub fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut T> {
         match self.slots.get_mut(i) {
-            Some((g, Some(v))) if *g == gen => Some(v),
+            Some((g, Some(v))) if *g & GEN_MASK == gen & GEN_MASK => Some(v),
             _ => None,
         }
     }
     pub fn remove(&mut self, i: usize, gen: u32) -> Option<T> {
         match self.slots.get_mut(i) {
-            Some((g, v @ Some(_))) if *g == gen => {
+            Some((g, v @ Some(_))) if *g & GEN_MASK == gen & GEN_MASK => {
                 self.free.push(i as u32);
                 v.take()
             }
