@@ -19,6 +19,21 @@ static int delete_fn(MPI_Comm c, int key, void *val, void *extra) {
     return MPI_SUCCESS;
 }
 
+static int failing_copy(MPI_Comm c, int key, void *extra, void *in, void *out, int *flag) {
+    (void)c; (void)key; (void)extra; (void)in; (void)out;
+    *flag = 0;
+    return MPI_ERR_OTHER;
+}
+
+static int at_finalize(MPI_Comm c, int key, void *val, void *extra) {
+    (void)key; (void)val; (void)extra;
+    if (c == MPI_COMM_SELF && world_rank() == 0) {
+        printf("attrs: MPI_COMM_SELF's attribute deleted at MPI_Finalize\n");
+        fflush(stdout);
+    }
+    return MPI_SUCCESS;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int key, nocopy, flag;
@@ -69,6 +84,20 @@ int main(int argc, char **argv) {
         OK(MPI_Sendrecv_replace(&x, 1, MPI_INT, 1 - rank, *ub, 1 - rank, *ub, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         CHECK(x == 1 - rank);
     }
+    /* A copy callback that fails makes MPI_Comm_dup fail with MPI_COMM_NULL (MPI-3.1 6.7.2). */
+    int bad;
+    OK(MPI_Comm_create_keyval(failing_copy, MPI_COMM_NULL_DELETE_FN, &bad, NULL));
+    OK(MPI_Comm_set_attr(MPI_COMM_WORLD, bad, (void *)1));
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_Comm nope = MPI_COMM_WORLD;
+    CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &nope) != MPI_SUCCESS);
+    CHECK(nope == MPI_COMM_NULL);
+    OK(MPI_Comm_delete_attr(MPI_COMM_WORLD, bad));
+    OK(MPI_Comm_free_keyval(&bad));
+    /* MPI_COMM_SELF's attributes are deleted by MPI_Finalize. */
+    int fin;
+    OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &fin, NULL));
+    OK(MPI_Comm_set_attr(MPI_COMM_SELF, fin, (void *)1));
     pass("attrs");
     return 0;
 }

@@ -66,10 +66,12 @@ int main(int argc, char **argv) {
         CHECK(p[0] == MPI_REQUEST_NULL);
         /* Testing until done, and Request_get_status, which leaves the request alive. */
         OK(MPI_Irecv(&buf[2], 1, MPI_INT, 1, 60, MPI_COMM_WORLD, &c));
+        /* A single-completion call leaves MPI_ERROR alone (MPI-3.1 section 3.2.5). */
+        st[0].MPI_ERROR = 12345;
         flag = 0;
         while (!flag)
             OK(MPI_Request_get_status(c, &flag, &st[0]));
-        CHECK(c != MPI_REQUEST_NULL && st[0].MPI_TAG == 60);
+        CHECK(c != MPI_REQUEST_NULL && st[0].MPI_TAG == 60 && st[0].MPI_ERROR == 12345);
         OK(MPI_Test(&c, &flag, &st[0]));
         CHECK(flag && c == MPI_REQUEST_NULL && buf[2] == 60);
         OK(MPI_Recv(&buf[3], 1, MPI_INT, 1, 61, MPI_COMM_WORLD, MPI_STATUS_IGNORE));

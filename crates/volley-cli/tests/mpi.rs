@@ -159,6 +159,13 @@ fn communicators_and_groups() {
 #[test]
 fn attribute_caching() {
     passes("attrs", 2);
+    // The delete callback of MPI_COMM_SELF's attribute ran in MPI_Finalize.
+    let s = Scratch::new("attrs-finalize");
+    for mpich in [false, true] {
+        let exe = build(&s.0, "attrs", mpich);
+        let out = must(launch(&exe, 2, mpich), "attrs");
+        assert!(out.contains("deleted at MPI_Finalize"), "{out}");
+    }
 }
 
 #[test]

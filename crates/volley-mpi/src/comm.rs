@@ -103,7 +103,7 @@ fn copy_attrs(from: H, to: H) -> R {
 }
 
 /// Runs the delete callback of one attribute.
-fn delete_attr(comm: H, k: c_int, v: usize) -> R {
+pub(crate) fn delete_attr(comm: H, k: c_int, v: usize) -> R {
     let kv = { rt()?.keyvals.get((k - 1) as usize).copied().flatten() };
     if let Some(Keyval { delete, extra, .. }) = kv {
         if delete != 0 {
@@ -175,7 +175,17 @@ crate::mpi! {
         let c = rt()?.comm(comm)?;
         let cid = agree_cid(&c)?;
         let h = install(cid, c.group.clone(), comm)?;
-        copy_attrs(comm, h)?;
+        if let Err(e) = copy_attrs(comm, h) {
+            // A copy callback failed: no new communicator (MPI-3.1 section 6.7.2).
+            let mut rt = rt()?;
+            if let Some(slot) = index(KIND_COMM, h).and_then(|i| rt.comms.get_mut(i)).and_then(|s| s.take()) {
+                rt.ctx_take(slot.core.cid, false);
+            }
+            drop(rt);
+            // SAFETY: the caller's output argument.
+            unsafe { put(newcomm, abi::COMM_NULL)? };
+            return Err(e);
+        }
         // SAFETY: the caller's output argument.
         unsafe { put(newcomm, h) }
     }

@@ -57,6 +57,10 @@ pub struct Dtype {
     /// The one predefined type it is made of, if any, and how many of them one element holds.
     pub basic: Option<Basic>,
     pub nbasic: usize,
+    /// The sizes of the basic elements of one element, in typemap order, as (size, how many in
+    /// a row); None when that list would be long (MPI_Get_elements then counts whole basic
+    /// elements of equal size only).
+    pub runs: Option<Vec<(usize, usize)>>,
     pub name: String,
     pub combiner: c_int,
     pub ints: Vec<c_int>,
@@ -90,6 +94,7 @@ impl Dtype {
             contig: contig || (size == 0 && extent == 0),
             basic: Some(basic),
             nbasic: 1,
+            runs: Some(parts.iter().filter(|p| p.1 > 0).map(|p| (p.1, 1)).collect()),
             name: name.to_string(),
             combiner: abi::COMBINER_NAMED,
             ints: vec![],
@@ -152,8 +157,22 @@ impl Dtype {
             return Some(0);
         }
         let whole = bytes / self.size;
-        let rest = bytes % self.size;
+        let mut rest = bytes % self.size;
         let mut n = whole * self.nbasic;
+        if let (true, Some(runs)) = (rest > 0, &self.runs) {
+            // Part of an element: walk its basic elements.
+            for &(s, c) in runs {
+                if rest >= s * c {
+                    n += c;
+                    rest -= s * c;
+                } else {
+                    n += rest / s;
+                    rest %= s;
+                    break;
+                }
+            }
+            return (rest == 0).then_some(n);
+        }
         if rest > 0 {
             // Part of an element: count the basic elements it covers.
             let b = self.basic_size()?;
@@ -167,6 +186,19 @@ impl Dtype {
 
     fn basic_size(&self) -> Option<usize> {
         (self.nbasic > 0 && self.size.is_multiple_of(self.nbasic)).then(|| self.size / self.nbasic)
+    }
+}
+
+/// Longest basic-element list a datatype keeps for MPI_Get_elements.
+const MAX_RUNS: usize = 4096;
+
+fn push_run(runs: &mut Vec<(usize, usize)>, size: usize, count: usize) {
+    if count == 0 {
+        return;
+    }
+    match runs.last_mut() {
+        Some(last) if last.0 == size => last.1 += count,
+        _ => runs.push((size, count)),
     }
 }
 
@@ -329,6 +361,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
     let mut size = 0usize;
     let mut basic: Option<Option<Basic>> = None;
     let mut nbasic = 0;
+    let mut runs: Option<Vec<(usize, usize)>> = Some(Vec::new());
     for p in parts {
         let is_lb = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_LB";
         let is_ub = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_UB";
@@ -366,6 +399,24 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         }
         size += p.count * p.t.size;
         nbasic += p.count * p.t.nbasic;
+        runs = match (runs, &p.t.runs) {
+            (Some(mut r), Some(tr)) => {
+                if tr.len() == 1 {
+                    push_run(&mut r, tr[0].0, tr[0].1 * p.count);
+                } else {
+                    for _ in 0..p.count {
+                        for &(s, c) in tr {
+                            push_run(&mut r, s, c);
+                        }
+                        if r.len() > MAX_RUNS {
+                            break;
+                        }
+                    }
+                }
+                (r.len() <= MAX_RUNS).then_some(r)
+            }
+            _ => None,
+        };
         basic = Some(match basic {
             None => p.t.basic,
             Some(b) if b == p.t.basic => b,
@@ -394,6 +445,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         contig,
         basic: basic.flatten(),
         nbasic,
+        runs,
         name: String::new(),
         combiner,
         ints: vec![],
@@ -698,7 +750,10 @@ crate::mpi! {
         let name = unsafe { crate::err::c_str(type_name)? };
         let mut rt = rt()?;
         if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&datatype) {
-            return Err(fail(class::TYPE, "volley's MPI keeps the standard names of predefined datatypes"));
+            lookup(&rt, datatype)?;
+            rt.type_names.retain(|(h, _)| *h != datatype);
+            rt.type_names.push((datatype, name));
+            return Ok(());
         }
         let i = index(KIND_TYPE, datatype).ok_or_else(|| bad_type(datatype))?;
         let slot = rt.types.get_mut(i).and_then(|s| s.as_mut()).ok_or_else(|| bad_type(datatype))?;
@@ -707,6 +762,11 @@ crate::mpi! {
     }
 
     fn MPI_Type_get_name / PMPI_Type_get_name(datatype: H, type_name: *mut c_char, resultlen: *mut c_int) {
+        let renamed = rt()?.type_names.iter().find(|(h, _)| *h == datatype).map(|(_, n)| n.clone());
+        if let Some(n) = renamed {
+            // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.
+            return unsafe { put_str(type_name, abi::MAX_OBJECT_NAME, resultlen, &n) };
+        }
         let t = old(datatype)?;
         // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.
         unsafe { put_str(type_name, abi::MAX_OBJECT_NAME, resultlen, &t.name) }

@@ -45,6 +45,7 @@ fn init(required: c_int) -> R<c_int> {
         errhandlers: Vec::new(),
         keyvals: Vec::new(),
         infos: Vec::new(),
+        type_names: Vec::new(),
         ctx_free: [u64::MAX; CTX_WORDS],
         bsend_buf: None,
         bsend_used: 0,
@@ -166,6 +167,14 @@ crate::mpi! {
     }
 
     fn MPI_Finalize / PMPI_Finalize() {
+        // MPI_COMM_SELF's attributes are deleted first, as if it were freed, then
+        // MPI_COMM_WORLD's; each in the reverse order they were set (MPI-3.1 section 8.7.1).
+        for comm in [abi::COMM_SELF, abi::COMM_WORLD] {
+            let attrs = std::mem::take(&mut rt()?.comm_slot_mut(comm)?.attrs);
+            for &(k, v) in attrs.iter().rev() {
+                crate::comm::delete_attr(comm, k, v)?;
+            }
+        }
         {
             let mut rt = rt()?;
             // Buffered sends and requests the program freed finish first.

@@ -567,11 +567,49 @@ fn is_done(rt: &mut Rt, h: H) -> R<Option<bool>> {
 ///
 /// # Safety
 /// `p` is null or points to a status.
-unsafe fn put_status(p: *mut Status, st: Status) {
+///
+/// A single-completion call leaves the status's MPI_ERROR field as the program left it (MPI-3.1
+/// section 3.2.5: only calls that return MPI_ERR_IN_STATUS set it).
+unsafe fn put_status(p: *mut Status, mut st: Status) {
     if !p.is_null() {
         // SAFETY: the caller's status.
-        unsafe { p.write_unaligned(st) };
+        unsafe {
+            st.error = p.read_unaligned().error;
+            p.write_unaligned(st)
+        };
     }
+}
+
+/// Writes the statuses of a multiple-completion call at `p[k]` for each (k, status, failed): the
+/// MPI_ERROR fields only when some request failed (the call then returns MPI_ERR_IN_STATUS, and
+/// the field says MPI_SUCCESS or the failure's class).
+///
+/// # Safety
+/// `p` is null or holds an entry for every k.
+unsafe fn put_statuses(p: *mut Status, done: &[(usize, Status, bool)]) -> R {
+    let any_err = done.iter().any(|d| d.2);
+    if !p.is_null() {
+        for &(k, mut st, failed) in done {
+            // SAFETY: per the contract.
+            unsafe {
+                if any_err {
+                    if !failed {
+                        st.error = 0;
+                    }
+                } else {
+                    st.error = p.add(k).read_unaligned().error;
+                }
+                p.add(k).write_unaligned(st);
+            }
+        }
+    }
+    if any_err {
+        return Err(fail(
+            class::IN_STATUS,
+            "one or more of the requests failed: see the MPI_ERROR field of their statuses",
+        ));
+    }
+    Ok(())
 }
 
 /// A blocking operation: start it, wait for it, collect it.
@@ -980,19 +1018,13 @@ crate::mpi! {
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
         let mut rt = rt()?;
         drive(&mut rt, hs, true, |d, a| d >= a)?;
-        let mut any_err = false;
+        let mut done = Vec::with_capacity(hs.len());
         for (k, h) in hs.iter_mut().enumerate() {
             let (st, e) = collect(&mut rt, h);
-            any_err |= e.is_some();
-            if !array_of_statuses.is_null() {
-                // SAFETY: MPI: the status array holds count statuses.
-                unsafe { array_of_statuses.add(k).write_unaligned(st) };
-            }
+            done.push((k, st, e.is_some()));
         }
-        if any_err {
-            return Err(fail(class::IN_STATUS, "one or more of the requests failed: see the MPI_ERROR field of their statuses"));
-        }
-        Ok(())
+        // SAFETY: MPI: the status array holds count statuses.
+        unsafe { put_statuses(array_of_statuses, &done) }
     }
 
     fn MPI_Testall / PMPI_Testall(count: c_int, array_of_requests: *mut H, flag: *mut c_int, array_of_statuses: *mut Status) {
@@ -1009,19 +1041,13 @@ crate::mpi! {
         if !all {
             return Ok(());
         }
-        let mut any_err = false;
+        let mut done = Vec::with_capacity(hs.len());
         for (k, h) in hs.iter_mut().enumerate() {
             let (st, e) = collect(&mut rt, h);
-            any_err |= e.is_some();
-            if !array_of_statuses.is_null() {
-                // SAFETY: MPI: the status array holds count statuses.
-                unsafe { array_of_statuses.add(k).write_unaligned(st) };
-            }
+            done.push((k, st, e.is_some()));
         }
-        if any_err {
-            return Err(fail(class::IN_STATUS, "one or more of the requests failed: see the MPI_ERROR field of their statuses"));
-        }
-        Ok(())
+        // SAFETY: MPI: the status array holds count statuses.
+        unsafe { put_statuses(array_of_statuses, &done) }
     }
 
     fn MPI_Waitany / PMPI_Waitany(count: c_int, array_of_requests: *mut H, index: *mut c_int, status: *mut Status) {
@@ -1283,37 +1309,29 @@ fn some_done(
     statuses: *mut Status,
 ) -> R {
     let mut active = false;
-    let mut n = 0usize;
-    let mut any_err = false;
+    let mut done = Vec::new();
     for (k, h) in hs.iter_mut().enumerate() {
         match is_done(rt, *h)? {
             Some(true) => {
                 active = true;
                 let (st, e) = collect(rt, h);
-                any_err |= e.is_some();
-                // SAFETY: MPI: indices and statuses hold incount entries.
-                unsafe {
-                    put(indices.add(n), k as c_int)?;
-                    if !statuses.is_null() {
-                        statuses.add(n).write_unaligned(st);
-                    }
-                }
-                n += 1;
+                // SAFETY: MPI: indices holds incount entries.
+                unsafe { put(indices.add(done.len()), k as c_int)? };
+                done.push((done.len(), st, e.is_some()));
             }
             Some(false) => active = true,
             None => {}
         }
     }
-    let out = if active { n as c_int } else { abi::UNDEFINED };
+    let out = if active {
+        done.len() as c_int
+    } else {
+        abi::UNDEFINED
+    };
     // SAFETY: the caller's output argument.
     unsafe { put(outcount, out)? };
-    if any_err {
-        return Err(fail(
-            class::IN_STATUS,
-            "one or more of the requests failed: see the MPI_ERROR field of their statuses",
-        ));
-    }
-    Ok(())
+    // SAFETY: MPI: statuses holds incount entries.
+    unsafe { put_statuses(statuses, &done) }
 }
 
 /// (communicator, source (None for MPI_PROC_NULL; inner None for any), tag) of a probe.

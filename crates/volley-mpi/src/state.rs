@@ -212,6 +212,8 @@ pub struct Rt {
     pub errhandlers: Vec<Option<ErrFn>>,
     pub keyvals: Vec<Option<Keyval>>,
     pub infos: Vec<Option<crate::info::Info>>,
+    /// Names the program gave predefined datatypes.
+    pub type_names: Vec<(H, String)>,
     pub ctx_free: [u64; CTX_WORDS],
     /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
     pub bsend_buf: Option<(usize, usize)>,
