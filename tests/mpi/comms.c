@@ -114,6 +114,21 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_free(&ce));
         CHECK(ce == MPI_COMM_NULL);
     }
+    /* Create from a group, called by the group's members only (MPI_Comm_create_group). */
+    if (rank % 2 == 1) {
+        MPI_Comm co;
+        OK(MPI_Comm_create_group(MPI_COMM_WORLD, odds, 7, &co));
+        int r3, s3, sum3;
+        OK(MPI_Comm_rank(co, &r3));
+        OK(MPI_Comm_size(co, &s3));
+        CHECK(r3 == rank / 2 && s3 == size / 2);
+        OK(MPI_Allreduce(&rank, &sum3, 1, MPI_INT, MPI_SUM, co));
+        int want3 = 0;
+        for (int r = 1; r < size; r += 2)
+            want3 += r;
+        CHECK(sum3 == want3);
+        OK(MPI_Comm_free(&co));
+    }
     /* Names. */
     char name[MPI_MAX_OBJECT_NAME];
     int len;

@@ -360,6 +360,7 @@ P(int, Comm_dup, (MPI_Comm comm, MPI_Comm *newcomm)) \
 P(int, Comm_split, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm)) \
 P(int, Comm_split_type, (MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm)) \
 P(int, Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)) \
+P(int, Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm)) \
 P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \

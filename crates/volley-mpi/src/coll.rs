@@ -30,6 +30,8 @@ pub const TAG_ALLGATHERV: u32 = (1 << 30) | 11;
 pub const TAG_ALLTOALLV: u32 = (1 << 30) | 12;
 pub const TAG_SCAN: u32 = (1 << 30) | 13;
 pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
+/// MPI_Comm_create_group: this bit and 20 bits of the program's tag.
+pub const TAG_CREATE_GROUP: u32 = (1 << 30) | (1 << 29);
 
 /// Posts every receive, then every send, then waits for all: one step of a collective.
 pub fn exchange(

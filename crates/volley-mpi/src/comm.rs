@@ -8,7 +8,9 @@
 //! Disjoint communicators made by one split may share an id: they share no rank.
 
 use crate::abi::{self, class, H};
-use crate::coll::{allgather_bytes, bcast_bytes, gather_bytes, TAG_CID};
+use crate::coll::{
+    allgather_bytes, bcast_bytes, exchange, gather_bytes, TAG_CID, TAG_CREATE_GROUP,
+};
 use crate::err::{array, array_mut, c_str, fail, get, put, put_str, R};
 use crate::state::{index, rt, CommCore, Keyval, CTX_WORDS, KIND_COMM, KIND_GROUP};
 use std::ffi::{c_char, c_void};
@@ -33,6 +35,51 @@ fn agree_cid(parent: &CommCore) -> R<u32> {
         agreed = m.iter().flat_map(|w| w.to_ne_bytes()).collect();
     }
     bcast_bytes(parent, 0, &mut agreed)?;
+    lowest_free(&agreed)
+}
+
+/// Agrees on a context id among `members` (ranks of `parent`, in group order; this process one
+/// of them) only: MPI_Comm_create_group, which the rest of the parent does not call. Linear, to
+/// and from the first member, on the parent's collective context with a tag made of the
+/// program's (so concurrent calls with different tags keep apart).
+fn agree_cid_among(parent: &CommCore, members: &[usize], tag: u32) -> R<u32> {
+    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
+    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let leader = members[0];
+    let mut agreed = bytes.clone();
+    if parent.rank == leader {
+        let mut all: Vec<Vec<u8>> = members[1..]
+            .iter()
+            .map(|_| vec![0u8; bytes.len()])
+            .collect();
+        {
+            let mut recvs: Vec<(usize, u32, &mut [u8])> = members[1..]
+                .iter()
+                .zip(all.iter_mut())
+                .map(|(&r, b)| (r, tag, &mut b[..]))
+                .collect();
+            exchange(parent, &[], &mut recvs)?;
+        }
+        for chunk in &all {
+            for (k, w) in chunk.chunks(8).enumerate() {
+                let x = u64::from_ne_bytes(agreed[8 * k..8 * k + 8].try_into().expect("8 bytes"))
+                    & u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+                agreed[8 * k..8 * k + 8].copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        let sends: Vec<(usize, u32, &[u8])> = members[1..]
+            .iter()
+            .map(|&r| (r, tag, &agreed[..]))
+            .collect();
+        exchange(parent, &sends, &mut [])?;
+    } else {
+        exchange(parent, &[(leader, tag, &bytes)], &mut [])?;
+        exchange(parent, &[], &mut [(leader, tag, &mut agreed)])?;
+    }
+    lowest_free(&agreed)
+}
+
+fn lowest_free(agreed: &[u8]) -> R<u32> {
     for (k, w) in agreed.chunks(8).enumerate() {
         let w = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
         if w != 0 {
@@ -281,6 +328,30 @@ crate::mpi! {
         let cid = agree_cid(&c)?;
         let me = rt()?.world.rank();
         let h = if g.contains(&me) { install(cid, g, comm)? } else { abi::COMM_NULL };
+        // SAFETY: the caller's output argument.
+        unsafe { put(newcomm, h) }
+    }
+
+    fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: H, group: H, tag: c_int, newcomm: *mut H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let g = group_of(group)?;
+        if !(0..=abi::MAX_TAG).contains(&tag) {
+            return Err(fail(class::TAG, format!("tag {tag} is invalid: tags are 0 to MPI_TAG_UB")));
+        }
+        let me = rt()?.world.rank();
+        if !g.contains(&me) {
+            return Err(fail(class::GROUP, "MPI_Comm_create_group is called by the members of the group only, and this process is not one"));
+        }
+        let mut members = Vec::with_capacity(g.len());
+        for &w in g.iter() {
+            let r = c.comm_rank(w);
+            if r == abi::UNDEFINED || (c.w2c.is_none() && w >= c.size()) {
+                return Err(fail(class::GROUP, format!("job rank {w} of the group is not in the communicator")));
+            }
+            members.push(r as usize);
+        }
+        let cid = agree_cid_among(&c, &members, TAG_CREATE_GROUP | (tag as u32 & 0xf_ffff))?;
+        let h = install(cid, g, comm)?;
         // SAFETY: the caller's output argument.
         unsafe { put(newcomm, h) }
     }
