@@ -157,6 +157,11 @@ fn communicators_and_groups() {
 }
 
 #[test]
+fn intercommunicators_create_dup_and_merge() {
+    passes("intercomm", 5);
+}
+
+#[test]
 fn attribute_caching() {
     passes("attrs", 2);
     // The delete callback of MPI_COMM_SELF's attribute ran in MPI_Finalize.

@@ -364,6 +364,10 @@ P(int, Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *ne
 P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
+P(int, Comm_remote_size, (MPI_Comm comm, int *size)) \
+P(int, Comm_remote_group, (MPI_Comm comm, MPI_Group *group)) \
+P(int, Intercomm_create, (MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, int tag, MPI_Comm *newintercomm)) \
+P(int, Intercomm_merge, (MPI_Comm intercomm, int high, MPI_Comm *newintracomm)) \
 P(int, Comm_set_name, (MPI_Comm comm, const char *comm_name)) \
 P(int, Comm_get_name, (MPI_Comm comm, char *comm_name, int *resultlen)) \
 P(int, Comm_group, (MPI_Comm comm, MPI_Group *group)) \

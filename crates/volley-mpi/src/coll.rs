@@ -30,30 +30,49 @@ pub const TAG_ALLGATHERV: u32 = (1 << 30) | 11;
 pub const TAG_ALLTOALLV: u32 = (1 << 30) | 12;
 pub const TAG_SCAN: u32 = (1 << 30) | 13;
 pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
+/// MPI_Intercomm_create (on the peer communicator, with 20 bits of the program's tag),
+/// MPI_Intercomm_merge and the duplication of an intercommunicator.
+pub const TAG_ICREATE: u32 = (1 << 30) | (1 << 28);
+pub const TAG_INTER: u32 = (1 << 30) | 15;
 /// MPI_Comm_create_group: this bit and 20 bits of the program's tag.
 pub const TAG_CREATE_GROUP: u32 = (1 << 30) | (1 << 29);
 
 /// Posts every receive, then every send, then waits for all: one step of a collective.
+/// Ranks are the communicator's.
 pub fn exchange(
     c: &CommCore,
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
-    let w = c.coll.world();
+    let sends: Vec<(usize, u32, &[u8])> =
+        sends.iter().map(|&(d, t, b)| (c.group[d], t, b)).collect();
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = recvs
+        .iter_mut()
+        .map(|(s, t, b)| (c.group[*s], *t, &mut **b))
+        .collect();
+    exchange_world(&c.coll, &sends, &mut recvs)
+}
+
+/// Like `exchange`, on endpoint `ep` with job ranks (between the leaders of two groups).
+pub fn exchange_world(
+    ep: &volley::Endpoint,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+) -> R {
+    let w = ep.world();
     let mut ids = Vec::with_capacity(sends.len() + recvs.len());
     for (src, tag, buf) in recvs.iter_mut() {
         // SAFETY: the buffer is borrowed until wait_all below returns.
         let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
         ids.push(Some(
-            c.coll
-                .irecv_lent(Some(c.group[*src]), Some(*tag), lent)
+            ep.irecv_lent(Some(*src), Some(*tag), lent)
                 .map_err(|e| crate::err::from_recv(&e))?,
         ));
     }
     for (dst, tag, data) in sends {
         // SAFETY: the data is borrowed until wait_all below returns.
         let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
-        match c.coll.isend_lent(c.group[*dst], *tag, lent) {
+        match ep.isend_lent(*dst, *tag, lent) {
             Ok(id) => ids.push(Some(id)),
             Err(e) => {
                 // Let what was started finish (its buffers are borrowed here), then fail.
@@ -459,8 +478,21 @@ pub fn reduce_bytes(
 
 /// The communicator and datatype of a collective call.
 fn args(comm: H, dtype: H) -> R<(std::sync::Arc<CommCore>, TypeRef)> {
+    let c = intra(comm)?;
     let rt = rt()?;
-    Ok((rt.comm(comm)?, committed(&rt, dtype)?))
+    Ok((c, committed(&rt, dtype)?))
+}
+
+/// The intracommunicator `comm` names: collectives on intercommunicators are not implemented.
+pub fn intra(comm: H) -> R<std::sync::Arc<CommCore>> {
+    let c = rt()?.comm(comm)?;
+    if c.is_inter() {
+        return Err(fail(
+            class::COMM,
+            "collective operations on intercommunicators are not implemented in volley's MPI yet; merge it with MPI_Intercomm_merge first",
+        ));
+    }
+    Ok(c)
 }
 
 fn root_of(c: &CommCore, root: c_int) -> R<usize> {
@@ -502,7 +534,7 @@ fn in_place(p: *const c_void) -> bool {
 
 crate::mpi! {
     fn MPI_Barrier / PMPI_Barrier(comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         barrier(&c)
     }
 
@@ -547,7 +579,7 @@ crate::mpi! {
     }
 
     fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let root = root_of(&c, root)?;
         let is_root = c.rank == root;
         let (rt_, st_) = {
@@ -583,7 +615,7 @@ crate::mpi! {
     }
 
     fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let root = root_of(&c, root)?;
         let is_root = c.rank == root;
         let place = is_root && in_place(recvbuf);
@@ -621,7 +653,7 @@ crate::mpi! {
     }
 
     fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let (st_, rt_) = {
             let rt = rt()?;
             let s = if in_place(sendbuf) { None } else { Some(committed(&rt, sendtype)?) };
@@ -646,7 +678,7 @@ crate::mpi! {
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let place = in_place(sendbuf);
         let (st_, rt_) = {
             let rt = rt()?;
@@ -793,7 +825,7 @@ fn two_types(
 
 crate::mpi! {
     fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let root = root_of(&c, root)?;
         let is_root = c.rank == root;
         let place = is_root && in_place(sendbuf);
@@ -829,7 +861,7 @@ crate::mpi! {
     }
 
     fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let root = root_of(&c, root)?;
         let is_root = c.rank == root;
         let place = is_root && in_place(recvbuf);
@@ -860,7 +892,7 @@ crate::mpi! {
     }
 
     fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let place = in_place(sendbuf);
         let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
         let t = rt_.expect("receiver");
@@ -882,7 +914,7 @@ crate::mpi! {
     }
 
     fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let place = in_place(sendbuf);
         let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
         let t = rt_.expect("receiver");
@@ -905,7 +937,7 @@ crate::mpi! {
     }
 
     fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = intra(comm)?;
         let n = c.size();
         let place = in_place(sendbuf);
         let (rc, rd) = (ints(recvcounts, n)?, ints(rdispls, n)?);

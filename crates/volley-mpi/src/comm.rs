@@ -9,7 +9,8 @@
 
 use crate::abi::{self, class, H};
 use crate::coll::{
-    allgather_bytes, bcast_bytes, exchange, gather_bytes, TAG_CID, TAG_CREATE_GROUP,
+    allgather_bytes, bcast_bytes, exchange, exchange_world, gather_bytes, TAG_CID,
+    TAG_CREATE_GROUP, TAG_ICREATE, TAG_INTER,
 };
 use crate::err::{array, array_mut, c_str, fail, get, put, put_str, R};
 use crate::state::{index, rt, CommCore, Keyval, CTX_WORDS, KIND_COMM, KIND_GROUP};
@@ -90,6 +91,67 @@ fn lowest_free(agreed: &[u8]) -> R<u32> {
         class::OTHER,
         "no communicator context is free at every member (1,024 per process): free communicators with MPI_Comm_free",
     ))
+}
+
+/// This process's free-context mask, as bytes.
+fn mask_bytes() -> R<Vec<u8>> {
+    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
+    Ok(mine.iter().flat_map(|w| w.to_ne_bytes()).collect())
+}
+
+/// The AND of `n` masks laid end to end.
+fn and_masks(all: &[u8], len: usize) -> Vec<u8> {
+    let mut m = vec![0xffu8; len];
+    for chunk in all.chunks(len) {
+        for (a, b) in m.iter_mut().zip(chunk) {
+            *a &= b;
+        }
+    }
+    m
+}
+
+fn u32s(v: &[usize]) -> Vec<u8> {
+    v.iter().flat_map(|&x| (x as u32).to_ne_bytes()).collect()
+}
+
+fn from_u32s(b: &[u8]) -> Vec<usize> {
+    b.chunks(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().expect("4 bytes")) as usize)
+        .collect()
+}
+
+/// Agrees on a context id over both groups of intercommunicator `c` (every member calls it),
+/// passing `extra` from each group's leader (rank 0) to the other group: the free masks are
+/// AND-ed within each group at its leader, the leaders trade theirs, and each tells its group.
+/// Returns the context id and the other group's `extra`.
+fn agree_inter(c: &CommCore, extra: u32) -> R<(u32, u32)> {
+    let (remote, _) = c.remote.as_ref().expect("an intercommunicator");
+    let mine = mask_bytes()?;
+    let len = mine.len();
+    let mut all = vec![0u8; len * c.size()];
+    gather_bytes(c, 0, &mine, &mut all, TAG_INTER)?;
+    let mut hdr = [0u8; 8];
+    if c.rank == 0 {
+        let mut out = extra.to_ne_bytes().to_vec();
+        out.extend(and_masks(&all, len));
+        let mut theirs = vec![0u8; out.len()];
+        exchange_world(
+            &c.coll,
+            &[(remote[0], TAG_INTER, &out)],
+            &mut [(remote[0], TAG_INTER, &mut theirs)],
+        )?;
+        let both: Vec<u8> = out[4..]
+            .iter()
+            .zip(&theirs[4..])
+            .map(|(a, b)| a & b)
+            .collect();
+        hdr[..4].copy_from_slice(&lowest_free(&both)?.to_ne_bytes());
+        hdr[4..].copy_from_slice(&theirs[..4]);
+    }
+    bcast_bytes(c, 0, &mut hdr)?;
+    let cid = u32::from_ne_bytes(hdr[..4].try_into().expect("4 bytes"));
+    let their = u32::from_ne_bytes(hdr[4..].try_into().expect("4 bytes"));
+    Ok((cid, their))
 }
 
 /// Makes the communicator of `group` with context `cid` and stores it; its handle. Copies the
@@ -220,8 +282,17 @@ crate::mpi! {
 
     fn MPI_Comm_dup / PMPI_Comm_dup(comm: H, newcomm: *mut H) [comm] {
         let c = rt()?.comm(comm)?;
-        let cid = agree_cid(&c)?;
-        let h = install(cid, c.group.clone(), comm)?;
+        let h = if let Some((remote, _)) = &c.remote {
+            let (cid, _) = agree_inter(&c, 0)?;
+            let mut rt = rt()?;
+            let eh = rt.comm_slot(comm)?.errhandler;
+            let core = rt.make_comm_with(cid, c.group.clone(), Some(remote.clone()))?;
+            rt.ctx_take(cid, true);
+            rt.add_comm(core, eh)
+        } else {
+            let cid = agree_cid(&c)?;
+            install(cid, c.group.clone(), comm)?
+        };
         if let Err(e) = copy_attrs(comm, h) {
             // A copy callback failed: no new communicator (MPI-3.1 section 6.7.2).
             let mut rt = rt()?;
@@ -320,7 +391,7 @@ crate::mpi! {
     }
 
     fn MPI_Comm_create / PMPI_Comm_create(comm: H, group: H, newcomm: *mut H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = crate::coll::intra(comm)?;
         let g = group_of(group)?;
         if let Some(&w) = g.iter().find(|&&w| c.comm_rank(w) == abi::UNDEFINED || (c.w2c.is_none() && w >= c.size())) {
             return Err(fail(class::GROUP, format!("job rank {w} of the group is not in the communicator")));
@@ -333,7 +404,7 @@ crate::mpi! {
     }
 
     fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: H, group: H, tag: c_int, newcomm: *mut H) [comm] {
-        let c = rt()?.comm(comm)?;
+        let c = crate::coll::intra(comm)?;
         let g = group_of(group)?;
         if !(0..=abi::MAX_TAG).contains(&tag) {
             return Err(fail(class::TAG, format!("tag {tag} is invalid: tags are 0 to MPI_TAG_UB")));
@@ -396,10 +467,95 @@ crate::mpi! {
     }
 
     fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: H, flag: *mut c_int) [comm] {
-        rt()?.comm(comm)?;
-        // volley's MPI has no intercommunicators yet.
+        let inter = rt()?.comm(comm)?.is_inter();
         // SAFETY: the caller's output argument.
-        unsafe { put(flag, 0) }
+        unsafe { put(flag, inter as c_int) }
+    }
+
+    fn MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: H, size: *mut c_int) [comm] {
+        let c = rt()?.comm(comm)?;
+        let (g, _) = c.remote.as_ref().ok_or_else(|| fail(class::COMM, "MPI_Comm_remote_size needs an intercommunicator"))?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(size, g.len() as c_int) }
+    }
+
+    fn MPI_Comm_remote_group / PMPI_Comm_remote_group(comm: H, group: *mut H) [comm] {
+        let c = rt()?.comm(comm)?;
+        let (g, _) = c.remote.as_ref().ok_or_else(|| fail(class::COMM, "MPI_Comm_remote_group needs an intercommunicator"))?;
+        let h = rt()?.add_group(g.clone());
+        // SAFETY: the caller's output argument.
+        unsafe { put(group, h) }
+    }
+
+    fn MPI_Intercomm_create / PMPI_Intercomm_create(local_comm: H, local_leader: c_int, peer_comm: H, remote_leader: c_int, tag: c_int, newintercomm: *mut H) [local_comm] {
+        let lc = crate::coll::intra(local_comm)?;
+        if local_leader < 0 || local_leader as usize >= lc.size() {
+            return Err(fail(class::RANK, format!("local leader {local_leader} is not a rank of the local communicator")));
+        }
+        if !(0..=abi::MAX_TAG).contains(&tag) {
+            return Err(fail(class::TAG, format!("tag {tag} is invalid: tags are 0 to MPI_TAG_UB")));
+        }
+        let leader = local_leader as usize;
+        let mine = mask_bytes()?;
+        let len = mine.len();
+        let mut all = vec![0u8; len * lc.size()];
+        gather_bytes(&lc, leader, &mine, &mut all, TAG_INTER)?;
+        // The leader trades (its group's mask, its group) with the remote leader over the peer
+        // communicator, then tells its group the context id and the remote group.
+        let mut hdr = [0u8; 8];
+        let mut their_group = Vec::new();
+        if lc.rank == leader {
+            let pc = rt()?.comm(peer_comm)?;
+            let rl = pc.peer_world_rank(remote_leader)?;
+            let t = TAG_ICREATE | (tag as u32 & 0xf_ffff);
+            let mut out = and_masks(&all, len);
+            out.extend(u32s(&lc.group));
+            let out_len = (out.len() as u64).to_ne_bytes();
+            let mut in_len = [0u8; 8];
+            exchange_world(&pc.coll, &[(rl, t, &out_len)], &mut [(rl, t, &mut in_len)])?;
+            let mut theirs = vec![0u8; u64::from_ne_bytes(in_len) as usize];
+            if theirs.len() < len {
+                return Err(fail(class::INTERN, "the remote leader sent a malformed group"));
+            }
+            exchange_world(&pc.coll, &[(rl, t, &out)], &mut [(rl, t, &mut theirs)])?;
+            let both: Vec<u8> = out[..len].iter().zip(&theirs[..len]).map(|(a, b)| a & b).collect();
+            their_group = theirs[len..].to_vec();
+            hdr[..4].copy_from_slice(&lowest_free(&both)?.to_ne_bytes());
+            hdr[4..].copy_from_slice(&((their_group.len() / 4) as u32).to_ne_bytes());
+        }
+        bcast_bytes(&lc, leader, &mut hdr)?;
+        let cid = u32::from_ne_bytes(hdr[..4].try_into().expect("4 bytes"));
+        let n = u32::from_ne_bytes(hdr[4..].try_into().expect("4 bytes")) as usize;
+        their_group.resize(n * 4, 0);
+        bcast_bytes(&lc, leader, &mut their_group)?;
+        let remote: Arc<[usize]> = from_u32s(&their_group).into();
+        let mut rt = rt()?;
+        let eh = rt.comm_slot(local_comm)?.errhandler;
+        let core = rt.make_comm_with(cid, lc.group.clone(), Some(remote))?;
+        rt.ctx_take(cid, true);
+        let h = rt.add_comm(core, eh);
+        drop(rt);
+        // SAFETY: the caller's output argument.
+        unsafe { put(newintercomm, h) }
+    }
+
+    fn MPI_Intercomm_merge / PMPI_Intercomm_merge(intercomm: H, high: c_int, newintracomm: *mut H) [intercomm] {
+        let c = rt()?.comm(intercomm)?;
+        let Some((remote, _)) = &c.remote else {
+            return Err(fail(class::COMM, "MPI_Intercomm_merge needs an intercommunicator"));
+        };
+        let (cid, their_high) = agree_inter(&c, (high != 0) as u32)?;
+        // The group that passed high = false comes first; on a tie, the group whose leader has
+        // the lower job rank (both groups decide the same way).
+        let mine_first = if (high != 0) != (their_high != 0) { high == 0 } else { c.group[0] < remote[0] };
+        let merged: Vec<usize> = if mine_first {
+            c.group.iter().chain(remote.iter()).copied().collect()
+        } else {
+            remote.iter().chain(c.group.iter()).copied().collect()
+        };
+        let h = install(cid, merged.into(), intercomm)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(newintracomm, h) }
     }
 
     fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: H, comm_name: *const c_char) [comm] {
@@ -617,7 +773,7 @@ crate::mpi! {
 /// MPI_Comm_split: every member says (color, key); members of one color form a communicator,
 /// ordered by key, then by rank in the parent.
 fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
-    let c = rt()?.comm(comm)?;
+    let c = crate::coll::intra(comm)?;
     if color < 0 && color != abi::UNDEFINED {
         return Err(fail(
             class::ARG,

@@ -141,13 +141,13 @@ fn source_of(c: &CommCore, source: c_int) -> R<Option<usize>> {
     if source == abi::ANY_SOURCE {
         return Ok(None);
     }
-    c.world_rank(source).map(Some)
+    c.peer_world_rank(source).map(Some)
 }
 
 /// A status for a message the core matched.
 fn status_of(c: &CommCore, st: &volley::Status, bytes: usize) -> Status {
     let mut s = Status {
-        source: c.comm_rank(st.source),
+        source: c.peer_rank(st.source),
         tag: (st.tag & !SYNC) as c_int,
         error: 0,
         internal: [0; 5],
@@ -178,7 +178,7 @@ fn start_send(
     if dest == abi::PROC_NULL {
         return Ok(Req::finished(comm, Status::proc_null()));
     }
-    let w = c.world_rank(dest)?;
+    let w = c.peer_world_rank(dest)?;
     let bytes = n * t.size;
     let mut stage = Vec::new();
     let mut bsend = 0;
@@ -631,7 +631,7 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         let c = &rt.comm_slot(comm)?.core;
         let n = check_count(count)?;
         let tag = check_tag(tag, false)?.expect("not any");
-        let w = c.world_rank(dest)?;
+        let w = c.peer_world_rank(dest)?;
         let bytes = n * t.size;
         let data: &[u8] = if bytes == 0 {
             &[]
@@ -766,7 +766,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
     check_count(spec.count)?;
     check_tag(spec.tag, spec.send.is_none())?;
     if spec.peer != abi::PROC_NULL && !(spec.send.is_none() && spec.peer == abi::ANY_SOURCE) {
-        c.world_rank(spec.peer)?;
+        c.peer_world_rank(spec.peer)?;
     }
     let mut r = Req::finished(spec.comm, Status::empty());
     r.done = false;

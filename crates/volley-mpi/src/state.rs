@@ -83,11 +83,39 @@ pub struct CommCore {
     /// Rank in the communicator of each job rank (None when the communicator is the world's
     /// identity, or the job rank is not a member).
     pub w2c: Option<Vec<i32>>,
+    /// An intercommunicator's other group: its job ranks, and each job rank's rank in it.
+    pub remote: Option<(Arc<[usize]>, Vec<i32>)>,
 }
 
 impl CommCore {
     pub fn size(&self) -> usize {
         self.group.len()
+    }
+
+    pub fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The job rank of the peer rank `r` of point-to-point operations: in the remote group of
+    /// an intercommunicator, in the group otherwise.
+    pub fn peer_world_rank(&self, r: c_int) -> R<usize> {
+        match &self.remote {
+            None => self.world_rank(r),
+            Some((g, _)) => g.get(usize::try_from(r).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
+                fail(
+                    class::RANK,
+                    format!("rank {r} is not in the intercommunicator's remote group (it has {} ranks)", g.len()),
+                )
+            }),
+        }
+    }
+
+    /// The peer rank of job rank `w` (see `peer_world_rank`).
+    pub fn peer_rank(&self, w: usize) -> c_int {
+        match &self.remote {
+            None => self.comm_rank(w),
+            Some((_, m)) => m.get(w).copied().unwrap_or(abi::UNDEFINED),
+        }
     }
 
     /// The job rank of communicator rank `r`.
@@ -390,6 +418,16 @@ impl Rt {
 
     /// Opens the two endpoints of context `cid` and makes the communicator.
     pub fn make_comm(&self, cid: u32, group: Arc<[usize]>) -> R<CommCore> {
+        self.make_comm_with(cid, group, None)
+    }
+
+    /// Like `make_comm`; with `remote`, an intercommunicator with that remote group.
+    pub fn make_comm_with(
+        &self,
+        cid: u32,
+        group: Arc<[usize]>,
+        remote: Option<Arc<[usize]>>,
+    ) -> R<CommCore> {
         let me = self.world.rank();
         let rank = group
             .iter()
@@ -420,13 +458,25 @@ impl Rt {
             }
             m
         });
+        let remote = remote.map(|g| {
+            let mut m = vec![abi::UNDEFINED; self.world.size()];
+            for (i, &w) in g.iter().enumerate() {
+                m[w] = i as c_int;
+            }
+            (g, m)
+        });
         Ok(CommCore {
             cid,
             ep,
             coll,
             group,
             rank,
-            w2c,
+            w2c: if remote.is_some() {
+                Some(w2c.unwrap_or_else(|| (0..self.world.size() as c_int).collect()))
+            } else {
+                w2c
+            },
+            remote,
         })
     }
 

@@ -1,0 +1,78 @@
+/* Intercommunicators (MPI-3.1 section 6.6): two halves of the world joined by
+ * MPI_Intercomm_create; point-to-point ranks name the remote group; dup; MPI_Intercomm_merge
+ * orders the groups by `high`. */
+#include "check.h"
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank = world_rank(), size = world_size();
+    CHECK(size >= 3);
+    int color = rank % 2;
+    MPI_Comm local, inter, dup, merged;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &local));
+    int lrank, lsize;
+    OK(MPI_Comm_rank(local, &lrank));
+    OK(MPI_Comm_size(local, &lsize));
+    /* Leaders: world rank 0 for the evens, 1 for the odds. */
+    OK(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, color == 0 ? 1 : 0, 12, &inter));
+    int flag, rsize, irank, isize;
+    OK(MPI_Comm_test_inter(inter, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(inter, &rsize));
+    OK(MPI_Comm_rank(inter, &irank));
+    OK(MPI_Comm_size(inter, &isize));
+    int nodd = size / 2, neven = size - nodd;
+    CHECK(isize == lsize && irank == lrank && rsize == (color == 0 ? nodd : neven));
+    MPI_Group rg;
+    int rgs;
+    OK(MPI_Comm_remote_group(inter, &rg));
+    OK(MPI_Group_size(rg, &rgs));
+    CHECK(rgs == rsize);
+    OK(MPI_Group_free(&rg));
+    OK(MPI_Comm_test_inter(local, &flag));
+    CHECK(!flag);
+
+    /* Every rank of one group sends its world rank to remote rank (its rank mod remote size);
+     * receives come from the remote group, and the status names the remote rank. */
+    int to = lrank % rsize;
+    MPI_Request req;
+    OK(MPI_Isend(&rank, 1, MPI_INT, to, 5, inter, &req));
+    /* How many of the remote group send to me: those with remote rank r and r % lsize == lrank. */
+    int expect = 0;
+    for (int r = 0; r < rsize; r++)
+        if (r % lsize == lrank)
+            expect++;
+    for (int k = 0; k < expect; k++) {
+        int v;
+        MPI_Status st;
+        OK(MPI_Recv(&v, 1, MPI_INT, MPI_ANY_SOURCE, 5, inter, &st));
+        CHECK(v % 2 != color);                 /* from the other half */
+        CHECK(st.MPI_SOURCE == v / 2);          /* its rank in the remote group */
+    }
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+
+    /* A duplicate keeps its traffic apart. */
+    OK(MPI_Comm_dup(inter, &dup));
+    if (lrank == 0) {
+        int a = 100 + color, b = -1;
+        OK(MPI_Sendrecv(&a, 1, MPI_INT, 0, 6, &b, 1, MPI_INT, 0, 6, dup, MPI_STATUS_IGNORE));
+        CHECK(b == 100 + (1 - color));
+    }
+
+    /* Merge: the evens pass high = 0, so they come first. */
+    OK(MPI_Intercomm_merge(inter, color, &merged));
+    int mrank, msize;
+    OK(MPI_Comm_rank(merged, &mrank));
+    OK(MPI_Comm_size(merged, &msize));
+    CHECK(msize == size && mrank == (color == 0 ? rank / 2 : neven + rank / 2));
+    int sum;
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, merged));
+    CHECK(sum == size * (size - 1) / 2);
+
+    OK(MPI_Comm_free(&merged));
+    OK(MPI_Comm_free(&dup));
+    OK(MPI_Comm_free(&inter));
+    OK(MPI_Comm_free(&local));
+    pass("intercomm");
+    return 0;
+}
