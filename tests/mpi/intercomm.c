@@ -59,6 +59,52 @@ int main(int argc, char **argv) {
         CHECK(b == 100 + (1 - color));
     }
 
+    /* Split: each group by its ranks' parity; the parts of one color face each other. */
+    MPI_Comm part;
+    OK(MPI_Comm_split(inter, lrank % 2, -lrank, &part));
+    int want_remote = 0;
+    for (int r = 0; r < rsize; r++)
+        if (r % 2 == lrank % 2)
+            want_remote++;
+    if (want_remote == 0) {
+        CHECK(part == MPI_COMM_NULL);
+    } else {
+        int prs, pls, pr;
+        OK(MPI_Comm_test_inter(part, &flag));
+        OK(MPI_Comm_remote_size(part, &prs));
+        OK(MPI_Comm_size(part, &pls));
+        OK(MPI_Comm_rank(part, &pr));
+        int want_local = 0, above = 0;
+        for (int r = 0; r < lsize; r++)
+            if (r % 2 == lrank % 2) {
+                want_local++;
+                if (r > lrank)
+                    above++;
+            }
+        /* Keys are -lrank: the highest local rank comes first. */
+        CHECK(flag && prs == want_remote && pls == want_local && pr == above);
+        OK(MPI_Comm_free(&part));
+    }
+
+    /* Create from subgroups: each side keeps only its rank 0. */
+    MPI_Group lg, first;
+    int zero = 0;
+    OK(MPI_Comm_group(inter, &lg));
+    OK(MPI_Group_incl(lg, 1, &zero, &first));
+    MPI_Comm pair;
+    OK(MPI_Comm_create(inter, first, &pair));
+    CHECK((lrank == 0) == (pair != MPI_COMM_NULL));
+    if (pair != MPI_COMM_NULL) {
+        int prs, got = -1;
+        OK(MPI_Comm_remote_size(pair, &prs));
+        CHECK(prs == 1);
+        OK(MPI_Sendrecv(&color, 1, MPI_INT, 0, 8, &got, 1, MPI_INT, 0, 8, pair, MPI_STATUS_IGNORE));
+        CHECK(got == 1 - color);
+        OK(MPI_Comm_free(&pair));
+    }
+    OK(MPI_Group_free(&first));
+    OK(MPI_Group_free(&lg));
+
     /* Merge: the evens pass high = 0, so they come first. */
     OK(MPI_Intercomm_merge(inter, color, &merged));
     int mrank, msize;

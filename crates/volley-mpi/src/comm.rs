@@ -391,7 +391,10 @@ crate::mpi! {
     }
 
     fn MPI_Comm_create / PMPI_Comm_create(comm: H, group: H, newcomm: *mut H) [comm] {
-        let c = crate::coll::intra(comm)?;
+        let c = rt()?.comm(comm)?;
+        if c.is_inter() {
+            return create_inter(&c, comm, group, newcomm);
+        }
         let g = group_of(group)?;
         if let Some(&w) = g.iter().find(|&&w| c.comm_rank(w) == abi::UNDEFINED || (c.w2c.is_none() && w >= c.size())) {
             return Err(fail(class::GROUP, format!("job rank {w} of the group is not in the communicator")));
@@ -770,10 +773,122 @@ crate::mpi! {
     }
 }
 
+/// MPI_Comm_create of an intercommunicator (MPI-3.1 section 6.4.2): each group passes a subgroup
+/// of itself; the two subgroups form the new intercommunicator (MPI_COMM_NULL outside them, or
+/// when either is empty). The leaders trade the subgroups.
+fn create_inter(c: &CommCore, comm: H, group: H, newcomm: *mut H) -> R {
+    let (remote, _) = c.remote.as_ref().expect("an intercommunicator");
+    let g = group_of(group)?;
+    if let Some(&w) = g.iter().find(|&&w| !c.group.contains(&w)) {
+        return Err(fail(
+            class::GROUP,
+            format!("job rank {w} of the group is not in the intercommunicator's local group"),
+        ));
+    }
+    let mut len = [0u8; 8];
+    let mut theirs = Vec::new();
+    if c.rank == 0 {
+        let out = u32s(&g);
+        let out_len = (out.len() as u64).to_ne_bytes();
+        exchange_world(
+            &c.coll,
+            &[(remote[0], TAG_INTER, &out_len)],
+            &mut [(remote[0], TAG_INTER, &mut len)],
+        )?;
+        theirs = vec![0u8; u64::from_ne_bytes(len) as usize];
+        exchange_world(
+            &c.coll,
+            &[(remote[0], TAG_INTER, &out)],
+            &mut [(remote[0], TAG_INTER, &mut theirs)],
+        )?;
+    }
+    bcast_bytes(c, 0, &mut len)?;
+    theirs.resize(u64::from_ne_bytes(len) as usize, 0);
+    bcast_bytes(c, 0, &mut theirs)?;
+    let (cid, _) = agree_inter(c, 0)?;
+    let their_g: Arc<[usize]> = from_u32s(&theirs).into();
+    let me = rt()?.world.rank();
+    if !g.contains(&me) || their_g.is_empty() {
+        // SAFETY: the caller's output argument.
+        return unsafe { put(newcomm, abi::COMM_NULL) };
+    }
+    let mut rt = rt()?;
+    let eh = rt.comm_slot(comm)?.errhandler;
+    let core = rt.make_comm_with(cid, g, Some(their_g))?;
+    rt.ctx_take(cid, true);
+    let h = rt.add_comm(core, eh);
+    drop(rt);
+    // SAFETY: the caller's output argument.
+    unsafe { put(newcomm, h) }
+}
+
+/// MPI_Comm_split of an intercommunicator (MPI-3.1 section 6.4.2): each group splits by color;
+/// the local and remote parts of one color form a new intercommunicator (MPI_COMM_NULL when the
+/// other group has none of that color). The leaders trade their groups' (color, key) tables.
+fn split_inter(c: &CommCore, comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
+    let (remote, _) = c.remote.as_ref().expect("an intercommunicator");
+    if color < 0 && color != abi::UNDEFINED {
+        return Err(fail(
+            class::ARG,
+            format!("color {color} is negative (use MPI_UNDEFINED to stay out)"),
+        ));
+    }
+    let mine: Vec<u8> = [color, key].iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let mut local = vec![0u8; 8 * c.size()];
+    allgather_bytes(c, &mine, &mut local)?;
+    let mut theirs = vec![0u8; 8 * remote.len()];
+    if c.rank == 0 {
+        exchange_world(
+            &c.coll,
+            &[(remote[0], TAG_INTER, &local)],
+            &mut [(remote[0], TAG_INTER, &mut theirs)],
+        )?;
+    }
+    bcast_bytes(c, 0, &mut theirs)?;
+    let (cid, _) = agree_inter(c, 0)?;
+    let table = |t: &[u8], g: &[usize]| -> Vec<(c_int, c_int, usize)> {
+        g.iter()
+            .enumerate()
+            .map(|(r, &w)| {
+                let col = c_int::from_ne_bytes(t[8 * r..8 * r + 4].try_into().expect("4"));
+                let k = c_int::from_ne_bytes(t[8 * r + 4..8 * r + 8].try_into().expect("4"));
+                (col, k, w)
+            })
+            .collect()
+    };
+    let pick = |t: Vec<(c_int, c_int, usize)>| -> Arc<[usize]> {
+        let mut m: Vec<(c_int, usize, usize)> = t
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (col, _, _))| *col == color)
+            .map(|(r, (_, k, w))| (k, r, w))
+            .collect();
+        m.sort();
+        m.into_iter().map(|(_, _, w)| w).collect()
+    };
+    let mine_g = pick(table(&local, &c.group));
+    let their_g = pick(table(&theirs, remote));
+    if color == abi::UNDEFINED || their_g.is_empty() {
+        // SAFETY: the caller's output argument.
+        return unsafe { put(newcomm, abi::COMM_NULL) };
+    }
+    let mut rt = rt()?;
+    let eh = rt.comm_slot(comm)?.errhandler;
+    let core = rt.make_comm_with(cid, mine_g, Some(their_g))?;
+    rt.ctx_take(cid, true);
+    let h = rt.add_comm(core, eh);
+    drop(rt);
+    // SAFETY: the caller's output argument.
+    unsafe { put(newcomm, h) }
+}
+
 /// MPI_Comm_split: every member says (color, key); members of one color form a communicator,
 /// ordered by key, then by rank in the parent.
 fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
-    let c = crate::coll::intra(comm)?;
+    let c = rt()?.comm(comm)?;
+    if c.is_inter() {
+        return split_inter(&c, comm, color, key, newcomm);
+    }
     if color < 0 && color != abi::UNDEFINED {
         return Err(fail(
             class::ARG,
