@@ -133,29 +133,23 @@ pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
 
 /// Gathers equal blocks at `root` (`all` holds size blocks there; elsewhere unused).
 pub fn gather_bytes(c: &CommCore, root: usize, mine: &[u8], all: &mut [u8], tag: u32) -> R {
-    let n = c.size();
-    let b = mine.len();
     if c.rank != root {
         return exchange(c, &[(root, tag, mine)], &mut []);
     }
-    let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::with_capacity(n);
-    for (r, chunk) in all.chunks_mut(b.max(1)).take(n).enumerate() {
-        if r == root {
-            chunk[..b].copy_from_slice(mine);
-        } else if b > 0 {
-            recvs.push((r, tag, &mut chunk[..b]));
-        } else {
-            recvs.push((r, tag, &mut []));
-        }
-    }
-    if b == 0 {
-        // Blocks are empty: still hear from everyone.
-        let mut empties: Vec<(usize, u32, &mut [u8])> = (0..n)
-            .filter(|&r| r != root)
-            .map(|r| (r, tag, &mut [][..]))
-            .collect();
-        return exchange(c, &[], &mut empties);
-    }
+    let b = mine.len();
+    let mut blocks: Vec<&mut [u8]> = if b == 0 {
+        // Empty blocks: still hear from everyone.
+        (0..c.size()).map(|_| &mut [][..]).collect()
+    } else {
+        all.chunks_mut(b).take(c.size()).collect()
+    };
+    blocks[root].copy_from_slice(mine);
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = blocks
+        .into_iter()
+        .enumerate()
+        .filter(|(r, _)| *r != root)
+        .map(|(r, blk)| (r, tag, blk))
+        .collect();
     exchange(c, &[], &mut recvs)
 }
 
@@ -436,33 +430,14 @@ pub fn reduce_bytes(
     mine: &[u8],
     out: &mut [u8],
 ) -> R {
-    let n = c.size();
-    if c.rank != root {
-        return exchange(c, &[(root, TAG_REDUCE, mine)], &mut []);
-    }
-    let b = mine.len();
-    let mut all = vec![0u8; b * n];
-    {
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::with_capacity(n);
-        for (r, chunk) in all.chunks_mut(b.max(1)).take(n).enumerate() {
-            if r == root {
-                chunk[..b].copy_from_slice(mine);
-            } else {
-                recvs.push((r, TAG_REDUCE, &mut chunk[..b]));
-            }
-        }
-        if b == 0 {
-            recvs.clear();
-            let mut empties: Vec<(usize, u32, &mut [u8])> = (0..n)
-                .filter(|&r| r != root)
-                .map(|r| (r, TAG_REDUCE, &mut [][..]))
-                .collect();
-            exchange(c, &[], &mut empties)?;
-        } else {
-            exchange(c, &[], &mut recvs)?;
-        }
-    }
-    if b == 0 {
+    let (n, b) = (c.size(), mine.len());
+    let mut all = if c.rank == root {
+        vec![0u8; b * n]
+    } else {
+        Vec::new()
+    };
+    gather_bytes(c, root, mine, &mut all, TAG_REDUCE)?;
+    if c.rank != root || b == 0 {
         return Ok(());
     }
     // acc = x0 op x1 op ... : fold left, x_r <- acc op x_r.
@@ -698,34 +673,17 @@ crate::mpi! {
         if blocks.iter().any(|x| x.len() != b) {
             return Err(fail(class::TRUNCATE, "MPI_Alltoall: send and receive block sizes differ"));
         }
-        let mut got = vec![0u8; b * n];
-        {
-            let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != c.rank).map(|r| (r, TAG_ALLTOALL, &blocks[r][..])).collect();
-            let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::new();
-            for (r, chunk) in got.chunks_mut(b.max(1)).take(n).enumerate() {
-                if r == c.rank {
-                    chunk[..b].copy_from_slice(&blocks[r]);
-                } else {
-                    recvs.push((r, TAG_ALLTOALL, &mut chunk[..b]));
-                }
-            }
-            if b == 0 {
-                recvs = (0..n).filter(|&r| r != c.rank).map(|r| (r, TAG_ALLTOALL, &mut [][..])).collect();
-            }
-            exchange(&c, &sends, &mut recvs)?;
-        }
-        for r in 0..n {
+        all_to_all_bytes(&c, TAG_ALLTOALL, &blocks, &vec![b; n], |r, data| {
             let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * rt_.extent());
-            unpacked(&rt_, &got[r * b..(r + 1) * b], at as *mut c_void, rn);
-        }
-        Ok(())
+            unpacked(&rt_, data, at as *mut c_void, rn);
+        })
     }
 
     fn MPI_Op_create / PMPI_Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut H) {
         let f = user_fn.ok_or_else(|| fail(class::ARG, "the operation's function is a null pointer"))?;
         let mut rt = rt()?;
-        rt.ops.push(Some(UserOp { f, commute: commute != 0 }));
-        let h = handle(KIND_OP, rt.ops.len() - 1);
+        // A freed operation's entry is reused.
+        let h = handle(KIND_OP, crate::state::vacant(&mut rt.ops, UserOp { f, commute: commute != 0 }));
         // SAFETY: the caller's output argument.
         unsafe { put(op, h) }
     }
@@ -749,6 +707,37 @@ crate::mpi! {
         // SAFETY: the caller's output argument.
         unsafe { put(commute, c as c_int) }
     }
+}
+
+/// Reduces every rank's `mine` (the sum of `counts` elements, packed) at rank 0 and scatters the
+/// result: rank r gets `counts[r]` elements. Returns this rank's block (MPI_Reduce_scatter and
+/// MPI_Reduce_scatter_block).
+fn reduce_scatter(
+    c: &CommCore,
+    op: Op,
+    t: &Dtype,
+    th: H,
+    counts: &[usize],
+    mine: &[u8],
+) -> R<Vec<u8>> {
+    let total: usize = counts.iter().sum();
+    let mut all = vec![0u8; mine.len()];
+    reduce_bytes(c, 0, op, t, th, total, mine, &mut all)?;
+    let mut block = vec![0u8; counts[c.rank] * t.size];
+    if c.rank == 0 {
+        let mut sends: Vec<(usize, u32, &[u8])> = Vec::with_capacity(counts.len());
+        let mut off = counts[0] * t.size;
+        for (r, &k) in counts.iter().enumerate().skip(1) {
+            sends.push((r, TAG_SCATTERV, &all[off..off + k * t.size]));
+            off += k * t.size;
+        }
+        exchange(c, &sends, &mut [])?;
+        let b = block.len();
+        block.copy_from_slice(&all[..b]);
+    } else {
+        exchange(c, &[], &mut [(0, TAG_SCATTERV, &mut block)])?;
+    }
+    Ok(block)
 }
 
 /// The address of element `i` of type `t` from `base`.
@@ -970,17 +959,7 @@ crate::mpi! {
         let op = op_of(op)?;
         let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
         let mine = packed(&t, src, k * n);
-        let mut all = vec![0u8; mine.len()];
-        reduce_bytes(&c, 0, op, &t, datatype, k * n, &mine, &mut all)?;
-        let b = k * t.size;
-        let mut block = vec![0u8; b];
-        if c.rank == 0 {
-            let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|r| (r, TAG_SCATTER, &all[r * b..(r + 1) * b])).collect();
-            exchange(&c, &sends, &mut [])?;
-            block.copy_from_slice(&all[..b]);
-        } else {
-            exchange(&c, &[], &mut [(0, TAG_SCATTER, &mut block)])?;
-        }
+        let block = reduce_scatter(&c, op, &t, datatype, &vec![k; n], &mine)?;
         unpacked(&t, &block, recvbuf, k);
         Ok(())
     }
@@ -994,18 +973,8 @@ crate::mpi! {
         let op = op_of(op)?;
         let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
         let mine = packed(&t, src, total);
-        let mut all = vec![0u8; mine.len()];
-        reduce_bytes(&c, 0, op, &t, datatype, total, &mine, &mut all)?;
-        let offs: Vec<usize> = rc.iter().scan(0usize, |acc, &k| { let o = *acc; *acc += k as usize * t.size; Some(o) }).collect();
-        let mut block = vec![0u8; rc[c.rank] as usize * t.size];
-        if c.rank == 0 {
-            let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|r| (r, TAG_SCATTERV, &all[offs[r]..offs[r] + rc[r] as usize * t.size])).collect();
-            exchange(&c, &sends, &mut [])?;
-            let b = block.len();
-            block.copy_from_slice(&all[..b]);
-        } else {
-            exchange(&c, &[], &mut [(0, TAG_SCATTERV, &mut block)])?;
-        }
+        let counts: Vec<usize> = rc.iter().map(|&k| k as usize).collect();
+        let block = reduce_scatter(&c, op, &t, datatype, &counts, &mine)?;
         unpacked(&t, &block, recvbuf, rc[c.rank] as usize);
         Ok(())
     }

@@ -281,41 +281,12 @@ crate::mpi! {
     }
 
     fn MPI_Comm_dup / PMPI_Comm_dup(comm: H, newcomm: *mut H) [comm] {
-        let c = rt()?.comm(comm)?;
-        let h = if let Some((remote, _)) = &c.remote {
-            let (cid, _) = agree_inter(&c, 0)?;
-            let mut rt = rt()?;
-            let eh = rt.comm_slot(comm)?.errhandler;
-            let core = rt.make_comm_with(cid, c.group.clone(), Some(remote.clone()))?;
-            rt.ctx_take(cid, true);
-            rt.add_comm(core, eh)
-        } else {
-            let cid = agree_cid(&c)?;
-            install(cid, c.group.clone(), comm)?
-        };
-        if let Err(e) = copy_attrs(comm, h) {
-            // A copy callback failed: no new communicator (MPI-3.1 section 6.7.2).
-            let mut rt = rt()?;
-            if let Some(slot) = index(KIND_COMM, h).and_then(|i| rt.comms.get_mut(i)).and_then(|s| s.take()) {
-                rt.ctx_take(slot.core.cid, false);
-            }
-            drop(rt);
-            // SAFETY: the caller's output argument.
-            unsafe { put(newcomm, abi::COMM_NULL)? };
-            return Err(e);
-        }
-        // SAFETY: the caller's output argument.
-        unsafe { put(newcomm, h) }
+        dup(comm, newcomm)
     }
 
     fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: H, _info: H, newcomm: *mut H) [comm] {
         // volley reads no communicator hints: a dup.
-        // SAFETY: the same contract.
-        let rc = unsafe { PMPI_Comm_dup(comm, newcomm) };
-        if rc != 0 {
-            return Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default()));
-        }
-        Ok(())
+        dup(comm, newcomm)
     }
 
     fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: H, _info: H) [comm] {
@@ -326,53 +297,28 @@ crate::mpi! {
     fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: H, info_used: *mut H) [comm] {
         rt()?.comm(comm)?;
         // No hints in use: a new, empty info object.
-        // SAFETY: the same contract.
-        let rc = unsafe { crate::info::PMPI_Info_create(info_used) };
-        if rc != 0 {
-            return Err(fail(class::INTERN, "cannot make an info object"));
-        }
-        Ok(())
+        crate::info::create(info_used)
     }
 
     fn MPI_Keyval_create / PMPI_Keyval_create(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
         // MPI-1's name of MPI_Comm_create_keyval (deprecated, still used).
-        // SAFETY: the same contract.
-        match unsafe { PMPI_Comm_create_keyval(copy_fn, delete_fn, keyval, extra_state) } {
-            0 => Ok(()),
-            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
-        }
+        create_keyval(copy_fn, delete_fn, keyval, extra_state)
     }
 
     fn MPI_Keyval_free / PMPI_Keyval_free(keyval: *mut c_int) {
-        // SAFETY: the same contract.
-        match unsafe { PMPI_Comm_free_keyval(keyval) } {
-            0 => Ok(()),
-            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
-        }
+        free_keyval(keyval)
     }
 
     fn MPI_Attr_put / PMPI_Attr_put(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
-        // SAFETY: the same contract.
-        match unsafe { PMPI_Comm_set_attr(comm, keyval, attribute_val) } {
-            0 => Ok(()),
-            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
-        }
+        set_attr(comm, keyval, attribute_val)
     }
 
     fn MPI_Attr_get / PMPI_Attr_get(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) [comm] {
-        // SAFETY: the same contract.
-        match unsafe { PMPI_Comm_get_attr(comm, keyval, attribute_val, flag) } {
-            0 => Ok(()),
-            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
-        }
+        get_attr(comm, keyval, attribute_val, flag)
     }
 
     fn MPI_Attr_delete / PMPI_Attr_delete(comm: H, keyval: c_int) [comm] {
-        // SAFETY: the same contract.
-        match unsafe { PMPI_Comm_delete_attr(comm, keyval) } {
-            0 => Ok(()),
-            rc => Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default())),
-        }
+        delete_attr_call(comm, keyval)
     }
 
     fn MPI_Comm_split / PMPI_Comm_split(comm: H, color: c_int, key: c_int, newcomm: *mut H) [comm] {
@@ -582,79 +528,23 @@ crate::mpi! {
     }
 
     fn MPI_Comm_create_keyval / PMPI_Comm_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
-        let mut rt = rt()?;
-        rt.keyvals.push(Some(Keyval { copy: copy_fn, delete: delete_fn, extra: extra_state as usize }));
-        let k = rt.keyvals.len() as c_int;
-        // SAFETY: the caller's output argument.
-        unsafe { put(keyval, k) }
+        create_keyval(copy_fn, delete_fn, keyval, extra_state)
     }
 
     fn MPI_Comm_free_keyval / PMPI_Comm_free_keyval(keyval: *mut c_int) {
-        // SAFETY: the caller's in-out argument.
-        let k = unsafe { get(keyval)? };
-        let mut rt = rt()?;
-        let slot = rt.keyvals.get_mut((k - 1) as usize).filter(|s| s.is_some()).ok_or_else(|| {
-            fail(class::KEYVAL, format!("{k} is not a keyval made by MPI_Comm_create_keyval"))
-        })?;
-        // Attributes already set with it keep working until deleted (MPI-3.1 section 6.7.2):
-        // the callbacks stay known; only new uses are refused.
-        let _ = slot;
-        drop(rt);
-        // SAFETY: the caller's in-out argument.
-        unsafe { put(keyval, abi::KEYVAL_INVALID) }
+        free_keyval(keyval)
     }
 
     fn MPI_Comm_set_attr / PMPI_Comm_set_attr(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
-        if crate::env::predefined_attr(keyval).is_some() {
-            return Err(fail(class::KEYVAL, format!("keyval {keyval} is predefined and read-only")));
-        }
-        let old = {
-            let rt = rt()?;
-            if rt.keyvals.get((keyval - 1) as usize).copied().flatten().is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval made by MPI_Comm_create_keyval")));
-            }
-            rt.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).copied()
-        };
-        if let Some((k, v)) = old {
-            delete_attr(comm, k, v)?;
-        }
-        let mut rt = rt()?;
-        let s = rt.comm_slot_mut(comm)?;
-        s.attrs.retain(|a| a.0 != keyval);
-        s.attrs.push((keyval, attribute_val as usize));
-        Ok(())
+        set_attr(comm, keyval, attribute_val)
     }
 
     fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) [comm] {
-        let rt = rt()?;
-        rt.comm_slot(comm)?;
-        let v = match crate::env::predefined_attr(keyval) {
-            Some(p) => Some(p as usize),
-            None => {
-                if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
-                    return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
-                }
-                rt.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).map(|a| a.1)
-            }
-        };
-        // SAFETY: MPI: attribute_val points to a void*, flag to an int.
-        unsafe {
-            put(flag, v.is_some() as c_int)?;
-            if let Some(v) = v {
-                put(attribute_val as *mut usize, v)?;
-            }
-        }
-        Ok(())
+        get_attr(comm, keyval, attribute_val, flag)
     }
 
     fn MPI_Comm_delete_attr / PMPI_Comm_delete_attr(comm: H, keyval: c_int) [comm] {
-        let old = { rt()?.comm_slot(comm)?.attrs.iter().find(|a| a.0 == keyval).copied() };
-        let Some((k, v)) = old else {
-            return Err(fail(class::KEYVAL, format!("no attribute with keyval {keyval} is set on the communicator")));
-        };
-        delete_attr(comm, k, v)?;
-        rt()?.comm_slot_mut(comm)?.attrs.retain(|a| a.0 != keyval);
-        Ok(())
+        delete_attr_call(comm, keyval)
     }
 
     fn MPI_Group_size / PMPI_Group_size(group: H, size: *mut c_int) {
@@ -916,4 +806,163 @@ fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
     let h = install(cid, group, comm)?;
     // SAFETY: the caller's output argument.
     unsafe { put(newcomm, h) }
+}
+
+/// MPI_Comm_dup (and MPI_Comm_dup_with_info).
+fn dup(comm: H, newcomm: *mut H) -> R {
+    let c = rt()?.comm(comm)?;
+    let h = if let Some((remote, _)) = &c.remote {
+        let (cid, _) = agree_inter(&c, 0)?;
+        let mut rt = rt()?;
+        let eh = rt.comm_slot(comm)?.errhandler;
+        let core = rt.make_comm_with(cid, c.group.clone(), Some(remote.clone()))?;
+        rt.ctx_take(cid, true);
+        rt.add_comm(core, eh)
+    } else {
+        let cid = agree_cid(&c)?;
+        install(cid, c.group.clone(), comm)?
+    };
+    if let Err(e) = copy_attrs(comm, h) {
+        // A copy callback failed: no new communicator (MPI-3.1 section 6.7.2).
+        let mut rt = rt()?;
+        if let Some(slot) = index(KIND_COMM, h)
+            .and_then(|i| rt.comms.get_mut(i))
+            .and_then(|s| s.take())
+        {
+            rt.ctx_take(slot.core.cid, false);
+        }
+        drop(rt);
+        // SAFETY: the caller's output argument.
+        unsafe { put(newcomm, abi::COMM_NULL)? };
+        return Err(e);
+    }
+    // SAFETY: the caller's output argument.
+    unsafe { put(newcomm, h) }
+}
+
+/// MPI_Comm_create_keyval (and MPI-1's MPI_Keyval_create).
+fn create_keyval(
+    copy_fn: usize,
+    delete_fn: usize,
+    keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> R {
+    let mut rt = rt()?;
+    rt.keyvals.push(Some(Keyval {
+        copy: copy_fn,
+        delete: delete_fn,
+        extra: extra_state as usize,
+    }));
+    let k = rt.keyvals.len() as c_int;
+    // SAFETY: the caller's output argument.
+    unsafe { put(keyval, k) }
+}
+
+/// MPI_Comm_free_keyval (and MPI_Keyval_free).
+fn free_keyval(keyval: *mut c_int) -> R {
+    // SAFETY: the caller's in-out argument.
+    let k = unsafe { get(keyval)? };
+    let mut rt = rt()?;
+    let slot = rt
+        .keyvals
+        .get_mut((k - 1) as usize)
+        .filter(|s| s.is_some())
+        .ok_or_else(|| {
+            fail(
+                class::KEYVAL,
+                format!("{k} is not a keyval made by MPI_Comm_create_keyval"),
+            )
+        })?;
+    // Attributes already set with it keep working until deleted (MPI-3.1 section 6.7.2):
+    // the callbacks stay known; only new uses are refused.
+    let _ = slot;
+    drop(rt);
+    // SAFETY: the caller's in-out argument.
+    unsafe { put(keyval, abi::KEYVAL_INVALID) }
+}
+
+/// MPI_Comm_set_attr (and MPI_Attr_put).
+fn set_attr(comm: H, keyval: c_int, attribute_val: *mut c_void) -> R {
+    if crate::env::predefined_attr(keyval).is_some() {
+        return Err(fail(
+            class::KEYVAL,
+            format!("keyval {keyval} is predefined and read-only"),
+        ));
+    }
+    let old = {
+        let rt = rt()?;
+        if rt
+            .keyvals
+            .get((keyval - 1) as usize)
+            .copied()
+            .flatten()
+            .is_none()
+        {
+            return Err(fail(
+                class::KEYVAL,
+                format!("{keyval} is not a keyval made by MPI_Comm_create_keyval"),
+            ));
+        }
+        rt.comm_slot(comm)?
+            .attrs
+            .iter()
+            .find(|a| a.0 == keyval)
+            .copied()
+    };
+    if let Some((k, v)) = old {
+        delete_attr(comm, k, v)?;
+    }
+    let mut rt = rt()?;
+    let s = rt.comm_slot_mut(comm)?;
+    s.attrs.retain(|a| a.0 != keyval);
+    s.attrs.push((keyval, attribute_val as usize));
+    Ok(())
+}
+
+/// MPI_Comm_get_attr (and MPI_Attr_get).
+fn get_attr(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> R {
+    let rt = rt()?;
+    rt.comm_slot(comm)?;
+    let v = match crate::env::predefined_attr(keyval) {
+        Some(p) => Some(p as usize),
+        None => {
+            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
+                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
+            }
+            rt.comm_slot(comm)?
+                .attrs
+                .iter()
+                .find(|a| a.0 == keyval)
+                .map(|a| a.1)
+        }
+    };
+    // SAFETY: MPI: attribute_val points to a void*, flag to an int.
+    unsafe {
+        put(flag, v.is_some() as c_int)?;
+        if let Some(v) = v {
+            put(attribute_val as *mut usize, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// MPI_Comm_delete_attr (and MPI-1's MPI_Attr_delete).
+fn delete_attr_call(comm: H, keyval: c_int) -> R {
+    let old = {
+        rt()?
+            .comm_slot(comm)?
+            .attrs
+            .iter()
+            .find(|a| a.0 == keyval)
+            .copied()
+    };
+    let Some((k, v)) = old else {
+        return Err(fail(
+            class::KEYVAL,
+            format!("no attribute with keyval {keyval} is set on the communicator"),
+        ));
+    };
+    delete_attr(comm, k, v)?;
+    rt()?.comm_slot_mut(comm)?.attrs.retain(|a| a.0 != keyval);
+    Ok(())
 }

@@ -471,16 +471,7 @@ fn store(mut d: Dtype, ints: Vec<c_int>, aints: Vec<Aint>, types: Vec<H>, out: *
     d.types = types;
     let mut rt = rt()?;
     let d = Arc::new(d);
-    let i = match rt.types.iter().position(|s| s.is_none()) {
-        Some(i) => {
-            rt.types[i] = Some(d);
-            i
-        }
-        None => {
-            rt.types.push(Some(d));
-            rt.types.len() - 1
-        }
-    };
+    let i = state::vacant(&mut rt.types, d);
     // SAFETY: the caller's output argument.
     unsafe { put(out, handle(KIND_TYPE, i)) }
 }

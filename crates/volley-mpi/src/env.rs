@@ -50,6 +50,7 @@ fn init(required: c_int) -> R<c_int> {
         bsend_buf: None,
         bsend_used: 0,
         orphans: Vec::new(),
+        scratch: Default::default(),
     };
     let all: Arc<[usize]> = (0..rt.world.size()).collect();
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);

@@ -47,16 +47,7 @@ fn with<T>(h: H, f: impl FnOnce(&mut Info) -> R<T>) -> R<T> {
 
 fn store(info: Info, out: *mut H) -> R {
     let mut rt = rt()?;
-    let i = match rt.infos.iter().position(|s| s.is_none()) {
-        Some(i) => {
-            rt.infos[i] = Some(info);
-            i
-        }
-        None => {
-            rt.infos.push(Some(info));
-            rt.infos.len() - 1
-        }
-    };
+    let i = crate::state::vacant(&mut rt.infos, info);
     drop(rt);
     // SAFETY: the caller's output argument.
     unsafe { put(out, handle(KIND_INFO, i)) }
@@ -64,7 +55,7 @@ fn store(info: Info, out: *mut H) -> R {
 
 crate::mpi! {
     fn MPI_Info_create / PMPI_Info_create(info: *mut H) {
-        store(Info::new(), info)
+        create(info)
     }
 
     fn MPI_Info_set / PMPI_Info_set(info: H, k: *const c_char, value: *const c_char) {
@@ -155,4 +146,9 @@ crate::mpi! {
         // SAFETY: MPI: k holds MPI_MAX_INFO_KEY bytes.
         unsafe { put_str(k, abi::MAX_INFO_KEY, &mut len, &name) }
     }
+}
+
+/// MPI_Info_create.
+pub(crate) fn create(info: *mut H) -> R {
+    store(Info::new(), info)
 }

@@ -394,36 +394,64 @@ pub fn reap_orphans(rt: &mut Rt) {
     if rt.orphans.is_empty() {
         return;
     }
-    let mut ids = Vec::new();
-    let mut owners = Vec::new();
-    for &(i, g) in &rt.orphans {
-        if let Some(r) = rt.reqs.get_mut(i, g) {
-            for id in [r.core, r.ack].into_iter().flatten() {
-                ids.push(Some(id));
-                owners.push((i, g, id));
-            }
-        }
-    }
-    let mut results = Vec::new();
-    rt.world.test_some(&mut ids, |k, r| results.push((k, r)));
-    for (k, r) in results {
-        let (i, g, id) = owners[k];
-        if let Some(req) = rt.reqs.get_mut(i, g) {
-            settle(req, id, r);
-        }
-    }
-    let mut keep = Vec::new();
-    for (i, g) in std::mem::take(&mut rt.orphans) {
-        let done = rt.reqs.get_mut(i, g).map(|r| r.done).unwrap_or(true);
-        if done {
+    let mut orphans = std::mem::take(&mut rt.orphans);
+    advance(rt, &mut orphans.iter().copied(), false);
+    orphans.retain(|&(i, g)| match rt.reqs.get_mut(i, g).map(|r| r.done) {
+        Some(false) => true,
+        _ => {
             if let Some(r) = rt.reqs.remove(i, g) {
                 rt.bsend_used -= r.bsend;
             }
-        } else {
-            keep.push((i, g));
+            false
+        }
+    });
+    rt.orphans = orphans;
+}
+
+/// The vectors of `advance`, kept in the state so that a wait allocates nothing once warm.
+#[derive(Default)]
+pub struct Scratch {
+    ids: Vec<Option<RequestId>>,
+    owners: Vec<(usize, u32, RequestId)>,
+    results: Vec<(usize, Result<volley::Status, RequestError>)>,
+}
+
+/// One pass over the core requests of the face's requests at `slots` (index, generation):
+/// waits until at least one completes (`block`, as the world's wait mode says) or only tests,
+/// and settles those that did. False when none of them was pending.
+fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bool) -> bool {
+    let mut sc = std::mem::take(&mut rt.scratch);
+    sc.ids.clear();
+    sc.owners.clear();
+    for (i, g) in slots {
+        let Some(r) = rt.reqs.get_mut(i, g) else {
+            continue;
+        };
+        if !r.active || r.done {
+            continue;
+        }
+        for id in [r.core, r.ack].into_iter().flatten() {
+            sc.ids.push(Some(id));
+            sc.owners.push((i, g, id));
         }
     }
-    rt.orphans = keep;
+    let pending = !sc.ids.is_empty();
+    if pending {
+        let results = &mut sc.results;
+        if block {
+            rt.world.wait_some(&mut sc.ids, |k, r| results.push((k, r)));
+        } else {
+            rt.world.test_some(&mut sc.ids, |k, r| results.push((k, r)));
+        }
+        for (k, r) in sc.results.drain(..) {
+            let (i, g, id) = sc.owners[k];
+            if let Some(req) = rt.reqs.get_mut(i, g) {
+                settle(req, id, r);
+            }
+        }
+    }
+    rt.scratch = sc;
+    pending
 }
 
 /// A request handle's slot.
@@ -464,57 +492,22 @@ fn store(rt: &mut Rt, r: Req) -> R<H> {
 /// active)` holds, waiting between passes as the world's wait mode says when `block`, else
 /// making one pass.
 fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bool) -> R {
-    let mut ids: Vec<Option<RequestId>> = Vec::new();
-    let mut owners: Vec<(usize, u32, RequestId)> = Vec::new();
-    let mut results: Vec<(usize, Result<volley::Status, RequestError>)> = Vec::new();
     loop {
         reap_orphans(rt);
-        ids.clear();
-        owners.clear();
         let (mut done, mut active) = (0, 0);
         for &h in hs {
             let Some((i, g)) = req_at(h) else { continue };
             let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-            if !r.active {
-                continue;
-            }
-            active += 1;
-            if r.done {
-                done += 1;
-                continue;
-            }
-            for id in [r.core, r.ack].into_iter().flatten() {
-                ids.push(Some(id));
-                owners.push((i, g, id));
+            if r.active {
+                active += 1;
+                done += r.done as usize;
             }
         }
-        if enough(done, active) || ids.is_empty() {
+        if enough(done, active) {
             return Ok(());
         }
-        results.clear();
-        if block {
-            rt.world.wait_some(&mut ids, |k, r| results.push((k, r)));
-        } else {
-            rt.world.test_some(&mut ids, |k, r| results.push((k, r)));
-        }
-        for (k, r) in results.drain(..) {
-            let (i, g, id) = owners[k];
-            if let Some(req) = rt.reqs.get_mut(i, g) {
-                settle(req, id, r);
-            }
-        }
-        if !block {
-            // One pass made; count again for the caller.
-            let (mut done, mut active) = (0, 0);
-            for &h in hs {
-                if let Some(r) = req_at(h).and_then(|(i, g)| rt.reqs.get_mut(i, g)) {
-                    if r.active {
-                        active += 1;
-                        done += r.done as usize;
-                    }
-                }
-            }
-            let _ = enough(done, active);
+        let pending = advance(rt, &mut hs.iter().filter_map(|&h| req_at(h)), block);
+        if !block || !pending {
             return Ok(());
         }
     }
@@ -578,6 +571,23 @@ unsafe fn put_status(p: *mut Status, mut st: Status) {
             p.write_unaligned(st)
         };
     }
+}
+
+/// Collects every request of `hs` (all completed) into the statuses (MPI_Waitall, MPI_Testall).
+///
+/// # Safety
+/// `statuses` is null or holds an entry per request.
+unsafe fn collect_all(rt: &mut Rt, hs: &mut [H], statuses: *mut Status) -> R {
+    let done: Vec<(usize, Status, bool)> = hs
+        .iter_mut()
+        .enumerate()
+        .map(|(k, h)| {
+            let (st, e) = collect(rt, h);
+            (k, st, e.is_some())
+        })
+        .collect();
+    // SAFETY: per the contract.
+    unsafe { put_statuses(statuses, &done) }
 }
 
 /// Writes the statuses of a multiple-completion call at `p[k]` for each (k, status, failed): the
@@ -865,35 +875,7 @@ crate::mpi! {
     }
 
     fn MPI_Sendrecv / PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
-        let mut rt = rt()?;
-        let r = start_recv(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
-        let rh = store(&mut rt, r)?;
-        let s = start_send(&mut rt, Mode::Standard, sendbuf, sendcount, sendtype, dest, sendtag, comm, None);
-        let s = match s {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some((i, g)) = req_at(rh) {
-                    if let Some(r) = rt.reqs.get_mut(i, g) {
-                        if let Some(id) = r.core { rt.world.cancel(id); }
-                    }
-                }
-                let mut rh = rh;
-                drive(&mut rt, &[rh], true, |d, a| d >= a)?;
-                collect(&mut rt, &mut rh);
-                return Err(e);
-            }
-        };
-        let sh = store(&mut rt, s)?;
-        let mut hs = [rh, sh];
-        drive(&mut rt, &hs, true, |d, a| d >= a)?;
-        let (st, re) = collect(&mut rt, &mut hs[0]);
-        let (_, se) = collect(&mut rt, &mut hs[1]);
-        // SAFETY: the caller's status argument.
-        unsafe { put_status(status, st) };
-        match re.or(se) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status)
     }
 
     fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: H, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
@@ -908,14 +890,7 @@ crate::mpi! {
             v
         };
         let len = c_int::try_from(packed.len()).map_err(|_| fail(class::COUNT, "message too large for MPI_Sendrecv_replace"))?;
-        // SAFETY: the same contract, with the packed copy as the send buffer.
-        let rc = unsafe {
-            PMPI_Sendrecv(packed.as_ptr() as *const c_void, len, 0x247, dest, sendtag, buf, count, datatype, source, recvtag, comm, status)
-        };
-        if rc != 0 {
-            return Err(fail(crate::err::class_of(rc).unwrap_or(class::OTHER), crate::err::string_of(rc).unwrap_or_default()));
-        }
-        Ok(())
+        sendrecv(packed.as_ptr() as *const c_void, len, 0x247, dest, sendtag, buf, count, datatype, source, recvtag, comm, status)
     }
 
     fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
@@ -1018,13 +993,8 @@ crate::mpi! {
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
         let mut rt = rt()?;
         drive(&mut rt, hs, true, |d, a| d >= a)?;
-        let mut done = Vec::with_capacity(hs.len());
-        for (k, h) in hs.iter_mut().enumerate() {
-            let (st, e) = collect(&mut rt, h);
-            done.push((k, st, e.is_some()));
-        }
         // SAFETY: MPI: the status array holds count statuses.
-        unsafe { put_statuses(array_of_statuses, &done) }
+        unsafe { collect_all(&mut rt, hs, array_of_statuses) }
     }
 
     fn MPI_Testall / PMPI_Testall(count: c_int, array_of_requests: *mut H, flag: *mut c_int, array_of_statuses: *mut Status) {
@@ -1041,13 +1011,8 @@ crate::mpi! {
         if !all {
             return Ok(());
         }
-        let mut done = Vec::with_capacity(hs.len());
-        for (k, h) in hs.iter_mut().enumerate() {
-            let (st, e) = collect(&mut rt, h);
-            done.push((k, st, e.is_some()));
-        }
         // SAFETY: MPI: the status array holds count statuses.
-        unsafe { put_statuses(array_of_statuses, &done) }
+        unsafe { collect_all(&mut rt, hs, array_of_statuses) }
     }
 
     fn MPI_Waitany / PMPI_Waitany(count: c_int, array_of_requests: *mut H, index: *mut c_int, status: *mut Status) {
@@ -1055,7 +1020,7 @@ crate::mpi! {
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
         let mut rt = rt()?;
         drive(&mut rt, hs, true, |d, _| d >= 1)?;
-        any_done(&mut rt, hs, index, status, true)
+        any_done(&mut rt, hs, index, status)
     }
 
     fn MPI_Testany / PMPI_Testany(count: c_int, array_of_requests: *mut H, index: *mut c_int, flag: *mut c_int, status: *mut Status) {
@@ -1076,7 +1041,7 @@ crate::mpi! {
         // SAFETY: the caller's flag.
         unsafe { put(flag, (found || !active) as c_int)? };
         if found || !active {
-            return any_done(&mut rt, hs, index, status, false);
+            return any_done(&mut rt, hs, index, status);
         }
         // SAFETY: the caller's index.
         unsafe { put(index, abi::UNDEFINED) }
@@ -1280,7 +1245,7 @@ crate::mpi! {
     }
 }
 
-fn any_done(rt: &mut Rt, hs: &mut [H], index: *mut c_int, status: *mut Status, _block: bool) -> R {
+fn any_done(rt: &mut Rt, hs: &mut [H], index: *mut c_int, status: *mut Status) -> R {
     for (k, h) in hs.iter_mut().enumerate() {
         if is_done(rt, *h)? == Some(true) {
             let (st, e) = collect(rt, h);
@@ -1408,5 +1373,66 @@ pub fn finish_all(rt: &mut Rt) {
             let _ = rt.world.progress();
             std::thread::yield_now();
         }
+    }
+}
+
+/// MPI_Sendrecv (and MPI_Sendrecv_replace, with the packed copy as the send buffer).
+#[allow(clippy::too_many_arguments)]
+fn sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    source: c_int,
+    recvtag: c_int,
+    comm: H,
+    status: *mut Status,
+) -> R {
+    let mut rt = rt()?;
+    let r = start_recv(
+        &mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, None,
+    )?;
+    let rh = store(&mut rt, r)?;
+    let s = start_send(
+        &mut rt,
+        Mode::Standard,
+        sendbuf,
+        sendcount,
+        sendtype,
+        dest,
+        sendtag,
+        comm,
+        None,
+    );
+    let s = match s {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some((i, g)) = req_at(rh) {
+                if let Some(r) = rt.reqs.get_mut(i, g) {
+                    if let Some(id) = r.core {
+                        rt.world.cancel(id);
+                    }
+                }
+            }
+            let mut rh = rh;
+            drive(&mut rt, &[rh], true, |d, a| d >= a)?;
+            collect(&mut rt, &mut rh);
+            return Err(e);
+        }
+    };
+    let sh = store(&mut rt, s)?;
+    let mut hs = [rh, sh];
+    drive(&mut rt, &hs, true, |d, a| d >= a)?;
+    let (st, re) = collect(&mut rt, &mut hs[0]);
+    let (_, se) = collect(&mut rt, &mut hs[1]);
+    // SAFETY: the caller's status argument.
+    unsafe { put_status(status, st) };
+    match re.or(se) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }

@@ -249,6 +249,8 @@ pub struct Rt {
     /// Requests the program freed before they completed, and buffered sends: completed in the
     /// background (as MPI_Request_free says), by every wait and test.
     pub orphans: Vec<(usize, u32)>,
+    /// Reused by every wait and test (see `p2p::advance`).
+    pub scratch: crate::p2p::Scratch,
 }
 
 pub struct RtGuard(ExclusiveGuard<'static, Option<Rt>>);
@@ -330,31 +332,15 @@ pub fn world_rank() -> Option<usize> {
 
 impl Rt {
     pub fn comm_slot(&self, h: H) -> R<&CommSlot> {
-        let i = match h {
-            abi::COMM_WORLD => 0,
-            abi::COMM_SELF => 1,
-            abi::COMM_NULL => {
-                return Err(fail(class::COMM, "the communicator is MPI_COMM_NULL"));
-            }
-            h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h))?,
-        };
         self.comms
-            .get(i)
+            .get(comm_index(h)?)
             .and_then(|s| s.as_ref())
             .ok_or_else(|| bad_comm(h))
     }
 
     pub fn comm_slot_mut(&mut self, h: H) -> R<&mut CommSlot> {
-        let i = match h {
-            abi::COMM_WORLD => 0,
-            abi::COMM_SELF => 1,
-            abi::COMM_NULL => {
-                return Err(fail(class::COMM, "the communicator is MPI_COMM_NULL"));
-            }
-            h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h))?,
-        };
         self.comms
-            .get_mut(i)
+            .get_mut(comm_index(h)?)
             .and_then(|s| s.as_mut())
             .ok_or_else(|| bad_comm(h))
     }
@@ -372,17 +358,7 @@ impl Rt {
             errhandler,
             attrs: Vec::new(),
         };
-        let i = match self.comms.iter().position(|s| s.is_none()) {
-            Some(i) => {
-                self.comms[i] = Some(slot);
-                i
-            }
-            None => {
-                self.comms.push(Some(slot));
-                self.comms.len() - 1
-            }
-        };
-        handle(KIND_COMM, i)
+        handle(KIND_COMM, vacant(&mut self.comms, slot))
     }
 
     pub fn group(&self, h: H) -> R<Arc<[usize]>> {
@@ -403,17 +379,7 @@ impl Rt {
         if g.is_empty() {
             return abi::GROUP_EMPTY;
         }
-        let i = match self.groups.iter().position(|s| s.is_none()) {
-            Some(i) => {
-                self.groups[i] = Some(g);
-                i
-            }
-            None => {
-                self.groups.push(Some(g));
-                self.groups.len() - 1
-            }
-        };
-        handle(KIND_GROUP, i)
+        handle(KIND_GROUP, vacant(&mut self.groups, g))
     }
 
     /// Opens the two endpoints of context `cid` and makes the communicator.
@@ -487,6 +453,30 @@ impl Rt {
             self.ctx_free[w] &= !(1u64 << b);
         } else {
             self.ctx_free[w] |= 1u64 << b;
+        }
+    }
+}
+
+/// The table index of communicator handle `h` (MPI_COMM_WORLD and MPI_COMM_SELF are 0 and 1).
+fn comm_index(h: H) -> R<usize> {
+    match h {
+        abi::COMM_WORLD => Ok(0),
+        abi::COMM_SELF => Ok(1),
+        abi::COMM_NULL => Err(fail(class::COMM, "the communicator is MPI_COMM_NULL")),
+        h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h)),
+    }
+}
+
+/// Stores `v` in the first free entry of a handle table (or a new one); its index.
+pub fn vacant<T>(table: &mut Vec<Option<T>>, v: T) -> usize {
+    match table.iter().position(|s| s.is_none()) {
+        Some(i) => {
+            table[i] = Some(v);
+            i
+        }
+        None => {
+            table.push(Some(v));
+            table.len() - 1
         }
     }
 }
