@@ -89,6 +89,39 @@ fn unexpected_large_messages_are_drained_so_later_ones_get_through() {
     }
 }
 
+/// The same with matched endpoints on both sides: the large message goes as a request to send,
+/// so at most that one small record is drained, also with a budget far below the message's size
+/// (which stops the pipeline, above), and the data is streamed (or single-copied) once rank 0's
+/// receive matches it.
+#[test]
+fn unexpected_large_matched_messages_wait_in_their_senders_memory() {
+    // (environment, messages that go by rendezvous, by single copy)
+    for (env, rts, single) in [
+        (&[][..], "1", false),
+        (&[("VOLLEY_UNEXPECTED_BYTES", "4096")][..], "1", false),
+        // Records of 256 bytes: the small messages are pipelined, the large one still waits.
+        (&[("VOLLEY_SHM_RECORD_BYTES", "256")][..], "1", false),
+        // Everything by rendezvous, also the small messages.
+        (&[("VOLLEY_EAGER_BYTES", "0")][..], "201", false),
+        (&[("VOLLEY_WAIT", "block")][..], "1", false),
+        (&[("VOLLEY_SINGLE_COPY_THRESHOLD", "4096")][..], "1", true),
+    ] {
+        let out = ok(volley(
+            &["-n", "4", CHECK, "unexpected", "200", "rendezvous"],
+            env,
+        ));
+        assert_eq!(values(&out, "received"), vec!["603"], "{env:?}: {out}");
+        // What left a ring is at most the requests to send (when a ring filled behind one) and
+        // small messages: a 4096-byte budget could never have held the large one.
+        let drained: u64 = values(&out, "drained")[0].parse().unwrap();
+        assert!(drained <= 3 * rts.parse::<u64>().unwrap(), "{env:?}: {out}");
+        assert_eq!(values(&out, "rendezvous"), vec![rts; 3], "{env:?}: {out}");
+        let (streams, copies) = if single { ("0", rts) } else { (rts, "0") };
+        assert_eq!(values(&out, "streams"), vec![streams; 3], "{env:?}: {out}");
+        assert_eq!(values(&out, "single"), vec![copies; 3], "{env:?}: {out}");
+    }
+}
+
 /// GAMMA's promise: an active port's handler runs whenever the process waits in volley, also in
 /// a matched receive and in a request's wait (here the message waited for comes only after the
 /// handler has answered).

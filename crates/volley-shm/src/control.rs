@@ -5,7 +5,7 @@
 //! crate gives these meaning (fates, counters, endpoints); the bytes and the orderings are here.
 
 use crate::layout::{CAP_SINGLE_COPY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING};
-use crate::ring::{Kind, Meta, Producer, RNDV_DESC};
+use crate::ring::{Kind, Meta, Producer, GRANTS, RNDV_DESC};
 use crate::Segment;
 use std::sync::atomic::{fence, Ordering};
 
@@ -131,6 +131,77 @@ impl Segment {
     }
 }
 
+/// What the receiver of a request to send ([`crate::Kind::Rts`]) tells its sender, through the
+/// grant queue of the ring the request came by (the way back from consumer to producer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A receive matched the request: stream the message as [`crate::Kind::Stream`] records
+    /// tagged `gid`.
+    Clear { token: u32, gid: u32 },
+    /// The receiver copied the message out of the sender's memory (single copy): the sender's
+    /// buffer is free.
+    Done { token: u32 },
+}
+
+/// The code of [`Grant::Done`]; grant ids are below it.
+const GRANT_DONE: u32 = u32::MAX;
+
+impl Grant {
+    /// Largest grant id.
+    pub const MAX_GID: u32 = GRANT_DONE - 1;
+
+    fn encode(self) -> u64 {
+        let (token, code) = match self {
+            Grant::Clear { token, gid } => (token, gid.min(Self::MAX_GID)),
+            Grant::Done { token } => (token, GRANT_DONE),
+        };
+        token as u64 | (code as u64) << 32
+    }
+
+    fn decode(v: u64) -> Grant {
+        let (token, code) = (v as u32, (v >> 32) as u32);
+        match code {
+            GRANT_DONE => Grant::Done { token },
+            gid => Grant::Clear { token, gid },
+        }
+    }
+}
+
+impl Segment {
+    /// Rank `dst` answers a request to send that came through the ring from `src`. False when
+    /// the queue is full ([`GRANTS`] answers the sender has not read): try again later.
+    pub fn post_grant(&self, src: usize, dst: usize, g: Grant) -> bool {
+        let c = self.ring_ctrl(src, dst);
+        // Relaxed: only this consumer writes grant_head.
+        let head = c.grant_head.load(Ordering::Relaxed);
+        // SYNC: Acquire; pairs with the Release in take_grant: the sender has read the entry
+        // this one overwrites.
+        if head - c.grant_tail.load(Ordering::Acquire) >= GRANTS as u64 {
+            return false;
+        }
+        c.grants[(head % GRANTS as u64) as usize].store(g.encode(), Ordering::Relaxed);
+        // SYNC: Release; pairs with the Acquire in take_grant: publishes the entry.
+        c.grant_head.store(head + 1, Ordering::Release);
+        true
+    }
+
+    /// Rank `src` reads the next answer to its requests to send through the ring to `dst`.
+    pub fn take_grant(&self, src: usize, dst: usize) -> Option<Grant> {
+        let c = self.ring_ctrl(src, dst);
+        // Relaxed: only this producer writes grant_tail.
+        let tail = c.grant_tail.load(Ordering::Relaxed);
+        // SYNC: Acquire; pairs with the Release in post_grant.
+        if c.grant_head.load(Ordering::Acquire) == tail {
+            return None;
+        }
+        let g = c.grants[(tail % GRANTS as u64) as usize].load(Ordering::Relaxed);
+        // SYNC: Release; pairs with the Acquire in post_grant: the entry is read before the
+        // consumer may overwrite it.
+        c.grant_tail.store(tail + 1, Ordering::Release);
+        Some(Grant::decode(g))
+    }
+}
+
 /// How far a message has been written into its ring.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cursor {
@@ -202,6 +273,36 @@ impl Producer {
             let meta = Meta {
                 kind,
                 tag,
+                context,
+                total_len: total as u64,
+            };
+            if !self.try_push(meta, &data[c.off..end]) {
+                out.full = true;
+                return out;
+            }
+            out.started |= !c.started;
+            out.fragments += 1;
+            out.bytes += (end - c.off) as u64;
+            c.started = true;
+            c.off = end;
+        }
+        out.done = true;
+        out
+    }
+
+    /// Writes as much of a granted message as fits now, from `c` on, as [`Kind::Stream`]
+    /// records tagged with the receiver's grant id `gid` (the receive that matched it knows the
+    /// length). Never waits; call again with the same cursor to go on. Like a fragmented
+    /// message, no other message that spans records may start before this one is done.
+    pub fn push_stream(&mut self, gid: u32, context: u32, data: &[u8], c: &mut Cursor) -> Pushed {
+        let total = data.len();
+        let max = self.max_payload();
+        let mut out = Pushed::default();
+        while c.off < total {
+            let end = (c.off + max).min(total);
+            let meta = Meta {
+                kind: Kind::Stream,
+                tag: gid,
                 context,
                 total_len: total as u64,
             };
@@ -300,6 +401,78 @@ mod tests {
         assert_eq!(tx.rndv_state(pos), crate::RndvState::Pending);
         rx.rndv_finish(h, true);
         assert_eq!(tx.rndv_state(pos), crate::RndvState::Done);
+    }
+
+    #[test]
+    fn a_request_to_send_is_granted_back_and_streamed() {
+        let s = seg(2);
+        let (mut tx, mut rx) = (s.producer(0, 1), s.consumer(0, 1));
+        let rts = crate::Rts {
+            addr: 0x1000,
+            len: 20_000,
+            token: 7,
+            flags: crate::RTS_SINGLE_COPY,
+        };
+        assert!(tx.push_rts(3, 4, &rts));
+        let r = rx.peek().unwrap().unwrap();
+        assert_eq!(
+            (r.kind, r.tag, r.context, r.total_len),
+            (Kind::Rts, 3, 4, 20_000)
+        );
+        let h = rx.take(&r);
+        assert_eq!(rx.rts(&h).unwrap(), rts);
+        rx.release(h);
+        // The way back: in order, until the queue is full; the sender's reads make room.
+        assert_eq!(s.take_grant(0, 1), None);
+        for i in 0..GRANTS as u32 {
+            assert!(s.post_grant(
+                0,
+                1,
+                Grant::Clear {
+                    token: i,
+                    gid: i + 100
+                }
+            ));
+        }
+        assert!(
+            !s.post_grant(0, 1, Grant::Done { token: 99 }),
+            "the queue is full"
+        );
+        assert_eq!(
+            s.take_grant(0, 1),
+            Some(Grant::Clear { token: 0, gid: 100 })
+        );
+        assert!(s.post_grant(0, 1, Grant::Done { token: 99 }));
+        for i in 1..GRANTS as u32 {
+            assert_eq!(
+                s.take_grant(0, 1),
+                Some(Grant::Clear {
+                    token: i,
+                    gid: i + 100
+                })
+            );
+        }
+        assert_eq!(s.take_grant(0, 1), Some(Grant::Done { token: 99 }));
+        assert_eq!(s.take_grant(0, 1), None);
+        assert_eq!(s.take_grant(1, 0), None, "each ring has its own queue");
+        // The granted data, as stream records tagged with the grant id.
+        let data: Vec<u8> = (0..20_000).map(|i| (i * 7) as u8).collect();
+        let mut c = Cursor::default();
+        let mut got = Vec::new();
+        loop {
+            let p = tx.push_stream(100, 4, &data, &mut c);
+            while let Some(r) = rx.peek().unwrap() {
+                assert_eq!((r.kind, r.tag, r.total_len), (Kind::Stream, 100, 20_000));
+                let h = rx.take(&r);
+                got.extend_from_slice(rx.payload(&h));
+                rx.release(h);
+            }
+            if p.done {
+                break;
+            }
+            assert!(p.full);
+        }
+        assert_eq!(got, data);
     }
 
     #[test]

@@ -12,7 +12,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 3: RankBlock::counters, published by each rank when it closes its world.
 /// 4: the record header carries an envelope (context, tag) instead of (source port, destination
 ///    port); the ring's position word is called the stamp.
-pub const VERSION: u32 = 5;
+/// 5: 95 published counters.
+/// 6: a grant queue in each ring's control block (1024 bytes), request-to-send and stream
+///    records (the rendezvous of large matched messages).
+pub const VERSION: u32 = 6;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;

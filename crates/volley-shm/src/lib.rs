@@ -13,14 +13,14 @@ mod control;
 mod layout;
 mod ring;
 
-pub use control::{Cursor, Pushed, RankState};
+pub use control::{Cursor, Grant, Pushed, RankState};
 pub use layout::{
     JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
     RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,
 };
 pub use ring::{
-    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, SharedHeld,
-    RECORD_HEADER, RNDV_DESC, SLOT,
+    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, Rts, SharedHeld, GRANTS,
+    RECORD_HEADER, RNDV_DESC, RTS_DESC, RTS_SINGLE_COPY, SLOT,
 };
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -191,6 +191,14 @@ impl Segment {
         // SAFETY: the ring lies inside the mapping; rndv_state only reads the tail and, while
         // the record is unreleased, its done flag.
         unsafe { ring::rndv_state_at(self.map.as_ptr().add(off), &self.layout, pos) }
+    }
+
+    /// The control block of the ring from `src` to `dst`.
+    pub(crate) fn ring_ctrl(&self, src: usize, dst: usize) -> &ring::RingCtrl {
+        let off = self.layout.ring_offset(src, dst);
+        // SAFETY: the ring lies inside the mapping (checked by Layout), its control block first,
+        // aligned to 4096; it lives as long as the mapping.
+        unsafe { &*(self.map.as_ptr().add(off) as *const ring::RingCtrl) }
     }
 
     /// The descriptor behind the segment (inherited by the ranks a launcher starts).

@@ -29,7 +29,14 @@ pub const SLOT: usize = 64;
 /// Bytes of a record header; a record's payload starts this far into its first slot.
 pub const RECORD_HEADER: usize = 32;
 
-/// Head and tail on separate 128-byte lines (two lines: the adjacent-line prefetcher pairs them).
+/// Entries of a ring's grant queue (see [`RingCtrl`]).
+pub const GRANTS: usize = 64;
+
+/// Head and tail on separate 128-byte lines (two lines: the adjacent-line prefetcher pairs them),
+/// then the ring's grant queue: the way back from the ring's consumer to its producer, for the
+/// rendezvous of large matched messages (`control::Grant`). The consumer writes entries and
+/// `grant_head`, the producer reads them and writes `grant_tail`: a second single-producer
+/// single-consumer queue, in the other direction, of fixed 8-byte entries.
 #[repr(C, align(128))]
 pub(crate) struct RingCtrl {
     /// Producer's position (slots written). Informational for tools; the consumer polls stamps.
@@ -38,10 +45,20 @@ pub(crate) struct RingCtrl {
     /// Consumer's position: every slot before it may be overwritten.
     tail: AtomicU64,
     _pad1: [u8; 120],
+    /// Grants written by the consumer.
+    pub(crate) grant_head: AtomicU64,
+    _pad2: [u8; 120],
+    /// Grants read by the producer.
+    pub(crate) grant_tail: AtomicU64,
+    _pad3: [u8; 120],
+    pub(crate) grants: [AtomicU64; GRANTS],
 }
 
-const _: () = assert!(std::mem::size_of::<RingCtrl>() == 256);
+const _: () = assert!(std::mem::size_of::<RingCtrl>() == 1024);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, tail) == 128);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_head) == 256);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_tail) == 384);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, grants) == 512);
 
 #[repr(C)]
 struct RecordHeader {
@@ -75,6 +92,29 @@ pub enum Kind {
     /// the address in the payload; the receiver copies it with process_vm_readv and sets the
     /// descriptor's done flag (see [`RNDV_DESC`]).
     Rndv = 6,
+    /// A request to send (rendezvous of a large matched message): the message (`total_len`
+    /// bytes) waits in the sender's memory until a receive matches this record; the receiver
+    /// then copies it by single copy or grants it, and the sender streams it as [`Kind::Stream`]
+    /// records (see [`RTS_DESC`] and `control::Grant`).
+    Rts = 7,
+    /// Data of a granted rendezvous: `tag` is the receiver's grant id, `total_len` the message
+    /// length; a message's stream records follow each other in the ring.
+    Stream = 8,
+}
+
+/// Payload of a [`Kind::Rts`] record: the sender's buffer address (u64; meaningful when the
+/// flags say single copy), the length (u64), the sender's token (u32) and flags (u32).
+pub const RTS_DESC: usize = 24;
+/// [`RTS_DESC`] flag: the receiver may copy the message straight from the sender's memory.
+pub const RTS_SINGLE_COPY: u32 = 1;
+
+/// A request to send, as the receiver reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rts {
+    pub addr: u64,
+    pub len: u64,
+    pub token: u32,
+    pub flags: u32,
 }
 
 /// Payload of a [`Kind::Rndv`] record: sender address (u64), length (u64), done flag (atomic
@@ -101,6 +141,8 @@ impl Kind {
             4 => Kind::Last,
             5 => Kind::Pad,
             6 => Kind::Rndv,
+            7 => Kind::Rts,
+            8 => Kind::Stream,
             _ => return None,
         })
     }
@@ -293,6 +335,22 @@ impl Producer {
         unsafe { self.publish(off, meta, len, &[]) };
         self.head += k;
         true
+    }
+
+    /// Writes a request to send (see [`Kind::Rts`]); false if the ring has no room now.
+    pub fn push_rts(&mut self, tag: u32, context: u32, rts: &Rts) -> bool {
+        let mut d = [0u8; RTS_DESC];
+        d[0..8].copy_from_slice(&rts.addr.to_ne_bytes());
+        d[8..16].copy_from_slice(&rts.len.to_ne_bytes());
+        d[16..20].copy_from_slice(&rts.token.to_ne_bytes());
+        d[20..24].copy_from_slice(&rts.flags.to_ne_bytes());
+        let meta = Meta {
+            kind: Kind::Rts,
+            tag,
+            context,
+            total_len: rts.len,
+        };
+        self.try_push(meta, &d)
     }
 
     /// Where the rendezvous whose descriptor this producer wrote at `pos` stands.
@@ -677,6 +735,22 @@ impl Consumer {
         let addr = u64::from_ne_bytes(p[0..8].try_into().expect("8 bytes"));
         let len = u64::from_ne_bytes(p[8..16].try_into().expect("8 bytes"));
         Ok((addr, len))
+    }
+
+    /// The request to send in a [`Kind::Rts`] record this consumer took.
+    pub fn rts(&self, held: &Held) -> Result<Rts, Corrupt> {
+        let p = self.payload(held);
+        if p.len() != RTS_DESC {
+            return Err(Corrupt(format!("request to send of {} bytes", p.len())));
+        }
+        let u64_at = |i: usize| u64::from_ne_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+        let u32_at = |i: usize| u32::from_ne_bytes(p[i..i + 4].try_into().expect("4 bytes"));
+        Ok(Rts {
+            addr: u64_at(0),
+            len: u64_at(8),
+            token: u32_at(16),
+            flags: u32_at(20),
+        })
     }
 
     /// Tells the sender its rendezvous is over. On success the record is released; on failure

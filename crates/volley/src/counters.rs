@@ -27,6 +27,9 @@ pub enum Counter {
     Drained,
     DrainBudgetFull,
     NetHandovers,
+    RendezvousSends,
+    RendezvousStreams,
+    BadGrants,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -129,9 +132,24 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "messages",
         "owned buffers handed to the network engine without a copy (given back once acknowledged)",
     ),
+    (
+        "rendezvous_sends",
+        "messages",
+        "large matched messages sent as a request to send, their data waiting in the sender's memory until a receive matched",
+    ),
+    (
+        "rendezvous_streams",
+        "messages",
+        "matched rendezvous whose data the sender streamed through the ring once granted (the others went by single copy)",
+    ),
+    (
+        "bad_grants",
+        "grants",
+        "answers to a request to send that named no request of ours (ignored)",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::NetHandovers as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::BadGrants as usize + 1);
 
 /// Where a counter is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

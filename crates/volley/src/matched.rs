@@ -144,6 +144,8 @@ pub(crate) struct Gathering {
     pub src: usize,
     pub pos: u64,
     pub off: usize,
+    /// A granted rendezvous: its data comes as stream records with this grant id.
+    pub stream: Option<u32>,
 }
 
 impl Gathering {
@@ -153,6 +155,7 @@ impl Gathering {
             src,
             pos: first.pos,
             off: 0,
+            stream: None,
         }
     }
 }
@@ -250,6 +253,19 @@ impl World {
                         e.count(Counter::MsgsRecvd, 1);
                         e.count(Counter::BytesRecvd, st.len as u64);
                     }
+                    Kind::Rts => {
+                        let rts = e.take_rts(src, &info)?;
+                        drop(e);
+                        return self.rendezvous(
+                            pat,
+                            st,
+                            src,
+                            (rts, info.pos),
+                            out,
+                            waiter,
+                            incremental,
+                        );
+                    }
                     _ => {
                         // A first fragment: the rest follow in this ring, into the caller's buffer.
                         drop(e);
@@ -275,6 +291,11 @@ impl World {
                 // A message drained out of its full ring: copied once more, from our buffer.
                 let mut e = self.eng();
                 let d = e.take_drained(src, k);
+                if let Some(rts) = d.rts {
+                    // A request to send: its data is still with the sender.
+                    drop(e);
+                    return self.rendezvous(pat, st, src, rts, out, waiter, incremental);
+                }
                 let got = d.data.len();
                 out[..got].copy_from_slice(&d.data);
                 e.recycle_drained(d.data);
@@ -286,7 +307,12 @@ impl World {
                 };
                 drop(e);
                 // The rest is still arriving in the ring: straight into the caller's buffer.
-                let mut g = Gathering { src, pos, off: got };
+                let mut g = Gathering {
+                    src,
+                    pos,
+                    off: got,
+                    stream: None,
+                };
                 let done =
                     self.copy_fragments(pat.context, &mut g, None, out, waiter, incremental)?;
                 Ok(if done {
@@ -343,6 +369,45 @@ impl World {
             self.acknowledge(pat.context, &st)?;
         }
         self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
+    }
+
+    /// Receives the rendezvous message whose request to send (and its ring position) `rts` came
+    /// from `src` into `out`: by single copy, or granted and streamed into `out` as it comes
+    /// (see `engine::rendezvous`).
+    #[allow(clippy::too_many_arguments)]
+    fn rendezvous(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        src: usize,
+        (rts, pos): (volley_shm::Rts, u64),
+        out: &mut [u8],
+        waiter: &mut Waiter,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        let gid = {
+            let mut e = self.eng();
+            match e.accept_rts(src, &rts, out)? {
+                None => {
+                    e.count(Counter::MsgsRecvd, 1);
+                    e.count(Counter::BytesRecvd, st.len as u64);
+                    return Ok(Step::Done(st));
+                }
+                Some(gid) => gid,
+            }
+        };
+        let mut g = Gathering {
+            src,
+            pos,
+            off: 0,
+            stream: Some(gid),
+        };
+        let done = self.copy_fragments(pat.context, &mut g, None, out, waiter, incremental)?;
+        Ok(if done {
+            Step::Done(st)
+        } else {
+            Step::Started(st, g)
+        })
     }
 
     /// Tells the sender of a synchronous message that a receive matched it (MPI_Ssend completes
@@ -417,6 +482,15 @@ impl World {
         e.count(Counter::Fragments, 1);
         g.off = end;
         g.pos = info.pos;
+        if info.kind == Kind::Stream {
+            // A granted rendezvous ends with its length.
+            if g.off < out.len() {
+                return Ok(false);
+            }
+            e.count(Counter::MsgsRecvd, 1);
+            e.count(Counter::BytesRecvd, out.len() as u64);
+            return Ok(true);
+        }
         if info.kind == Kind::Last || g.off == out.len() {
             if info.kind != Kind::Last && !(info.kind == Kind::First && g.off == out.len()) {
                 return Err(RecvError::Corrupt {
@@ -446,7 +520,10 @@ impl World {
                 // Our own queued sends move on while we wait: the sender may be waiting for
                 // them before it writes the rest of this message.
                 e.drive_pending();
-                let n = e.next_from(g.src, port, g.pos)?;
+                let n = match g.stream {
+                    Some(gid) => e.next_stream(g.src, gid, g.pos)?,
+                    None => e.next_from(g.src, port, g.pos)?,
+                };
                 if n.is_none() {
                     // The rest may be stuck behind a drained message's later fragments (taken
                     // with room to spare for this one's first): drain them so the sender can go
@@ -456,7 +533,10 @@ impl World {
                 n
             };
             match next {
-                Some(n) if n.context == port && matches!(n.kind, Kind::Middle | Kind::Last) => {
+                Some(n)
+                    if (g.stream.is_some() && n.kind == Kind::Stream)
+                        || (n.context == port && matches!(n.kind, Kind::Middle | Kind::Last)) =>
+                {
                     if self.take_fragment(port, g, &n, out)? {
                         return Ok(true);
                     }

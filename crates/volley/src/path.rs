@@ -23,6 +23,9 @@ pub(crate) enum Step {
     /// Nothing could go now (full ring or queue, a receiver still copying): make progress and
     /// step again.
     Busy,
+    /// Nothing went: the message goes by rendezvous (`engine::rendezvous`), which a blocking
+    /// send runs as a non-blocking one on lent memory (`Endpoint::send_rendezvous`).
+    Rendezvous,
 }
 
 /// A message on its way through a path: its envelope, its bytes and how far it got.
@@ -34,6 +37,9 @@ pub(crate) struct Out<'a> {
     pub how: Reliability,
     /// May go by single copy (the receiver reads the sender's memory) where both sides can.
     pub single_copy: bool,
+    /// May go by rendezvous where the message is large and its context matched (see
+    /// [`Step::Rendezvous`]); else it is pipelined through the ring.
+    pub rendezvous: bool,
     cursor: Cursor,
     /// Where the single-copy descriptor sits, once written.
     rndv: Option<u64>,
@@ -47,6 +53,7 @@ impl<'a> Out<'a> {
             data,
             how,
             single_copy: true,
+            rendezvous: true,
             cursor: Cursor::default(),
             rndv: None,
         }
@@ -100,6 +107,9 @@ impl Path<'_> {
                     return Err(l.into());
                 }
                 if !out.cursor.started && out.rndv.is_none() {
+                    if out.rendezvous && e.wants_rendezvous(out.context, out.data.len()) {
+                        return Ok(Step::Rendezvous);
+                    }
                     // Behind the queued sends to the same rank, in order.
                     if e.has_pending(dst) {
                         e.drive_pending();
@@ -337,12 +347,14 @@ impl World {
     /// Steps `out` along `path` until done, making progress while it is busy (a full ring or
     /// queue waits for the receiver; handlers and queued sends run meanwhile).
     pub(crate) fn wait_steps(&self, path: &Path<'_>, out: &mut Out<'_>) -> Result<(), SendError> {
+        // A caller that waits here has chosen the pipeline.
+        out.rendezvous = false;
         let mut b = crate::backoff::Backoff::new();
         loop {
             match path.step(out)? {
                 Step::Done => return Ok(()),
                 Step::Partial => b.reset(),
-                Step::Busy => {}
+                Step::Busy | Step::Rendezvous => {}
             }
             let _ = self.progress();
             b.snooze();

@@ -92,6 +92,7 @@ impl SendState {
                     // single copy it read, then left): look once more, now that its fate is
                     // known, before calling the send failed.
                     e.check_inflight();
+                    e.drive_rendezvous();
                     if !p.borrow_mut().done {
                         // The engine lets go of the message (and so of a lent buffer's loan).
                         e.forget_send(*rank, p);
@@ -108,6 +109,14 @@ impl SendState {
                 Ok(true)
             }
         }
+    }
+
+    /// Makes progress unless the send is complete, then says whether it is.
+    pub(crate) fn poll(&mut self, w: &World) -> Result<bool, SendError> {
+        if !self.is_complete(w) {
+            w.progress().ok();
+        }
+        self.check(w)
     }
 
     fn is_complete(&self, w: &World) -> bool {
@@ -138,10 +147,7 @@ impl SendRequest {
 
     /// Makes progress and says whether the buffer may be reused.
     pub fn test(&mut self) -> Result<bool, SendError> {
-        if !self.state.is_complete(&self.world) {
-            self.world.progress().ok();
-        }
-        self.state.check(&self.world)
+        self.state.poll(&self.world)
     }
 
     /// Whether the send had completed when last tested (does not make progress).
@@ -709,6 +715,7 @@ impl World {
     ) {
         let mut waiter = Waiter::new(self.inner.cfg.wait);
         let mut backoff = Backoff::new();
+        let mut seen = self.eng().activity();
         loop {
             self.drive_requests();
             let Sweep {
@@ -722,6 +729,13 @@ impl World {
             }
             // pause() cannot fail (dead ends are checked per request in drive_posted).
             if sends || waiter.pause(self).is_err() {
+                // A send streaming its data (or waiting for room) backs off from the start
+                // again whenever something moved.
+                let now = self.eng().activity();
+                if now != seen {
+                    seen = now;
+                    backoff.reset();
+                }
                 backoff.snooze();
             }
         }

@@ -46,10 +46,46 @@ impl Endpoint {
     ) -> Result<(), SendError> {
         let path = self.world.path(rank)?;
         let mut out = Out::new(context, tag, data, self.how());
-        if path.step(&mut out)? == Step::Done {
-            return Ok(());
+        match path.step(&mut out)? {
+            Step::Done => Ok(()),
+            Step::Rendezvous => self.send_rendezvous(rank, context, tag, data),
+            Step::Partial | Step::Busy => self.world.wait_steps(&path, &mut out),
         }
-        self.world.wait_steps(&path, &mut out)
+    }
+
+    /// A blocking send by rendezvous: the non-blocking send on `data` lent for the length of
+    /// the call, waited for (making progress: the receiver's answer may come at any time).
+    #[cold]
+    #[inline(never)]
+    fn send_rendezvous(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<(), SendError> {
+        let w = &self.world;
+        volley_sys::lend::scope(
+            || {
+                let _ = w.progress();
+            },
+            |lender| {
+                let mut state =
+                    self.isend_env(rank, context, tag, Payload::Lent(lender.lend(data)))?;
+                let mut b = crate::backoff::Backoff::new();
+                let mut seen = w.eng().activity();
+                while !state.poll(w)? {
+                    // Streaming the data: each piece that goes starts the backoff again.
+                    let now = w.eng().activity();
+                    if now != seen {
+                        seen = now;
+                        b.reset();
+                    }
+                    b.snooze();
+                }
+                Ok(())
+            },
+        )
     }
 
     /// Sends a message of `len` bytes that `fill` writes straight into the receive pool (the ring
@@ -75,7 +111,8 @@ impl Endpoint {
             match path.step_with(port, self.port, len, self.how(), &mut fill, &mut staged)? {
                 Step::Done => return Ok(()),
                 Step::Partial => b.reset(),
-                Step::Busy => {}
+                // A record written in place is whole: never a rendezvous.
+                Step::Busy | Step::Rendezvous => {}
             }
             let _ = w.progress();
             b.snooze();
@@ -96,14 +133,16 @@ impl Endpoint {
             return Err(would_block());
         }
         let mut out = Out::new(port, self.port, data, self.how());
-        // Through the ring, never by single copy: that would wait for the receiver.
+        // Through the ring, never by single copy or rendezvous: those wait for the receiver.
         out.single_copy = false;
+        out.rendezvous = false;
         match path.step(&mut out)? {
             Step::Done => Ok(()),
             // can_take promised room for the whole message in a ring; the network engine takes
             // a message whole or not at all.
             Step::Partial => unreachable!("a message that fits goes whole"),
             Step::Busy => Err(would_block()),
+            Step::Rendezvous => unreachable!("try_send never goes by rendezvous"),
         }
     }
 

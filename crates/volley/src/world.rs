@@ -118,6 +118,7 @@ impl World {
             l2g.clone(),
             attached.info.is_multi_node(),
             cfg.unexpected_bytes,
+            cfg.eager_bytes,
         );
         let net = match attached.boot {
             Some(boot) if attached.info.is_multi_node() => Some(Arc::new(Exclusive::new(

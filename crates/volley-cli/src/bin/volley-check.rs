@@ -1028,11 +1028,17 @@ fn requests(w: &World, count: u64) -> R {
 /// receives the small ones first, which only works if the large one is moved out of the ring
 /// (as MPI requires: a pair's messages may be received in another order than sent), then the
 /// large one. Senders are taken one after the other, so the budget for drained messages
-/// (VOLLEY_UNEXPECTED_BYTES) need hold only one large message at a time.
-fn unexpected(w: &World, count: u64) -> R {
+/// (VOLLEY_UNEXPECTED_BYTES) need hold only one large message at a time. With `rendezvous`
+/// every rank declares its endpoint matched first, so the large message goes as a request to
+/// send: only that small record is drained, whatever the budget, and the data is streamed once
+/// the receive matches it.
+fn unexpected(w: &World, count: u64, rendezvous: bool) -> R {
     let n = w.size();
     let me = w.rank();
     let ep = w.open(42)?;
+    if rendezvous {
+        ep.use_matching();
+    }
     let big_len = (3 << 20) + 3;
     let small = |r: usize, i: u64| {
         let size = 1000 + (i as usize % 100);
@@ -1050,6 +1056,14 @@ fn unexpected(w: &World, count: u64) -> R {
         req.wait()?;
         let mut done = [0u8; 4];
         ep.recv_matching(Some(0), Some(7), &mut done)?;
+        let c = w.counters();
+        let get = |name: &str| c.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
+        println!(
+            "result: unexpected-sender rendezvous={} streams={} single={}",
+            get("rendezvous_sends"),
+            get("rendezvous_streams"),
+            get("single_copy_sends")
+        );
         return Ok(());
     }
     let mut buf = vec![0u8; big_len];
@@ -1199,7 +1213,11 @@ fn main() {
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),
-        Some("unexpected") => unexpected(&world, num(1, 200)),
+        Some("unexpected") => unexpected(
+            &world,
+            num(1, 200),
+            args.get(2).is_some_and(|a| a == "rendezvous"),
+        ),
         Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world),
@@ -1229,7 +1247,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N | active-match");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
             std::process::exit(2);
         }
     };

@@ -114,6 +114,14 @@ impl Engine {
                     Ok(None)
                 }
             }
+            (Kind::Rts | Kind::Stream, _) => Err(RecvError::Corrupt {
+                rank: self.l2g[src],
+                why: format!(
+                    "a rendezvous (a large message of a matched endpoint) arrived at port {port}, \
+                     which reads in arrival order: receive it with recv_matching, or call \
+                     use_matching on the receiving endpoint"
+                ),
+            }),
             (kind, _) => Err(RecvError::Corrupt {
                 rank: self.l2g[src],
                 why: format!("unexpected {kind:?} record for port {port}"),

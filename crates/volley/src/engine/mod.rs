@@ -22,6 +22,7 @@ pub(crate) enum PortKind {
 pub(crate) use volley_shm::Cursor;
 
 mod gather;
+mod rendezvous;
 mod send;
 mod unexpected;
 
@@ -74,6 +75,12 @@ pub(crate) struct Pending {
     pub rndv_pos: Option<u64>,
     pub done: bool,
     pub failed: bool,
+    /// Goes by rendezvous (see `rendezvous`): the token its request to send carries.
+    pub rts: Option<u32>,
+    /// The request to send is in the ring.
+    pub rts_sent: bool,
+    /// The receiver's grant: the data is being streamed with this id.
+    pub gid: Option<u32>,
 }
 
 impl Pending {
@@ -96,6 +103,9 @@ impl Pending {
             rndv_pos,
             done: false,
             failed: false,
+            rts: None,
+            rts_sent: false,
+            gid: None,
         }
     }
 }
@@ -174,6 +184,22 @@ pub(crate) struct Engine {
     matched_contexts: Vec<u32>,
     /// Buffers of drained messages, for reuse.
     drain_pool: Vec<Vec<u8>>,
+    /// Rendezvous sends by token (see `rendezvous`), until answered and streamed; free tokens.
+    rts: Vec<Option<Arc<volley_sys::Exclusive<Pending>>>>,
+    rts_free: Vec<u32>,
+    nrts: usize,
+    /// Per destination: rendezvous sends in the table.
+    rts_out: Vec<u32>,
+    /// Per destination: granted rendezvous whose data goes through the ring, oldest grant first.
+    streams: Vec<VecDeque<Arc<volley_sys::Exclusive<Pending>>>>,
+    nstreams: usize,
+    /// Per source: answers to its requests to send that found its grant queue full.
+    grant_backlog: Vec<VecDeque<volley_shm::Grant>>,
+    nbacklog: usize,
+    /// The grant id the next granted rendezvous gets.
+    next_gid: u32,
+    /// Largest matched message sent eagerly; larger ones go by rendezvous.
+    eager: usize,
 }
 
 impl Engine {
@@ -181,6 +207,16 @@ impl Engine {
     #[inline]
     pub fn count(&mut self, c: Counter, n: u64) {
         self.counters.add(c, n);
+    }
+
+    /// A number that grows whenever a message or a fragment moves in or out of this process's
+    /// rings: a waiting loop that sees it change backs off from the start again.
+    #[inline]
+    pub fn activity(&self) -> u64 {
+        let v = self.counters.values();
+        v[Counter::Fragments as usize]
+            + v[Counter::MsgsSent as usize]
+            + v[Counter::MsgsRecvd as usize]
     }
 
     /// The counters' values, in the order of `counters::COUNTERS`.
@@ -200,16 +236,17 @@ impl Engine {
         &mut self.rx[src]
     }
 
-    /// Whether sends to `dst` wait in the queue (they go first, in order).
+    /// Whether sends to `dst` wait in the queue (they go first, in order), or a granted
+    /// message is being streamed to it (a message spanning records may not start meanwhile).
     #[inline]
     pub fn has_pending(&self, dst: usize) -> bool {
-        !self.pending[dst].is_empty()
+        !self.pending[dst].is_empty() || self.streaming(dst)
     }
 
     /// Whether the ring to `dst` takes a whole message of `len` bytes now (none queued before
     /// it, and room).
     pub fn can_fit(&mut self, dst: usize, len: usize) -> bool {
-        self.pending[dst].is_empty()
+        !self.has_pending(dst)
             && self.tx[dst]
                 .as_mut()
                 .is_some_and(|tx| tx.can_fit_message(len))
@@ -319,6 +356,8 @@ impl Engine {
         let mut b = crate::backoff::Backoff::new();
         while self.npending > 0
             || !self.inflight.is_empty()
+            || self.nrts > 0
+            || self.nbacklog > 0
             || self.progress.as_ref().is_some_and(|p| p.lent > 0)
         {
             self.refresh_fates();
@@ -330,17 +369,31 @@ impl Engine {
                 let d = p.borrow_mut().dst;
                 fates[d].is_none()
             });
+            // Answers to requests to send of ranks that left wait for nobody.
+            for s in 0..self.n {
+                if !self.grant_backlog[s].is_empty() && self.fates[s].is_some() {
+                    self.forget_grants_to(s);
+                }
+            }
             let stuck: Vec<usize> = (0..self.n)
-                .filter(|&d| !self.pending[d].is_empty() && self.send_dead_end(d).is_some())
+                .filter(|&d| {
+                    (!self.pending[d].is_empty() || self.rts_out[d] > 0)
+                        && self.send_dead_end(d).is_some()
+                })
                 .collect();
             for d in stuck {
-                let lost = self.pending[d].len();
+                let in_queue: Vec<_> = self.pending[d].iter().cloned().collect();
+                for p in &in_queue {
+                    self.forget_rendezvous(d, p);
+                }
+                let queued = self.pending[d].len();
+                let lost = queued + self.forget_rendezvous_to(d);
                 eprintln!(
                     "volley: rank {}: {lost} queued message(s) to rank {d} not delivered: {}",
                     my_rank,
                     self.send_dead_end(d).expect("checked")
                 );
-                self.npending -= lost;
+                self.npending -= queued;
                 self.pending[d].clear();
             }
             b.snooze();
@@ -357,11 +410,18 @@ impl Engine {
     }
 
     /// The job as the world sees it: job rank of each local rank, whether ranks live on other
-    /// hosts, and the budget for drained unexpected messages.
-    pub fn set_job(&mut self, l2g: Vec<usize>, multi_node: bool, drain_budget: usize) {
+    /// hosts, the budget for drained unexpected messages and the eager limit of matched ones.
+    pub fn set_job(
+        &mut self,
+        l2g: Vec<usize>,
+        multi_node: bool,
+        drain_budget: usize,
+        eager: usize,
+    ) {
         self.l2g = l2g;
         self.multi_node = multi_node;
         self.drain_budget = drain_budget;
+        self.eager = eager;
     }
 
     /// Whether the progress thread runs.
@@ -425,6 +485,16 @@ impl Engine {
             drain_budget: 16 << 20,
             matched_contexts: Vec::new(),
             drain_pool: Vec::new(),
+            rts: Vec::new(),
+            rts_free: Vec::new(),
+            nrts: 0,
+            rts_out: vec![0; n],
+            streams: (0..n).map(|_| VecDeque::new()).collect(),
+            nstreams: 0,
+            grant_backlog: (0..n).map(|_| VecDeque::new()).collect(),
+            nbacklog: 0,
+            next_gid: 0,
+            eager: crate::config::DEFAULT_EAGER,
         }
     }
 
@@ -554,12 +624,10 @@ impl Engine {
         data: Payload,
         cursor: Cursor,
     ) -> Result<std::sync::Arc<crate::progress::LentState>, Payload> {
-        let Some(p) = self.progress.as_mut() else {
-            return Err(data);
-        };
-        if !self.pending[dst].is_empty() || self.tx[dst].is_none() {
+        if self.progress.is_none() || self.has_pending(dst) || self.tx[dst].is_none() {
             return Err(data);
         }
+        let p = self.progress.as_mut().expect("checked");
         let producer = self.tx[dst].take().expect("checked");
         let state = std::sync::Arc::new(crate::progress::LentState {
             done: std::sync::atomic::AtomicBool::new(false),
@@ -598,6 +666,7 @@ impl Engine {
         self.pending[dst].retain(|q| !Arc::ptr_eq(q, p));
         self.npending -= before - self.pending[dst].len();
         self.inflight.retain(|q| !Arc::ptr_eq(q, p));
+        self.forget_rendezvous(dst, p);
     }
 
     /// Pushes queued non-blocking sends (and notes finished single copies). Returns how many
@@ -605,6 +674,9 @@ impl Engine {
     pub fn drive_pending(&mut self) -> usize {
         self.collect_returns();
         let mut done = self.check_inflight();
+        if self.nrts > 0 || self.nbacklog > 0 {
+            done += self.drive_rendezvous();
+        }
         if self.npending == 0 {
             return done;
         }
@@ -612,6 +684,21 @@ impl Engine {
             let mut progressed = false;
             while let Some(p) = self.pending[dst].front().cloned() {
                 let mut pm = p.borrow_mut();
+                if pm.rts.is_some() {
+                    // A request to send: one record; the data waits for the receiver's answer.
+                    if !self.push_rts(dst, &mut pm) {
+                        break;
+                    }
+                    drop(pm);
+                    progressed = true;
+                    self.pending[dst].pop_front();
+                    self.npending -= 1;
+                    continue;
+                }
+                if !pm.cursor.started && self.streaming(dst) {
+                    // A granted message is being streamed: a message spanning records waits.
+                    break;
+                }
                 if pm.rndv {
                     let Some(pos) = self.push_descriptor(dst, pm.tag, pm.context, &pm.data) else {
                         break;
@@ -717,7 +804,7 @@ impl Engine {
             let found = self.rx[src].scan(key, |r| {
                 r.context == pat.context
                     && pat.accepts_tag(r.tag)
-                    && matches!(r.kind, Kind::Whole | Kind::First | Kind::Rndv)
+                    && matches!(r.kind, Kind::Whole | Kind::First | Kind::Rndv | Kind::Rts)
             });
             match found {
                 Ok(Some(info)) => {
@@ -756,7 +843,9 @@ impl Engine {
     ) -> Result<Option<RecordInfo>, RecvError> {
         let key = (port as u128) | ((after as u128) << 32) | (1 << 126);
         self.rx[src]
-            .scan(key, |r| r.pos > after && r.context == port)
+            .scan(key, |r| {
+                r.pos > after && r.context == port && r.kind != Kind::Stream
+            })
             .map_err(|e| RecvError::Corrupt {
                 rank: self.l2g[src],
                 why: e.0,

@@ -22,15 +22,34 @@ impl Engine {
             return Err(l.into());
         }
         self.drive_pending();
+        if self.wants_rendezvous(context, data.len()) {
+            // A request to send now (or queued in order); the data waits for the receiver.
+            let p = Arc::new(Exclusive::new(Pending::new(
+                rank,
+                tag,
+                context,
+                data,
+                Cursor::default(),
+                false,
+                None,
+            )));
+            let token = self.new_rendezvous(rank, &p);
+            p.borrow_mut().rts = Some(token);
+            if self.pending[rank].is_empty() && self.push_rts(rank, &mut p.borrow_mut()) {
+                self.ring_doorbell(rank);
+                return Ok(SendState::Queued(rank, p));
+            }
+            return Ok(self.enqueue(rank, p));
+        }
         let rndv = self.use_single_copy(rank, data.len());
         let mut cursor = Cursor::default();
         let mut rndv_pos = None;
-        if self.pending[rank].is_empty() && rndv {
+        if !self.has_pending(rank) && rndv {
             rndv_pos = self.push_descriptor(rank, tag, context, &data);
             if rndv_pos.is_some() {
                 self.ring_doorbell(rank);
             }
-        } else if self.pending[rank].is_empty() {
+        } else if !self.has_pending(rank) {
             let done = self.push(rank, tag, context, &data, &mut cursor);
             if done || cursor.off > 0 {
                 self.ring_doorbell(rank);

@@ -33,6 +33,10 @@ pub(crate) struct Drained {
     pub data: Vec<u8>,
     /// While fragments are still to come: the ring position of the last one drained.
     pub open: Option<u64>,
+    /// A request to send (its data still in the sender's memory) and where it sat in the ring.
+    pub rts: Option<(volley_shm::Rts, u64)>,
+    /// What it counts against the budget.
+    pub cost: usize,
 }
 
 /// How many drained buffers are kept for reuse, and the largest kept.
@@ -79,7 +83,10 @@ impl Engine {
             }
             if !self.matched_contexts.contains(&info.context)
                 || !self.rx[src].looks_full()
-                || !matches!(info.kind, Kind::Whole | Kind::First | Kind::Rndv)
+                || !matches!(
+                    info.kind,
+                    Kind::Whole | Kind::First | Kind::Rndv | Kind::Rts
+                )
             {
                 // A Directed-Point port's message, room left, or the middle of a message a
                 // receive is copying: leave the ring as it is.
@@ -89,6 +96,26 @@ impl Engine {
                 Kind::Whole => info.len,
                 _ => info.total_len as usize,
             };
+            if info.kind == Kind::Rts {
+                // One small record, whatever the message's size: its data stays with the sender.
+                if self.drained_bytes + super::rendezvous::RTS_COST > self.drain_budget {
+                    self.counters.add(Counter::DrainBudgetFull, 1);
+                    return Ok(());
+                }
+                let rts = self.take_rts(src, &info)?;
+                self.drained_bytes += super::rendezvous::RTS_COST;
+                self.counters.add(Counter::Drained, 1);
+                self.drained[src].push_back(Drained {
+                    context: info.context,
+                    tag: info.tag,
+                    total,
+                    data: Vec::new(),
+                    open: None,
+                    rts: Some((rts, info.pos)),
+                    cost: super::rendezvous::RTS_COST,
+                });
+                continue;
+            }
             if self.drained_bytes + total > self.drain_budget {
                 self.counters.add(Counter::DrainBudgetFull, 1);
                 return Ok(());
@@ -119,6 +146,8 @@ impl Engine {
                 total,
                 data,
                 open,
+                rts: None,
+                cost: total,
             });
         }
     }
@@ -126,7 +155,7 @@ impl Engine {
     /// Takes drained message `k` of source `src` out of the queue.
     pub fn take_drained(&mut self, src: usize, k: usize) -> Drained {
         let d = self.drained[src].remove(k).expect("index from poll_match");
-        self.drained_bytes -= d.total;
+        self.drained_bytes -= d.cost;
         d
     }
 
