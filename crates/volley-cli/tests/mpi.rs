@@ -189,6 +189,16 @@ fn collectives_on_a_world_of_one() {
 }
 
 #[test]
+fn nonblocking_collectives_and_comm_idup() {
+    passes("nbc", 4);
+}
+
+#[test]
+fn nonblocking_collectives_with_more_ranks_than_cores() {
+    passes("nbc", 9);
+}
+
+#[test]
 fn info_objects() {
     passes("info", 2);
 }

@@ -1,22 +1,24 @@
-//! The collectives the point-to-point face needs, and reduction operations.
+//! Collectives and reduction operations.
 //!
-//! These are plain algorithms over the communicator's second context (dissemination barrier,
-//! binomial broadcast, reductions folded in rank order at the root, linear gather and scatter,
-//! pairwise all-to-all): correct for every size and datatype, not yet tuned to the machine. The
+//! Plain algorithms over the communicator's second context (dissemination barrier, binomial
+//! broadcast, reductions folded in rank order at the root, linear gather and scatter, pairwise
+//! all-to-all): correct for every size and datatype, not yet tuned to the machine (the
 //! collectives issue replaces them with ones that work in the job's shared memory inside a
-//! host. Every exchange posts its receives before its sends and waits for all, so no two ranks
-//! can wait on each other's sends.
+//! host). Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
+//! keeps it in its request and every test and wait moves it on. Every step posts its receives
+//! before its sends and completes when all have, so no two ranks can wait on each other's sends.
 
 use crate::abi::{self, class, H};
 use crate::dtype::{committed, Basic, Dtype, TypeRef};
-use crate::err::{fail, from_request, get, put, R};
+use crate::err::{fail, get, put, R};
+use crate::nbc::{block_on, Nbc, Seq};
 use crate::state::{handle, index, rt, CommCore, UserFn, UserOp, KIND_OP};
 use std::ffi::c_void;
 use std::os::raw::c_int;
-use volley::{RawBuf, RawBufMut};
 
-/// Tags of the face's own messages on a communicator's second context (program tags, and so
-/// synchronous-send acknowledgements, stay below 2^30).
+/// Kinds of the face's own messages on a communicator's second context (program tags, and so
+/// synchronous-send acknowledgements, stay below 2^30); a collective's sequence number goes in
+/// bits 16-26 (`nbc::Seq`).
 pub const TAG_BARRIER: u32 = (1 << 30) | 1;
 pub const TAG_BCAST: u32 = (1 << 30) | 2;
 pub const TAG_REDUCE: u32 = (1 << 30) | 3;
@@ -37,9 +39,28 @@ pub const TAG_INTER: u32 = (1 << 30) | 15;
 /// MPI_Comm_create_group: this bit and 20 bits of the program's tag.
 pub const TAG_CREATE_GROUP: u32 = (1 << 30) | (1 << 29);
 
-/// Posts every receive, then every send, then waits for all: one step of a collective.
-/// Ranks are the communicator's.
-pub fn exchange(
+/// The program's memory, lent to a collective until it completes (MPI's rule for
+/// non-blocking operations), as a future may hold it.
+#[derive(Clone, Copy)]
+pub struct P(*mut c_void);
+// SAFETY: the program lends the memory to MPI until the operation completes, and the face uses
+// it from one thread at a time.
+unsafe impl Send for P {}
+// SAFETY: as above: one thread at a time.
+unsafe impl Sync for P {}
+
+impl P {
+    pub fn new<T>(p: *const T) -> P {
+        P(p as *mut c_void)
+    }
+    /// The pointer (a method, so that a future captures the whole `P`, not the raw field).
+    pub fn get(self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// One step of a collective among the communicator's ranks (see `nbc::exchange_world`).
+pub async fn exchange_a(
     c: &CommCore,
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
@@ -50,72 +71,52 @@ pub fn exchange(
         .iter_mut()
         .map(|(s, t, b)| (c.group[*s], *t, &mut **b))
         .collect();
-    exchange_world(&c.coll, &sends, &mut recvs)
+    crate::nbc::exchange_world(&c.coll, &sends, &mut recvs).await
 }
 
-/// Like `exchange`, on endpoint `ep` with job ranks (between the leaders of two groups).
+/// `exchange_a`, waited for: a step that is not part of a numbered collective (between the
+/// leaders of two groups, or among some members only).
+pub fn exchange(
+    c: &CommCore,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+) -> R {
+    block_on(exchange_a(c, sends, recvs))
+}
+
+/// Like `exchange`, on endpoint `ep` with job ranks.
 pub fn exchange_world(
     ep: &volley::Endpoint,
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
-    let w = ep.world();
-    let mut ids = Vec::with_capacity(sends.len() + recvs.len());
-    for (src, tag, buf) in recvs.iter_mut() {
-        // SAFETY: the buffer is borrowed until wait_all below returns.
-        let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
-        ids.push(Some(
-            ep.irecv_lent(Some(*src), Some(*tag), lent)
-                .map_err(|e| crate::err::from_recv(&e))?,
-        ));
-    }
-    for (dst, tag, data) in sends {
-        // SAFETY: the data is borrowed until wait_all below returns.
-        let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
-        match ep.isend_lent(*dst, *tag, lent) {
-            Ok(id) => ids.push(Some(id)),
-            Err(e) => {
-                // Let what was started finish (its buffers are borrowed here), then fail.
-                w.wait_all(&mut ids, |_, _| {});
-                return Err(crate::err::from_send(&e));
-            }
-        }
-    }
-    let mut err = None;
-    w.wait_all(&mut ids, |_, r| {
-        if let Err(e) = r {
-            err.get_or_insert(from_request(&e));
-        }
-    });
-    err.map_or(Ok(()), Err)
+    block_on(crate::nbc::exchange_world(ep, sends, recvs))
 }
 
-pub fn barrier(c: &CommCore) -> R {
+pub async fn barrier_a(c: &CommCore, s: Seq) -> R {
     let n = c.size();
     let me = c.rank;
+    let tag = s.tag(TAG_BARRIER);
     let mut k = 1;
     while k < n {
         let to = (me + k) % n;
         let from = (me + n - k) % n;
-        exchange(
-            c,
-            &[(to, TAG_BARRIER, &[])],
-            &mut [(from, TAG_BARRIER, &mut [])],
-        )?;
+        exchange_a(c, &[(to, tag, &[])], &mut [(from, tag, &mut [])]).await?;
         k *= 2;
     }
     Ok(())
 }
 
 /// Binomial-tree broadcast of `buf` from `root`.
-pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
+pub async fn bcast_a(c: &CommCore, s: Seq, root: usize, buf: &mut [u8]) -> R {
     let n = c.size();
+    let tag = s.tag(TAG_BCAST);
     let rel = (c.rank + n - root) % n;
     let mut mask = 1;
     while mask < n {
         if rel & mask != 0 {
             let src = (rel - mask + root) % n;
-            exchange(c, &[], &mut [(src, TAG_BCAST, buf)])?;
+            exchange_a(c, &[], &mut [(src, tag, buf)]).await?;
             break;
         }
         mask <<= 1;
@@ -124,7 +125,7 @@ pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
     while mask > 0 {
         if rel + mask < n {
             let dst = (rel + mask + root) % n;
-            exchange(c, &[(dst, TAG_BCAST, buf)], &mut [])?;
+            exchange_a(c, &[(dst, tag, buf)], &mut []).await?;
         }
         mask >>= 1;
     }
@@ -132,9 +133,17 @@ pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
 }
 
 /// Gathers equal blocks at `root` (`all` holds size blocks there; elsewhere unused).
-pub fn gather_bytes(c: &CommCore, root: usize, mine: &[u8], all: &mut [u8], tag: u32) -> R {
+pub async fn gather_a(
+    c: &CommCore,
+    s: Seq,
+    root: usize,
+    mine: &[u8],
+    all: &mut [u8],
+    kind: u32,
+) -> R {
+    let tag = s.tag(kind);
     if c.rank != root {
-        return exchange(c, &[(root, tag, mine)], &mut []);
+        return exchange_a(c, &[(root, tag, mine)], &mut []).await;
     }
     let b = mine.len();
     let mut blocks: Vec<&mut [u8]> = if b == 0 {
@@ -150,12 +159,25 @@ pub fn gather_bytes(c: &CommCore, root: usize, mine: &[u8], all: &mut [u8], tag:
         .filter(|(r, _)| *r != root)
         .map(|(r, blk)| (r, tag, blk))
         .collect();
-    exchange(c, &[], &mut recvs)
+    exchange_a(c, &[], &mut recvs).await
+}
+
+pub async fn allgather_a(c: &CommCore, s: Seq, mine: &[u8], all: &mut [u8]) -> R {
+    gather_a(c, s, 0, mine, all, TAG_GATHER).await?;
+    bcast_a(c, s, 0, all).await
+}
+
+/// The blocking forms the communicator functions use (each one collective of `c`'s).
+pub fn bcast_bytes(c: &CommCore, root: usize, buf: &mut [u8]) -> R {
+    block_on(bcast_a(c, c.next_seq(), root, buf))
+}
+
+pub fn gather_bytes(c: &CommCore, root: usize, mine: &[u8], all: &mut [u8], kind: u32) -> R {
+    block_on(gather_a(c, c.next_seq(), root, mine, all, kind))
 }
 
 pub fn allgather_bytes(c: &CommCore, mine: &[u8], all: &mut [u8]) -> R {
-    gather_bytes(c, 0, mine, all, TAG_GATHER)?;
-    bcast_bytes(c, 0, all)
+    block_on(allgather_a(c, c.next_seq(), mine, all))
 }
 
 /// A reduction operation: predefined, or the program's.
@@ -420,8 +442,9 @@ fn complex_prod(single: bool, inout: &mut [u8], input: &[u8]) {
 
 /// Reduces every rank's `mine` (count packed elements) into `out` at `root`, in rank order.
 #[allow(clippy::too_many_arguments)]
-pub fn reduce_bytes(
+pub async fn reduce_a(
     c: &CommCore,
+    s: Seq,
     root: usize,
     op: Op,
     t: &Dtype,
@@ -436,7 +459,7 @@ pub fn reduce_bytes(
     } else {
         Vec::new()
     };
-    gather_bytes(c, root, mine, &mut all, TAG_REDUCE)?;
+    gather_a(c, s, root, mine, &mut all, TAG_REDUCE).await?;
     if c.rank != root || b == 0 {
         return Ok(());
     }
@@ -507,177 +530,911 @@ fn in_place(p: *const c_void) -> bool {
     p as usize == abi::IN_PLACE
 }
 
+/// Reduces every rank's `mine` (the sum of `counts` elements, packed) at rank 0 and scatters the
+/// result: rank r gets `counts[r]` elements. Returns this rank's block (MPI_Reduce_scatter and
+/// MPI_Reduce_scatter_block).
+#[allow(clippy::too_many_arguments)]
+async fn reduce_scatter_a(
+    c: &CommCore,
+    s: Seq,
+    op: Op,
+    t: &Dtype,
+    th: H,
+    counts: &[usize],
+    mine: &[u8],
+) -> R<Vec<u8>> {
+    let total: usize = counts.iter().sum();
+    let mut all = vec![0u8; mine.len()];
+    reduce_a(c, s, 0, op, t, th, total, mine, &mut all).await?;
+    let mut block = vec![0u8; counts[c.rank] * t.size];
+    let tag = s.tag(TAG_SCATTERV);
+    if c.rank == 0 {
+        let mut sends: Vec<(usize, u32, &[u8])> = Vec::with_capacity(counts.len());
+        let mut off = counts[0] * t.size;
+        for (r, &k) in counts.iter().enumerate().skip(1) {
+            sends.push((r, tag, &all[off..off + k * t.size]));
+            off += k * t.size;
+        }
+        exchange_a(c, &sends, &mut []).await?;
+        let b = block.len();
+        block.copy_from_slice(&all[..b]);
+    } else {
+        exchange_a(c, &[], &mut [(0, tag, &mut block)]).await?;
+    }
+    Ok(block)
+}
+
+/// The address of element `i` of type `t` from `base`.
+fn at(base: *const c_void, i: isize, t: &Dtype) -> *const c_void {
+    (base as *const u8).wrapping_offset(i * t.extent()) as *const c_void
+}
+
+/// An array of `n` ints from the caller.
+fn ints<'a>(p: *const c_int, n: usize) -> R<&'a [c_int]> {
+    // SAFETY: MPI: the array holds one entry per rank of the communicator.
+    unsafe { crate::err::array(p, n as c_int) }
+}
+
+fn nonneg(v: &[c_int], what: &str) -> R {
+    if let Some(x) = v.iter().find(|&&x| x < 0) {
+        return Err(fail(class::COUNT, format!("a {what} is negative ({x})")));
+    }
+    Ok(())
+}
+
+/// Every rank sends `blocks[r]` to rank r and receives `sizes[r]` bytes from it; what came
+/// from r is handed to `put(r, bytes)`. The rank's own block is handed over without a message.
+async fn all_to_all_a(
+    c: &CommCore,
+    tag: u32,
+    blocks: &[Vec<u8>],
+    sizes: &[usize],
+    mut put: impl FnMut(usize, &[u8]),
+) -> R {
+    let n = c.size();
+    let mut got: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0u8; b]).collect();
+    {
+        let sends: Vec<(usize, u32, &[u8])> = (0..n)
+            .filter(|&r| r != c.rank)
+            .map(|r| (r, tag, &blocks[r][..]))
+            .collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = got
+            .iter_mut()
+            .enumerate()
+            .filter(|(r, _)| *r != c.rank)
+            .map(|(r, b)| (r, tag, &mut b[..]))
+            .collect();
+        exchange_a(c, &sends, &mut recvs).await?;
+    }
+    for (r, b) in got.iter().enumerate() {
+        if r == c.rank {
+            put(r, &blocks[r]);
+        } else {
+            put(r, b);
+        }
+    }
+    Ok(())
+}
+
+/// A collective that finishes nothing beyond its data.
+fn done(f: impl std::future::Future<Output = R> + Send + 'static) -> Nbc {
+    Box::pin(async move { f.await.map(|()| None) })
+}
+
+/// Runs a collective to its end (the blocking call).
+fn run(op: R<Nbc>) -> R {
+    block_on(op?).map(|_| ())
+}
+
+/// Starts a non-blocking collective: its request (MPI_Ibarrier and the other I-calls).
+fn start(op: R<Nbc>, comm: H, request: *mut H) -> R {
+    let f = op?;
+    crate::p2p::start_nbc(f, comm, request)
+}
+
+fn two_types(
+    st: H,
+    rt_: H,
+    send_needed: bool,
+    recv_needed: bool,
+) -> R<(Option<TypeRef>, Option<TypeRef>)> {
+    let rt = rt()?;
+    let s = if send_needed {
+        Some(committed(&rt, st)?)
+    } else {
+        None
+    };
+    let r = if recv_needed {
+        Some(committed(&rt, rt_)?)
+    } else {
+        None
+    };
+    Ok((s, r))
+}
+
+// Each collective once, as a future (see `nbc`): the arguments are checked and the data packed
+// when it starts; the future owns what it needs.
+
+fn barrier_op(comm: H) -> R<Nbc> {
+    let c = intra(comm)?;
+    let s = c.next_seq();
+    Ok(done(async move { barrier_a(&c, s).await }))
+}
+
+fn bcast_op(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<Nbc> {
+    let (c, t) = args(comm, datatype)?;
+    let n = count(count_)?;
+    let root = root_of(&c, root)?;
+    let s = c.next_seq();
+    let mut data = if c.rank == root {
+        packed(&t, buffer, n)
+    } else {
+        vec![0u8; n * t.size]
+    };
+    let buffer = P::new(buffer);
+    Ok(done(async move {
+        bcast_a(&c, s, root, &mut data).await?;
+        if c.rank != root {
+            unpacked(&t, &data, buffer.get(), n);
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce_op(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count_: c_int,
+    datatype: H,
+    op: H,
+    root: c_int,
+    comm: H,
+    all: bool,
+) -> R<Nbc> {
+    let (c, t) = args(comm, datatype)?;
+    let n = count(count_)?;
+    let root = if all { 0 } else { root_of(&c, root)? };
+    let op = op_of(op)?;
+    let s = c.next_seq();
+    let src = if in_place(sendbuf) && (all || c.rank == root) {
+        recvbuf as *const c_void
+    } else {
+        sendbuf
+    };
+    let mine = packed(&t, src, n);
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let mut out = vec![0u8; mine.len()];
+        reduce_a(&c, s, root, op, &t, datatype, n, &mine, &mut out).await?;
+        if all {
+            bcast_a(&c, s, 0, &mut out).await?;
+        }
+        if all || c.rank == root {
+            unpacked(&t, &out, recvbuf.get(), n);
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let (rt_, st_) = {
+        let rt = rt()?;
+        let r = if is_root {
+            Some(committed(&rt, recvtype)?)
+        } else {
+            None
+        };
+        let s = if is_root && in_place(sendbuf) {
+            None
+        } else {
+            Some(committed(&rt, sendtype)?)
+        };
+        (r, s)
+    };
+    let rn = if is_root { count(recvcount)? } else { 0 };
+    let mine = match &st_ {
+        Some(t) => packed(t, sendbuf, count(sendcount)?),
+        None => {
+            let t = rt_.as_ref().expect("root");
+            // MPI_IN_PLACE: the root's block is already in place in recvbuf.
+            packed(t, at(recvbuf, (root * rn) as isize, t), rn)
+        }
+    };
+    if let Some(t) = &rt_ {
+        if rn * t.size != mine.len() {
+            return Err(fail(
+                class::TRUNCATE,
+                format!(
+                    "MPI_Gather: the root receives {} bytes per rank, this rank sends {}",
+                    rn * t.size,
+                    mine.len()
+                ),
+            ));
+        }
+    }
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let mut all = vec![0u8; if is_root { mine.len() * c.size() } else { 0 }];
+        gather_a(&c, s, root, &mine, &mut all, TAG_GATHER).await?;
+        if let Some(t) = rt_ {
+            let b = mine.len();
+            for r in 0..c.size() {
+                unpacked(
+                    &t,
+                    &all[r * b..(r + 1) * b],
+                    at(recvbuf.get(), (r * rn) as isize, &t) as *mut c_void,
+                    rn,
+                );
+            }
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatter_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let place = is_root && in_place(recvbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, is_root, !place)?;
+    let n = c.size();
+    let rn = if place { 0 } else { count(recvcount)? };
+    let s = c.next_seq();
+    let tag = s.tag(TAG_SCATTER);
+    let recvbuf = P::new(recvbuf);
+    if is_root {
+        let t = st_.expect("root");
+        let sn = count(sendcount)?;
+        let blocks: Vec<Vec<u8>> = (0..n)
+            .map(|r| packed(&t, at(sendbuf, (r * sn) as isize, &t), sn))
+            .collect();
+        if let Some(t2) = &rt_ {
+            if rn * t2.size != blocks[root].len() {
+                return Err(fail(
+                    class::TRUNCATE,
+                    "MPI_Scatter: send and receive block sizes differ at the root",
+                ));
+            }
+        }
+        return Ok(done(async move {
+            let sends: Vec<(usize, u32, &[u8])> = (0..n)
+                .filter(|&r| r != root)
+                .map(|r| (r, tag, &blocks[r][..]))
+                .collect();
+            exchange_a(&c, &sends, &mut []).await?;
+            if let Some(t2) = rt_ {
+                unpacked(&t2, &blocks[root], recvbuf.get(), rn);
+            }
+            Ok(())
+        }));
+    }
+    let t = rt_.expect("not root");
+    Ok(done(async move {
+        let mut v = vec![0u8; rn * t.size];
+        exchange_a(&c, &[], &mut [(root, tag, &mut v)]).await?;
+        unpacked(&t, &v, recvbuf.get(), rn);
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgather_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let (st_, rt_) = two_types(sendtype, recvtype, !in_place(sendbuf), true)?;
+    let t = rt_.expect("receiver");
+    let rn = count(recvcount)?;
+    let mine = match &st_ {
+        Some(s) => packed(s, sendbuf, count(sendcount)?),
+        None => packed(&t, at(recvbuf, (c.rank * rn) as isize, &t), rn),
+    };
+    if mine.len() != rn * t.size {
+        return Err(fail(
+            class::TRUNCATE,
+            format!(
+                "MPI_Allgather: each rank receives {} bytes per rank, this rank sends {}",
+                rn * t.size,
+                mine.len()
+            ),
+        ));
+    }
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let mut all = vec![0u8; mine.len() * c.size()];
+        allgather_a(&c, s, &mine, &mut all).await?;
+        let b = mine.len();
+        for r in 0..c.size() {
+            unpacked(
+                &t,
+                &all[r * b..(r + 1) * b],
+                at(recvbuf.get(), (r * rn) as isize, &t) as *mut c_void,
+                rn,
+            );
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoall_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let (st_, rt_) = two_types(sendtype, recvtype, !in_place(sendbuf), true)?;
+    let t = rt_.expect("receiver");
+    let n = c.size();
+    let rn = count(recvcount)?;
+    let blocks: Vec<Vec<u8>> = match &st_ {
+        Some(s) => {
+            let sn = count(sendcount)?;
+            (0..n)
+                .map(|r| packed(s, at(sendbuf, (r * sn) as isize, s), sn))
+                .collect()
+        }
+        None => (0..n)
+            .map(|r| packed(&t, at(recvbuf, (r * rn) as isize, &t), rn))
+            .collect(),
+    };
+    let b = rn * t.size;
+    if blocks.iter().any(|x| x.len() != b) {
+        return Err(fail(
+            class::TRUNCATE,
+            "MPI_Alltoall: send and receive block sizes differ",
+        ));
+    }
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        all_to_all_a(&c, s.tag(TAG_ALLTOALL), &blocks, &vec![b; n], |r, data| {
+            unpacked(
+                &t,
+                data,
+                at(recvbuf.get(), (r * rn) as isize, &t) as *mut c_void,
+                rn,
+            );
+        })
+        .await
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gatherv_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let place = is_root && in_place(sendbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, !place, is_root)?;
+    let s = c.next_seq();
+    let tag = s.tag(TAG_GATHERV);
+    if !is_root {
+        let t = st_.expect("sender");
+        let mine = packed(&t, sendbuf, count(sendcount)?);
+        return Ok(done(async move {
+            exchange_a(&c, &[(root, tag, &mine)], &mut []).await
+        }));
+    }
+    let t = rt_.expect("root");
+    let n = c.size();
+    let (rc, ds) = (ints(recvcounts, n)?.to_vec(), ints(displs, n)?.to_vec());
+    nonneg(&rc, "receive count")?;
+    let mut got: Vec<Vec<u8>> = rc.iter().map(|&k| vec![0u8; k as usize * t.size]).collect();
+    if let Some(s) = &st_ {
+        let mine = packed(s, sendbuf, count(sendcount)?);
+        if mine.len() != got[root].len() {
+            return Err(fail(
+                class::TRUNCATE,
+                format!(
+                    "MPI_Gatherv: the root sends itself {} bytes but expects {}",
+                    mine.len(),
+                    got[root].len()
+                ),
+            ));
+        }
+        got[root] = mine;
+    }
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        {
+            let mut recvs: Vec<(usize, u32, &mut [u8])> = got
+                .iter_mut()
+                .enumerate()
+                .filter(|(r, _)| *r != root)
+                .map(|(r, b)| (r, tag, &mut b[..]))
+                .collect();
+            exchange_a(&c, &[], &mut recvs).await?;
+        }
+        for r in 0..n {
+            if r == root && place {
+                continue;
+            }
+            unpacked(
+                &t,
+                &got[r],
+                at(recvbuf.get(), ds[r] as isize, &t) as *mut c_void,
+                rc[r] as usize,
+            );
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatterv_op(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let place = is_root && in_place(recvbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, is_root, !place)?;
+    let s = c.next_seq();
+    let tag = s.tag(TAG_SCATTERV);
+    let rn = if place { 0 } else { count(recvcount)? };
+    let recvbuf = P::new(recvbuf);
+    if !is_root {
+        let t = rt_.expect("receiver");
+        return Ok(done(async move {
+            let mut v = vec![0u8; rn * t.size];
+            exchange_a(&c, &[], &mut [(root, tag, &mut v)]).await?;
+            unpacked(&t, &v, recvbuf.get(), rn);
+            Ok(())
+        }));
+    }
+    let t = st_.expect("root");
+    let n = c.size();
+    let (sc, ds) = (ints(sendcounts, n)?, ints(displs, n)?);
+    nonneg(sc, "send count")?;
+    let blocks: Vec<Vec<u8>> = (0..n)
+        .map(|r| packed(&t, at(sendbuf, ds[r] as isize, &t), sc[r] as usize))
+        .collect();
+    if let Some(r) = &rt_ {
+        if rn * r.size != blocks[root].len() {
+            return Err(fail(
+                class::TRUNCATE,
+                "MPI_Scatterv: the root's own block and its receive size differ",
+            ));
+        }
+    }
+    Ok(done(async move {
+        let sends: Vec<(usize, u32, &[u8])> = (0..n)
+            .filter(|&r| r != root)
+            .map(|r| (r, tag, &blocks[r][..]))
+            .collect();
+        exchange_a(&c, &sends, &mut []).await?;
+        if let Some(r) = rt_ {
+            unpacked(&r, &blocks[root], recvbuf.get(), rn);
+        }
+        Ok(())
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgatherv_op(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: H,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let place = in_place(sendbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
+    let t = rt_.expect("receiver");
+    let n = c.size();
+    let (rc, ds) = (ints(recvcounts, n)?.to_vec(), ints(displs, n)?.to_vec());
+    nonneg(&rc, "receive count")?;
+    let mine = match &st_ {
+        Some(s) => packed(s, sendbuf, count(sendcount)?),
+        None => packed(
+            &t,
+            at(recvbuf, ds[c.rank] as isize, &t),
+            rc[c.rank] as usize,
+        ),
+    };
+    if mine.len() != rc[c.rank] as usize * t.size {
+        return Err(fail(
+            class::TRUNCATE,
+            "MPI_Allgatherv: this rank's block and its receive count differ",
+        ));
+    }
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let blocks: Vec<Vec<u8>> = vec![mine; n];
+        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
+        all_to_all_a(&c, s.tag(TAG_ALLGATHERV), &blocks, &sizes, |r, b| {
+            unpacked(
+                &t,
+                b,
+                at(recvbuf.get(), ds[r] as isize, &t) as *mut c_void,
+                rc[r] as usize,
+            );
+        })
+        .await
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallv_op(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: H,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let place = in_place(sendbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
+    let t = rt_.expect("receiver");
+    let n = c.size();
+    let (rc, rd) = (ints(recvcounts, n)?.to_vec(), ints(rdispls, n)?.to_vec());
+    nonneg(&rc, "receive count")?;
+    let blocks: Vec<Vec<u8>> = match &st_ {
+        Some(s) => {
+            let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
+            nonneg(sc, "send count")?;
+            (0..n)
+                .map(|r| packed(s, at(sendbuf, sd[r] as isize, s), sc[r] as usize))
+                .collect()
+        }
+        // MPI_IN_PLACE: what goes to r is where r's data will land.
+        None => (0..n)
+            .map(|r| packed(&t, at(recvbuf, rd[r] as isize, &t), rc[r] as usize))
+            .collect(),
+    };
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
+        all_to_all_a(&c, s.tag(TAG_ALLTOALLV), &blocks, &sizes, |r, b| {
+            unpacked(
+                &t,
+                b,
+                at(recvbuf.get(), rd[r] as isize, &t) as *mut c_void,
+                rc[r] as usize,
+            );
+        })
+        .await
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallw_op(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const H,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const H,
+    comm: H,
+) -> R<Nbc> {
+    let c = intra(comm)?;
+    let n = c.size();
+    let place = in_place(sendbuf);
+    let (rc, rd) = (ints(recvcounts, n)?.to_vec(), ints(rdispls, n)?.to_vec());
+    nonneg(&rc, "receive count")?;
+    // SAFETY: MPI: one datatype per rank.
+    let rts = unsafe { crate::err::array(recvtypes, n as c_int)? };
+    let rtypes: Vec<TypeRef> = {
+        let rt = rt()?;
+        rts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()?
+    };
+    // Displacements of alltoallw are in bytes.
+    let byte_at = |base: *const c_void, d: c_int| {
+        (base as *const u8).wrapping_offset(d as isize) as *const c_void
+    };
+    let blocks: Vec<Vec<u8>> = if place {
+        (0..n)
+            .map(|r| packed(&rtypes[r], byte_at(recvbuf, rd[r]), rc[r] as usize))
+            .collect()
+    } else {
+        let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
+        nonneg(sc, "send count")?;
+        // SAFETY: MPI: one datatype per rank.
+        let sts = unsafe { crate::err::array(sendtypes, n as c_int)? };
+        let stypes: Vec<TypeRef> = {
+            let rt = rt()?;
+            sts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()?
+        };
+        (0..n)
+            .map(|r| packed(&stypes[r], byte_at(sendbuf, sd[r]), sc[r] as usize))
+            .collect()
+    };
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let sizes: Vec<usize> = (0..n).map(|r| rc[r] as usize * rtypes[r].size).collect();
+        all_to_all_a(&c, s.tag(TAG_ALLTOALLV), &blocks, &sizes, |r, b| {
+            let to = (recvbuf.get() as *mut u8).wrapping_offset(rd[r] as isize) as *mut c_void;
+            unpacked(&rtypes[r], b, to, rc[r] as usize);
+        })
+        .await
+    }))
+}
+
+/// MPI_Reduce_scatter (`counts` per rank) and MPI_Reduce_scatter_block (`block` each).
+fn reduce_scatter_op(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: Result<*const c_int, c_int>,
+    datatype: H,
+    op: H,
+    comm: H,
+) -> R<Nbc> {
+    let (c, t) = args(comm, datatype)?;
+    let n = c.size();
+    let counts: Vec<usize> = match counts {
+        Ok(p) => {
+            let rc = ints(p, n)?;
+            nonneg(rc, "receive count")?;
+            rc.iter().map(|&k| k as usize).collect()
+        }
+        Err(k) => vec![count(k)?; n],
+    };
+    let total: usize = counts.iter().sum();
+    let op = op_of(op)?;
+    let src = if in_place(sendbuf) {
+        recvbuf as *const c_void
+    } else {
+        sendbuf
+    };
+    let mine = packed(&t, src, total);
+    let s = c.next_seq();
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        let block = reduce_scatter_a(&c, s, op, &t, datatype, &counts, &mine).await?;
+        unpacked(&t, &block, recvbuf.get(), counts[c.rank]);
+        Ok(())
+    }))
+}
+
+/// MPI_Scan (`exclusive` false) and MPI_Exscan: a chain in rank order.
+fn scan_op(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count_: c_int,
+    datatype: H,
+    op: H,
+    comm: H,
+    exclusive: bool,
+) -> R<Nbc> {
+    let (c, t) = args(comm, datatype)?;
+    let k = count(count_)?;
+    let op = op_of(op)?;
+    let src = if in_place(sendbuf) {
+        recvbuf as *const c_void
+    } else {
+        sendbuf
+    };
+    let mine = packed(&t, src, k);
+    let s = c.next_seq();
+    let tag = s.tag(if exclusive { TAG_EXSCAN } else { TAG_SCAN });
+    let recvbuf = P::new(recvbuf);
+    Ok(done(async move {
+        // prefix(r) = prefix(r - 1) op x_r; Exscan's rank r receives prefix(r - 1) and rank
+        // 0's receive buffer is left as it is.
+        let mut acc = mine.clone();
+        if c.rank > 0 {
+            let mut prev = vec![0u8; mine.len()];
+            exchange_a(&c, &[], &mut [(c.rank - 1, tag, &mut prev)]).await?;
+            apply(op, &t, datatype, k, &prev, &mut acc)?;
+            if exclusive {
+                unpacked(&t, &prev, recvbuf.get(), k);
+            }
+        }
+        if c.rank + 1 < c.size() {
+            exchange_a(&c, &[(c.rank + 1, tag, &acc)], &mut []).await?;
+        }
+        if !exclusive {
+            unpacked(&t, &acc, recvbuf.get(), k);
+        }
+        Ok(())
+    }))
+}
+
 crate::mpi! {
     fn MPI_Barrier / PMPI_Barrier(comm: H) [comm] {
-        let c = intra(comm)?;
-        barrier(&c)
+        run(barrier_op(comm))
+    }
+
+    fn MPI_Ibarrier / PMPI_Ibarrier(comm: H, request: *mut H) [comm] {
+        start(barrier_op(comm), comm, request)
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let n = count(count_)?;
-        let root = root_of(&c, root)?;
-        let mut data = if c.rank == root { packed(&t, buffer, n) } else { vec![0u8; n * t.size] };
-        bcast_bytes(&c, root, &mut data)?;
-        if c.rank != root {
-            unpacked(&t, &data, buffer, n);
-        }
-        Ok(())
+        run(bcast_op(buffer, count_, datatype, root, comm))
+    }
+
+    fn MPI_Ibcast / PMPI_Ibcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(bcast_op(buffer, count_, datatype, root, comm), comm, request)
     }
 
     fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let n = count(count_)?;
-        let root = root_of(&c, root)?;
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) && c.rank == root { recvbuf as *const c_void } else { sendbuf };
-        let mine = packed(&t, src, n);
-        let mut out = vec![0u8; mine.len()];
-        reduce_bytes(&c, root, op, &t, datatype, n, &mine, &mut out)?;
-        if c.rank == root {
-            unpacked(&t, &out, recvbuf, n);
-        }
-        Ok(())
+        run(reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false))
+    }
+
+    fn MPI_Ireduce / PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false), comm, request)
     }
 
     fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let n = count(count_)?;
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
-        let mine = packed(&t, src, n);
-        let mut out = vec![0u8; mine.len()];
-        reduce_bytes(&c, 0, op, &t, datatype, n, &mine, &mut out)?;
-        bcast_bytes(&c, 0, &mut out)?;
-        unpacked(&t, &out, recvbuf, n);
-        Ok(())
+        run(reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true))
+    }
+
+    fn MPI_Iallreduce / PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        start(reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true), comm, request)
     }
 
     fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = intra(comm)?;
-        let root = root_of(&c, root)?;
-        let is_root = c.rank == root;
-        let (rt_, st_) = {
-            let rt = rt()?;
-            let r = if is_root { Some(committed(&rt, recvtype)?) } else { None };
-            let s = if is_root && in_place(sendbuf) { None } else { Some(committed(&rt, sendtype)?) };
-            (r, s)
-        };
-        let rn = if is_root { count(recvcount)? } else { 0 };
-        let mine = match &st_ {
-            Some(t) => packed(t, sendbuf, count(sendcount)?),
-            None => {
-                let t = rt_.as_ref().expect("root");
-                // MPI_IN_PLACE: the root's block is already in place in recvbuf.
-                let at = (recvbuf as *const u8).wrapping_offset(root as isize * rn as isize * t.extent());
-                packed(t, at as *const c_void, rn)
-            }
-        };
-        let mut all = vec![0u8; if is_root { mine.len() * c.size() } else { 0 }];
-        if is_root && rn * rt_.as_ref().expect("root").size != mine.len() {
-            return Err(fail(class::TRUNCATE, format!("MPI_Gather: the root receives {} bytes per rank, this rank sends {}", rn * rt_.as_ref().expect("root").size, mine.len())));
-        }
-        gather_bytes(&c, root, &mine, &mut all, TAG_GATHER)?;
-        if is_root {
-            let t = rt_.expect("root");
-            let b = mine.len();
-            for r in 0..c.size() {
-                let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * t.extent());
-                unpacked(&t, &all[r * b..(r + 1) * b], at as *mut c_void, rn);
-            }
-        }
-        Ok(())
+        run(gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    }
+
+    fn MPI_Igather / PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = intra(comm)?;
-        let root = root_of(&c, root)?;
-        let is_root = c.rank == root;
-        let place = is_root && in_place(recvbuf);
-        let (st_, rt_) = {
-            let rt = rt()?;
-            let s = if is_root { Some(committed(&rt, sendtype)?) } else { None };
-            let r = if place { None } else { Some(committed(&rt, recvtype)?) };
-            (s, r)
-        };
-        let n = c.size();
-        if is_root {
-            let t = st_.expect("root");
-            let sn = count(sendcount)?;
-            let b = sn * t.size;
-            let blocks: Vec<Vec<u8>> = (0..n)
-                .map(|r| packed(&t, (sendbuf as *const u8).wrapping_offset(r as isize * sn as isize * t.extent()) as *const c_void, sn))
-                .collect();
-            let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != root).map(|r| (r, TAG_SCATTER, &blocks[r][..])).collect();
-            exchange(&c, &sends, &mut [])?;
-            if let Some(t2) = rt_ {
-                let rn = count(recvcount)?;
-                if rn * t2.size != b {
-                    return Err(fail(class::TRUNCATE, "MPI_Scatter: send and receive block sizes differ at the root"));
-                }
-                unpacked(&t2, &blocks[root], recvbuf, rn);
-            }
-        } else {
-            let t = rt_.expect("not root");
-            let rn = count(recvcount)?;
-            let mut v = vec![0u8; rn * t.size];
-            exchange(&c, &[], &mut [(root, TAG_SCATTER, &mut v)])?;
-            unpacked(&t, &v, recvbuf, rn);
-        }
-        Ok(())
+        run(scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    }
+
+    fn MPI_Iscatter / PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
-        let c = intra(comm)?;
-        let (st_, rt_) = {
-            let rt = rt()?;
-            let s = if in_place(sendbuf) { None } else { Some(committed(&rt, sendtype)?) };
-            (s, committed(&rt, recvtype)?)
-        };
-        let rn = count(recvcount)?;
-        let mine = match &st_ {
-            Some(t) => packed(t, sendbuf, count(sendcount)?),
-            None => packed(&rt_, (recvbuf as *const u8).wrapping_offset(c.rank as isize * rn as isize * rt_.extent()) as *const c_void, rn),
-        };
-        if mine.len() != rn * rt_.size {
-            return Err(fail(class::TRUNCATE, format!("MPI_Allgather: each rank receives {} bytes per rank, this rank sends {}", rn * rt_.size, mine.len())));
-        }
-        let mut all = vec![0u8; mine.len() * c.size()];
-        allgather_bytes(&c, &mine, &mut all)?;
-        let b = mine.len();
-        for r in 0..c.size() {
-            let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * rt_.extent());
-            unpacked(&rt_, &all[r * b..(r + 1) * b], at as *mut c_void, rn);
-        }
-        Ok(())
+        run(allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    }
+
+    fn MPI_Iallgather / PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        start(allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
-        let c = intra(comm)?;
-        let place = in_place(sendbuf);
-        let (st_, rt_) = {
-            let rt = rt()?;
-            let s = if place { None } else { Some(committed(&rt, sendtype)?) };
-            (s, committed(&rt, recvtype)?)
-        };
-        let n = c.size();
-        let rn = count(recvcount)?;
-        let blocks: Vec<Vec<u8>> = match &st_ {
-            Some(t) => {
-                let sn = count(sendcount)?;
-                (0..n).map(|r| packed(t, (sendbuf as *const u8).wrapping_offset(r as isize * sn as isize * t.extent()) as *const c_void, sn)).collect()
-            }
-            None => (0..n).map(|r| packed(&rt_, (recvbuf as *const u8).wrapping_offset(r as isize * rn as isize * rt_.extent()) as *const c_void, rn)).collect(),
-        };
-        let b = rn * rt_.size;
-        if blocks.iter().any(|x| x.len() != b) {
-            return Err(fail(class::TRUNCATE, "MPI_Alltoall: send and receive block sizes differ"));
-        }
-        all_to_all_bytes(&c, TAG_ALLTOALL, &blocks, &vec![b; n], |r, data| {
-            let at = (recvbuf as *mut u8).wrapping_offset(r as isize * rn as isize * rt_.extent());
-            unpacked(&rt_, data, at as *mut c_void, rn);
-        })
+        run(alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
+
+    fn MPI_Ialltoall / PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        start(alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
+    }
+
+    fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        run(gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
+    }
+
+    fn MPI_Igatherv / PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm), comm, request)
+    }
+
+    fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        run(scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    }
+
+    fn MPI_Iscatterv / PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        start(scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
+    }
+
+    fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
+        run(allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    }
+
+    fn MPI_Iallgatherv / PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        start(allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
+    }
+
+    fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
+        run(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    }
+
+    fn MPI_Ialltoallv / PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        start(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
+    }
+
+    fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
+        run(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    }
+
+    fn MPI_Ialltoallw / PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, request: *mut H) [comm] {
+        start(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
+    }
+
+    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H) [comm] {
+        run(reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm))
+    }
+
+    fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        start(reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm), comm, request)
+    }
+
+    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
+        run(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm))
+    }
+
+    fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        start(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
+    }
+
+    fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        run(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false))
+    }
+
+    fn MPI_Iscan / PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        start(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false), comm, request)
+    }
+
+    fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        run(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true))
+    }
+
+    fn MPI_Iexscan / PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        start(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true), comm, request)
+    }
+
 
     fn MPI_Op_create / PMPI_Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut H) {
         let f = user_fn.ok_or_else(|| fail(class::ARG, "the operation's function is a null pointer"))?;
@@ -706,317 +1463,6 @@ crate::mpi! {
         };
         // SAFETY: the caller's output argument.
         unsafe { put(commute, c as c_int) }
-    }
-}
-
-/// Reduces every rank's `mine` (the sum of `counts` elements, packed) at rank 0 and scatters the
-/// result: rank r gets `counts[r]` elements. Returns this rank's block (MPI_Reduce_scatter and
-/// MPI_Reduce_scatter_block).
-fn reduce_scatter(
-    c: &CommCore,
-    op: Op,
-    t: &Dtype,
-    th: H,
-    counts: &[usize],
-    mine: &[u8],
-) -> R<Vec<u8>> {
-    let total: usize = counts.iter().sum();
-    let mut all = vec![0u8; mine.len()];
-    reduce_bytes(c, 0, op, t, th, total, mine, &mut all)?;
-    let mut block = vec![0u8; counts[c.rank] * t.size];
-    if c.rank == 0 {
-        let mut sends: Vec<(usize, u32, &[u8])> = Vec::with_capacity(counts.len());
-        let mut off = counts[0] * t.size;
-        for (r, &k) in counts.iter().enumerate().skip(1) {
-            sends.push((r, TAG_SCATTERV, &all[off..off + k * t.size]));
-            off += k * t.size;
-        }
-        exchange(c, &sends, &mut [])?;
-        let b = block.len();
-        block.copy_from_slice(&all[..b]);
-    } else {
-        exchange(c, &[], &mut [(0, TAG_SCATTERV, &mut block)])?;
-    }
-    Ok(block)
-}
-
-/// The address of element `i` of type `t` from `base`.
-fn at(base: *const c_void, i: isize, t: &Dtype) -> *const c_void {
-    (base as *const u8).wrapping_offset(i * t.extent()) as *const c_void
-}
-
-/// An array of `n` ints from the caller.
-fn ints<'a>(p: *const c_int, n: usize) -> R<&'a [c_int]> {
-    // SAFETY: MPI: the array holds one entry per rank of the communicator.
-    unsafe { crate::err::array(p, n as c_int) }
-}
-
-fn nonneg(v: &[c_int], what: &str) -> R {
-    if let Some(x) = v.iter().find(|&&x| x < 0) {
-        return Err(fail(class::COUNT, format!("a {what} is negative ({x})")));
-    }
-    Ok(())
-}
-
-/// Every rank sends `blocks[r]` to rank r and receives `sizes[r]` bytes from it; what came
-/// from r is handed to `put(r, bytes)`. The rank's own block is handed over without a message.
-fn all_to_all_bytes(
-    c: &CommCore,
-    tag: u32,
-    blocks: &[Vec<u8>],
-    sizes: &[usize],
-    mut put: impl FnMut(usize, &[u8]),
-) -> R {
-    let n = c.size();
-    let mut got: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0u8; b]).collect();
-    {
-        let sends: Vec<(usize, u32, &[u8])> = (0..n)
-            .filter(|&r| r != c.rank)
-            .map(|r| (r, tag, &blocks[r][..]))
-            .collect();
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = got
-            .iter_mut()
-            .enumerate()
-            .filter(|(r, _)| *r != c.rank)
-            .map(|(r, b)| (r, tag, &mut b[..]))
-            .collect();
-        exchange(c, &sends, &mut recvs)?;
-    }
-    for (r, b) in got.iter().enumerate() {
-        if r == c.rank {
-            put(r, &blocks[r]);
-        } else {
-            put(r, b);
-        }
-    }
-    Ok(())
-}
-
-fn two_types(
-    st: H,
-    rt_: H,
-    send_needed: bool,
-    recv_needed: bool,
-) -> R<(Option<TypeRef>, Option<TypeRef>)> {
-    let rt = rt()?;
-    let s = if send_needed {
-        Some(committed(&rt, st)?)
-    } else {
-        None
-    };
-    let r = if recv_needed {
-        Some(committed(&rt, rt_)?)
-    } else {
-        None
-    };
-    Ok((s, r))
-}
-
-crate::mpi! {
-    fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = intra(comm)?;
-        let root = root_of(&c, root)?;
-        let is_root = c.rank == root;
-        let place = is_root && in_place(sendbuf);
-        let (st_, rt_) = two_types(sendtype, recvtype, !place, is_root)?;
-        if !is_root {
-            let t = st_.expect("sender");
-            let mine = packed(&t, sendbuf, count(sendcount)?);
-            return exchange(&c, &[(root, TAG_GATHERV, &mine)], &mut []);
-        }
-        let t = rt_.expect("root");
-        let n = c.size();
-        let (rc, ds) = (ints(recvcounts, n)?, ints(displs, n)?);
-        nonneg(rc, "receive count")?;
-        let mut got: Vec<Vec<u8>> = rc.iter().map(|&k| vec![0u8; k as usize * t.size]).collect();
-        if let Some(s) = &st_ {
-            let mine = packed(s, sendbuf, count(sendcount)?);
-            if mine.len() != got[root].len() {
-                return Err(fail(class::TRUNCATE, format!("MPI_Gatherv: the root sends itself {} bytes but expects {}", mine.len(), got[root].len())));
-            }
-            got[root] = mine;
-        }
-        {
-            let mut recvs: Vec<(usize, u32, &mut [u8])> = got.iter_mut().enumerate().filter(|(r, _)| *r != root).map(|(r, b)| (r, TAG_GATHERV, &mut b[..])).collect();
-            exchange(&c, &[], &mut recvs)?;
-        }
-        for r in 0..n {
-            if r == root && place {
-                continue;
-            }
-            unpacked(&t, &got[r], at(recvbuf, ds[r] as isize, &t) as *mut c_void, rc[r] as usize);
-        }
-        Ok(())
-    }
-
-    fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
-        let c = intra(comm)?;
-        let root = root_of(&c, root)?;
-        let is_root = c.rank == root;
-        let place = is_root && in_place(recvbuf);
-        let (st_, rt_) = two_types(sendtype, recvtype, is_root, !place)?;
-        if !is_root {
-            let t = rt_.expect("receiver");
-            let rn = count(recvcount)?;
-            let mut v = vec![0u8; rn * t.size];
-            exchange(&c, &[], &mut [(root, TAG_SCATTERV, &mut v)])?;
-            unpacked(&t, &v, recvbuf, rn);
-            return Ok(());
-        }
-        let t = st_.expect("root");
-        let n = c.size();
-        let (sc, ds) = (ints(sendcounts, n)?, ints(displs, n)?);
-        nonneg(sc, "send count")?;
-        let blocks: Vec<Vec<u8>> = (0..n).map(|r| packed(&t, at(sendbuf, ds[r] as isize, &t), sc[r] as usize)).collect();
-        let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|&r| r != root).map(|r| (r, TAG_SCATTERV, &blocks[r][..])).collect();
-        exchange(&c, &sends, &mut [])?;
-        if let Some(r) = rt_ {
-            let rn = count(recvcount)?;
-            if rn * r.size != blocks[root].len() {
-                return Err(fail(class::TRUNCATE, "MPI_Scatterv: the root's own block and its receive size differ"));
-            }
-            unpacked(&r, &blocks[root], recvbuf, rn);
-        }
-        Ok(())
-    }
-
-    fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
-        let c = intra(comm)?;
-        let place = in_place(sendbuf);
-        let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
-        let t = rt_.expect("receiver");
-        let n = c.size();
-        let (rc, ds) = (ints(recvcounts, n)?, ints(displs, n)?);
-        nonneg(rc, "receive count")?;
-        let mine = match &st_ {
-            Some(s) => packed(s, sendbuf, count(sendcount)?),
-            None => packed(&t, at(recvbuf, ds[c.rank] as isize, &t), rc[c.rank] as usize),
-        };
-        if mine.len() != rc[c.rank] as usize * t.size {
-            return Err(fail(class::TRUNCATE, "MPI_Allgatherv: this rank's block and its receive count differ"));
-        }
-        let blocks: Vec<Vec<u8>> = vec![mine; n];
-        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
-        all_to_all_bytes(&c, TAG_ALLGATHERV, &blocks, &sizes, |r, b| {
-            unpacked(&t, b, at(recvbuf, ds[r] as isize, &t) as *mut c_void, rc[r] as usize);
-        })
-    }
-
-    fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
-        let c = intra(comm)?;
-        let place = in_place(sendbuf);
-        let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
-        let t = rt_.expect("receiver");
-        let n = c.size();
-        let (rc, rd) = (ints(recvcounts, n)?, ints(rdispls, n)?);
-        nonneg(rc, "receive count")?;
-        let blocks: Vec<Vec<u8>> = match &st_ {
-            Some(s) => {
-                let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
-                nonneg(sc, "send count")?;
-                (0..n).map(|r| packed(s, at(sendbuf, sd[r] as isize, s), sc[r] as usize)).collect()
-            }
-            // MPI_IN_PLACE: what goes to r is where r's data will land.
-            None => (0..n).map(|r| packed(&t, at(recvbuf, rd[r] as isize, &t), rc[r] as usize)).collect(),
-        };
-        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
-        all_to_all_bytes(&c, TAG_ALLTOALLV, &blocks, &sizes, |r, b| {
-            unpacked(&t, b, at(recvbuf, rd[r] as isize, &t) as *mut c_void, rc[r] as usize);
-        })
-    }
-
-    fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
-        let c = intra(comm)?;
-        let n = c.size();
-        let place = in_place(sendbuf);
-        let (rc, rd) = (ints(recvcounts, n)?, ints(rdispls, n)?);
-        nonneg(rc, "receive count")?;
-        // SAFETY: MPI: one datatype per rank.
-        let rts = unsafe { crate::err::array(recvtypes, n as c_int)? };
-        let rtypes: Vec<TypeRef> = { let rt = rt()?; rts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()? };
-        // Displacements of alltoallw are in bytes.
-        let byte_at = |base: *const c_void, d: c_int| (base as *const u8).wrapping_offset(d as isize) as *const c_void;
-        let blocks: Vec<Vec<u8>> = if place {
-            (0..n).map(|r| packed(&rtypes[r], byte_at(recvbuf, rd[r]), rc[r] as usize)).collect()
-        } else {
-            let (sc, sd) = (ints(sendcounts, n)?, ints(sdispls, n)?);
-            nonneg(sc, "send count")?;
-            // SAFETY: MPI: one datatype per rank.
-            let sts = unsafe { crate::err::array(sendtypes, n as c_int)? };
-            let stypes: Vec<TypeRef> = { let rt = rt()?; sts.iter().map(|&h| committed(&rt, h)).collect::<R<_>>()? };
-            (0..n).map(|r| packed(&stypes[r], byte_at(sendbuf, sd[r]), sc[r] as usize)).collect()
-        };
-        let sizes: Vec<usize> = (0..n).map(|r| rc[r] as usize * rtypes[r].size).collect();
-        all_to_all_bytes(&c, TAG_ALLTOALLV, &blocks, &sizes, |r, b| {
-            unpacked(&rtypes[r], b, byte_at(recvbuf, rd[r]) as *mut c_void, rc[r] as usize);
-        })
-    }
-
-    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let k = count(recvcount)?;
-        let n = c.size();
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
-        let mine = packed(&t, src, k * n);
-        let block = reduce_scatter(&c, op, &t, datatype, &vec![k; n], &mine)?;
-        unpacked(&t, &block, recvbuf, k);
-        Ok(())
-    }
-
-    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let n = c.size();
-        let rc = ints(recvcounts, n)?;
-        nonneg(rc, "receive count")?;
-        let total: usize = rc.iter().map(|&k| k as usize).sum();
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
-        let mine = packed(&t, src, total);
-        let counts: Vec<usize> = rc.iter().map(|&k| k as usize).collect();
-        let block = reduce_scatter(&c, op, &t, datatype, &counts, &mine)?;
-        unpacked(&t, &block, recvbuf, rc[c.rank] as usize);
-        Ok(())
-    }
-
-    fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let k = count(count_)?;
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
-        let mut acc = packed(&t, src, k);
-        // A chain in rank order: prefix(r) = prefix(r - 1) op x_r.
-        if c.rank > 0 {
-            let mut prev = vec![0u8; acc.len()];
-            exchange(&c, &[], &mut [(c.rank - 1, TAG_SCAN, &mut prev)])?;
-            apply(op, &t, datatype, k, &prev, &mut acc)?;
-        }
-        if c.rank + 1 < c.size() {
-            exchange(&c, &[(c.rank + 1, TAG_SCAN, &acc)], &mut [])?;
-        }
-        unpacked(&t, &acc, recvbuf, k);
-        Ok(())
-    }
-
-    fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
-        let (c, t) = args(comm, datatype)?;
-        let k = count(count_)?;
-        let op = op_of(op)?;
-        let src = if in_place(sendbuf) { recvbuf as *const c_void } else { sendbuf };
-        let mine = packed(&t, src, k);
-        // Rank r receives x_0 op ... op x_{r-1}; rank 0's receive buffer is left as it is.
-        let mut out = mine.clone();
-        if c.rank > 0 {
-            let mut prev = vec![0u8; mine.len()];
-            exchange(&c, &[], &mut [(c.rank - 1, TAG_EXSCAN, &mut prev)])?;
-            out.copy_from_slice(&mine);
-            apply(op, &t, datatype, k, &prev, &mut out)?;
-            unpacked(&t, &prev, recvbuf, k);
-        }
-        if c.rank + 1 < c.size() {
-            exchange(&c, &[(c.rank + 1, TAG_EXSCAN, &out)], &mut [])?;
-        }
-        Ok(())
     }
 
     fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count_: c_int, datatype: H, op: H) {

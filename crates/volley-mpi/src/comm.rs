@@ -9,34 +9,81 @@
 
 use crate::abi::{self, class, H};
 use crate::coll::{
-    allgather_bytes, bcast_bytes, exchange, exchange_world, gather_bytes, TAG_CID,
-    TAG_CREATE_GROUP, TAG_ICREATE, TAG_INTER,
+    allgather_bytes, bcast_a, bcast_bytes, exchange, exchange_world, gather_a, gather_bytes,
+    TAG_CID, TAG_CREATE_GROUP, TAG_ICREATE, TAG_INTER,
 };
 use crate::err::{array, array_mut, c_str, fail, get, put, put_str, R};
-use crate::state::{index, rt, CommCore, Keyval, CTX_WORDS, KIND_COMM, KIND_GROUP};
+use crate::nbc::{block_on, Seq};
+use crate::state::{contexts, index, rt, CommCore, Keyval, CTX_WORDS, KIND_COMM, KIND_GROUP};
 use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
 use std::sync::Arc;
 
-/// Agrees on a context id over `parent` (every member calls it). None when none is free
-/// everywhere.
+/// Agrees on a context id over `parent` (every member calls it) and takes it.
 fn agree_cid(parent: &CommCore) -> R<u32> {
-    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
-    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let mut all = vec![0u8; bytes.len() * parent.size()];
-    gather_bytes(parent, 0, &bytes, &mut all, TAG_CID)?;
-    let mut agreed = vec![0u8; bytes.len()];
-    if parent.rank == 0 {
-        let mut m = [u64::MAX; CTX_WORDS];
-        for chunk in all.chunks(bytes.len()) {
-            for (k, w) in chunk.chunks(8).enumerate() {
-                m[k] &= u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+    block_on(agree_cid_a(parent, parent.next_seq()))
+}
+
+/// Agrees on a context id over `parent` as its collective `s` (every member calls it) and takes
+/// it: the AND of the members' offers (`state::Contexts`), the lowest bit of it. Blocking
+/// (MPI_Comm_dup) or not (MPI_Comm_idup). When agreements are in flight at once, only the
+/// least of them is offered contexts at a member; the others find nothing and try again.
+async fn agree_cid_a(parent: &CommCore, s: Seq) -> R<u32> {
+    let key = (parent.cid, s.n);
+    contexts().begin(key);
+    let r = agree_rounds(parent, s, key).await;
+    contexts().end(key);
+    r
+}
+
+async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
+    let words = CTX_WORDS * 8;
+    for attempt in 0u32.. {
+        let (offer, free) = {
+            let mut cx = contexts();
+            (cx.offer_to(key), cx.free_mask())
+        };
+        // Each member's offer, then its free contexts (to tell "taken everywhere" from "offered
+        // to another agreement for now").
+        let mine: Vec<u8> = offer
+            .iter()
+            .chain(free.iter())
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let mut all = vec![0u8; mine.len() * parent.size()];
+        let mut agreed = vec![0u8; mine.len()];
+        let r = async {
+            gather_a(parent, s, 0, &mine, &mut all, TAG_CID).await?;
+            if parent.rank == 0 {
+                agreed = and_masks(&all, mine.len());
+            }
+            bcast_a(parent, s, 0, &mut agreed).await
+        }
+        .await;
+        {
+            let mut cx = contexts();
+            cx.withdraw(&offer);
+            r?;
+            if let Ok(cid) = lowest_free(&agreed[..words]) {
+                cx.take(cid, true);
+                return Ok(cid);
             }
         }
-        agreed = m.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        // Nothing free at every member: the error says so.
+        lowest_free(&agreed[words..])?;
+        if attempt > 1_000_000 {
+            return Err(fail(
+                class::OTHER,
+                "communicator creations in flight at once could not agree on a context id",
+            ));
+        }
+        // Another agreement holds the contexts at some member: let it finish.
+        if crate::nbc::is_blocking() {
+            crate::p2p::progress_nbcs();
+        }
+        crate::nbc::yield_now().await;
     }
-    bcast_bytes(parent, 0, &mut agreed)?;
-    lowest_free(&agreed)
+    unreachable!("the loop returns")
 }
 
 /// Agrees on a context id among `members` (ranks of `parent`, in group order; this process one
@@ -44,7 +91,7 @@ fn agree_cid(parent: &CommCore) -> R<u32> {
 /// and from the first member, on the parent's collective context with a tag made of the
 /// program's (so concurrent calls with different tags keep apart).
 fn agree_cid_among(parent: &CommCore, members: &[usize], tag: u32) -> R<u32> {
-    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
+    let mine: [u64; CTX_WORDS] = contexts().unpledged();
     let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
     let leader = members[0];
     let mut agreed = bytes.clone();
@@ -95,7 +142,7 @@ fn lowest_free(agreed: &[u8]) -> R<u32> {
 
 /// This process's free-context mask, as bytes.
 fn mask_bytes() -> R<Vec<u8>> {
-    let mine: [u64; CTX_WORDS] = rt()?.ctx_free;
+    let mine: [u64; CTX_WORDS] = contexts().unpledged();
     Ok(mine.iter().flat_map(|w| w.to_ne_bytes()).collect())
 }
 
@@ -160,13 +207,21 @@ fn install(cid: u32, group: Arc<[usize]>, parent: H) -> R<H> {
     let mut rt = rt()?;
     let eh = rt.comm_slot(parent)?.errhandler;
     let core = rt.make_comm(cid, group)?;
-    rt.ctx_take(cid, true);
+    crate::state::ctx_take(cid, true);
     Ok(rt.add_comm(core, eh))
 }
 
 /// Runs the copy callbacks of `from`'s attributes for the duplicate `to` (outside the state's
 /// borrow: the callbacks may call MPI).
 fn copy_attrs(from: H, to: H) -> R {
+    let copied = copied_attrs(from)?;
+    rt()?.comm_slot_mut(to)?.attrs = copied;
+    Ok(())
+}
+
+/// The attributes a duplicate of `from` gets: its copy callbacks' results (run outside the
+/// state's borrow).
+fn copied_attrs(from: H) -> R<Vec<(c_int, usize)>> {
     let (attrs, keyvals) = {
         let rt = rt()?;
         (rt.comm_slot(from)?.attrs.clone(), rt.keyvals.clone())
@@ -207,8 +262,7 @@ fn copy_attrs(from: H, to: H) -> R {
             }
         }
     }
-    rt()?.comm_slot_mut(to)?.attrs = copied;
-    Ok(())
+    Ok(copied)
 }
 
 /// Runs the delete callback of one attribute.
@@ -282,6 +336,36 @@ crate::mpi! {
 
     fn MPI_Comm_dup / PMPI_Comm_dup(comm: H, newcomm: *mut H) [comm] {
         dup(comm, newcomm)
+    }
+
+    fn MPI_Comm_idup / PMPI_Comm_idup(comm: H, newcomm: *mut H, request: *mut H) [comm] {
+        let c = rt()?.comm(comm)?;
+        if c.is_inter() {
+            return Err(fail(class::COMM, "MPI_Comm_idup of an intercommunicator is not implemented yet: use MPI_Comm_dup"));
+        }
+        if newcomm.is_null() {
+            return Err(fail(class::ARG, "the newcomm argument is a null pointer"));
+        }
+        // The copy callbacks run now (they may call MPI); their results go with the new
+        // communicator when it is made.
+        let copied = copied_attrs(comm)?;
+        let eh = rt()?.comm_slot(comm)?.errhandler;
+        let s = c.next_seq();
+        let out = crate::coll::P::new(newcomm);
+        let f = async move {
+            let cid = agree_cid_a(&c, s).await?;
+            let group = c.group.clone();
+            let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
+                let core = rt.make_comm(cid, group)?;
+                let h = rt.add_comm(core, eh);
+                rt.comm_slot_mut(h)?.attrs = copied;
+                // SAFETY: the program's output argument, which MPI lets it read only once the
+                // request completed.
+                unsafe { put(out.get() as *mut H, h) }
+            });
+            Ok(Some(finish))
+        };
+        crate::p2p::start_nbc(Box::pin(f), comm, request)
     }
 
     fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: H, _info: H, newcomm: *mut H) [comm] {
@@ -391,7 +475,7 @@ crate::mpi! {
         let slot = rt.comms[i].take().expect("checked by comm_slot");
         let cid = slot.core.cid;
         drop(slot);
-        rt.ctx_take(cid, false);
+        crate::state::ctx_take(cid, false);
         drop(rt);
         // SAFETY: the caller's in-out argument.
         unsafe { put(comm, abi::COMM_NULL) }
@@ -481,7 +565,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let eh = rt.comm_slot(local_comm)?.errhandler;
         let core = rt.make_comm_with(cid, lc.group.clone(), Some(remote))?;
-        rt.ctx_take(cid, true);
+        crate::state::ctx_take(cid, true);
         let h = rt.add_comm(core, eh);
         drop(rt);
         // SAFETY: the caller's output argument.
@@ -705,7 +789,7 @@ fn create_inter(c: &CommCore, comm: H, group: H, newcomm: *mut H) -> R {
     let mut rt = rt()?;
     let eh = rt.comm_slot(comm)?.errhandler;
     let core = rt.make_comm_with(cid, g, Some(their_g))?;
-    rt.ctx_take(cid, true);
+    crate::state::ctx_take(cid, true);
     let h = rt.add_comm(core, eh);
     drop(rt);
     // SAFETY: the caller's output argument.
@@ -765,7 +849,7 @@ fn split_inter(c: &CommCore, comm: H, color: c_int, key: c_int, newcomm: *mut H)
     let mut rt = rt()?;
     let eh = rt.comm_slot(comm)?.errhandler;
     let core = rt.make_comm_with(cid, mine_g, Some(their_g))?;
-    rt.ctx_take(cid, true);
+    crate::state::ctx_take(cid, true);
     let h = rt.add_comm(core, eh);
     drop(rt);
     // SAFETY: the caller's output argument.
@@ -816,7 +900,7 @@ fn dup(comm: H, newcomm: *mut H) -> R {
         let mut rt = rt()?;
         let eh = rt.comm_slot(comm)?.errhandler;
         let core = rt.make_comm_with(cid, c.group.clone(), Some(remote.clone()))?;
-        rt.ctx_take(cid, true);
+        crate::state::ctx_take(cid, true);
         rt.add_comm(core, eh)
     } else {
         let cid = agree_cid(&c)?;
@@ -829,7 +913,7 @@ fn dup(comm: H, newcomm: *mut H) -> R {
             .and_then(|i| rt.comms.get_mut(i))
             .and_then(|s| s.take())
         {
-            rt.ctx_take(slot.core.cid, false);
+            crate::state::ctx_take(slot.core.cid, false);
         }
         drop(rt);
         // SAFETY: the caller's output argument.

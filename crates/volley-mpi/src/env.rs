@@ -3,7 +3,7 @@
 
 use crate::abi::{self, class, H};
 use crate::err::{fail, get, put, put_str, R};
-use crate::state::{self, handle, index, rt, Rt, Slab, CTX_WORDS, KIND_ERRH};
+use crate::state::{self, handle, index, rt, Rt, Slab, KIND_ERRH};
 use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -46,7 +46,6 @@ fn init(required: c_int) -> R<c_int> {
         keyvals: Vec::new(),
         infos: Vec::new(),
         type_names: Vec::new(),
-        ctx_free: [u64::MAX; CTX_WORDS],
         bsend_buf: None,
         bsend_used: 0,
         orphans: Vec::new(),
@@ -56,8 +55,9 @@ fn init(required: c_int) -> R<c_int> {
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);
     let wc = rt.make_comm(0, all)?;
     let sc = rt.make_comm(1, me)?;
-    rt.ctx_take(0, true);
-    rt.ctx_take(1, true);
+    state::contexts().reset();
+    state::ctx_take(0, true);
+    state::ctx_take(1, true);
     rt.add_comm(wc, abi::ERRORS_ARE_FATAL);
     rt.add_comm(sc, abi::ERRORS_ARE_FATAL);
     rt.comms[0].as_mut().expect("just made").name = "MPI_COMM_WORLD".into();

@@ -85,6 +85,8 @@ pub struct Req {
     pub active: bool,
     /// Bytes a buffered send holds of the attached buffer.
     pub bsend: usize,
+    /// A non-blocking collective (or MPI_Comm_idup) in flight: polled by every test and wait.
+    pub nbc: Option<crate::nbc::Nbc>,
 }
 
 impl Req {
@@ -102,6 +104,7 @@ impl Req {
             persistent: None,
             active: true,
             bsend: 0,
+            nbc: None,
         }
     }
 }
@@ -249,6 +252,7 @@ fn start_send(
         persistent: None,
         active: true,
         bsend,
+        nbc: None,
     })
 }
 
@@ -303,6 +307,7 @@ fn start_recv(
         persistent: None,
         active: true,
         bsend: 0,
+        nbc: None,
     })
 }
 
@@ -411,6 +416,7 @@ pub fn reap_orphans(rt: &mut Rt) {
 /// The vectors of `advance`, kept in the state so that a wait allocates nothing once warm.
 #[derive(Default)]
 pub struct Scratch {
+    slots: Vec<(usize, u32)>,
     ids: Vec<Option<RequestId>>,
     owners: Vec<(usize, u32, RequestId)>,
     results: Vec<(usize, Result<volley::Status, RequestError>)>,
@@ -423,7 +429,31 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     let mut sc = std::mem::take(&mut rt.scratch);
     sc.ids.clear();
     sc.owners.clear();
-    for (i, g) in slots {
+    sc.slots.clear();
+    sc.slots.extend(slots);
+    // Non-blocking collectives first: each poll moves them on as far as their messages allow.
+    let mut nbc_pending = false;
+    for &(i, g) in &sc.slots {
+        let Some(r) = rt.reqs.get_mut(i, g) else {
+            continue;
+        };
+        if !r.active || r.done {
+            continue;
+        }
+        let Some(mut f) = r.nbc.take() else {
+            continue;
+        };
+        match crate::nbc::poll_once(&mut f) {
+            std::task::Poll::Pending => {
+                if let Some(r) = rt.reqs.get_mut(i, g) {
+                    r.nbc = Some(f);
+                }
+                nbc_pending = true;
+            }
+            std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
+        }
+    }
+    for &(i, g) in &sc.slots {
         let Some(r) = rt.reqs.get_mut(i, g) else {
             continue;
         };
@@ -435,10 +465,15 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
             sc.owners.push((i, g, id));
         }
     }
-    let pending = !sc.ids.is_empty();
-    if pending {
+    let pending = !sc.ids.is_empty() || nbc_pending;
+    if nbc_pending && block {
+        // The collectives' own requests are inside their futures: test and come back.
+        let _ = rt.world.progress();
+        std::thread::yield_now();
+    }
+    if !sc.ids.is_empty() {
         let results = &mut sc.results;
-        if block {
+        if block && !nbc_pending {
             rt.world.wait_some(&mut sc.ids, |k, r| results.push((k, r)));
         } else {
             rt.world.test_some(&mut sc.ids, |k, r| results.push((k, r)));
@@ -452,6 +487,69 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     }
     rt.scratch = sc;
     pending
+}
+
+/// Records the end of non-blocking collective (i, g): its error, or what it finishes.
+fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>) {
+    let err = match res {
+        Ok(None) => None,
+        Ok(Some(finish)) => finish(rt).err(),
+        Err(e) => Some(e),
+    };
+    if let Some(r) = rt.reqs.get_mut(i, g) {
+        r.done = true;
+        r.status = Status::empty();
+        if let Some(e) = &err {
+            r.status.error = e.class;
+        }
+        r.err = err;
+    }
+}
+
+/// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
+/// to let go of something, e.g. the contexts a communicator creation holds).
+pub fn progress_nbcs() {
+    let Ok(mut rt) = rt() else { return };
+    let slots: Vec<(usize, u32)> = rt
+        .reqs
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, r))| r.as_ref().is_some_and(|r| r.nbc.is_some()))
+        .map(|(i, (g, _))| (i, *g))
+        .collect();
+    if slots.is_empty() {
+        let _ = rt.world.progress();
+    } else {
+        advance(&mut rt, &mut slots.into_iter(), false);
+    }
+}
+
+/// Starts a non-blocking collective (or MPI_Comm_idup) as a request: it goes as far as it can
+/// now, then every test and wait moves it on.
+pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
+    if request.is_null() {
+        return Err(fail(
+            class::REQUEST,
+            "the request argument is a null pointer",
+        ));
+    }
+    let mut rt = rt()?;
+    let mut req = Req::finished(comm, Status::empty());
+    req.done = false;
+    let h = store(&mut rt, req)?;
+    let (i, g) = req_at(h).expect("a stored request");
+    match crate::nbc::poll_once(&mut f) {
+        std::task::Poll::Pending => {
+            if let Some(r) = rt.reqs.get_mut(i, g) {
+                r.nbc = Some(f);
+            }
+        }
+        std::task::Poll::Ready(res) => finish_nbc(&mut rt, i, g, res),
+    }
+    drop(rt);
+    // SAFETY: the caller's output argument (checked not null above).
+    unsafe { put(request, h) }
 }
 
 /// A request handle's slot.

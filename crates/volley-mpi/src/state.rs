@@ -85,6 +85,8 @@ pub struct CommCore {
     pub w2c: Option<Vec<i32>>,
     /// An intercommunicator's other group: its job ranks, and each job rank's rank in it.
     pub remote: Option<(Arc<[usize]>, Vec<i32>)>,
+    /// Collectives started on this communicator (see `nbc::Seq`).
+    pub coll_seq: std::sync::atomic::AtomicU32,
 }
 
 impl CommCore {
@@ -94,6 +96,15 @@ impl CommCore {
 
     pub fn is_inter(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// The sequence number of the collective this member starts now (every member starts the
+    /// communicator's collectives in the same order).
+    pub fn next_seq(&self) -> crate::nbc::Seq {
+        crate::nbc::Seq::new(
+            self.coll_seq
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// The job rank of the peer rank `r` of point-to-point operations: in the remote group of
@@ -242,7 +253,6 @@ pub struct Rt {
     pub infos: Vec<Option<crate::info::Info>>,
     /// Names the program gave predefined datatypes.
     pub type_names: Vec<(H, String)>,
-    pub ctx_free: [u64; CTX_WORDS],
     /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
     pub bsend_buf: Option<(usize, usize)>,
     pub bsend_used: usize,
@@ -443,18 +453,109 @@ impl Rt {
                 w2c
             },
             remote,
+            coll_seq: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+}
+
+/// This process's communicator contexts: those free, and those offered to a context-id
+/// agreement in flight, which no other agreement is offered until it ends (two agreements in
+/// flight at once, e.g. MPI_Comm_idup on two communicators, can then never pick the same id).
+/// Outside the face's state: an agreement's future runs while the state is held.
+pub struct Contexts {
+    free: [u64; CTX_WORDS],
+    pledged: [u64; CTX_WORDS],
+    /// Agreements in flight, by (parent context, collective number): only the least of them is
+    /// offered contexts, the others retry (so two that cross, started in different orders on
+    /// different processes, cannot starve each other: the least one in flight anywhere is the
+    /// least at every one of its members, and goes through).
+    inflight: Vec<(u32, u32)>,
+}
+
+static CONTEXTS: std::sync::Mutex<Contexts> = std::sync::Mutex::new(Contexts {
+    free: [u64::MAX; CTX_WORDS],
+    pledged: [0; CTX_WORDS],
+    inflight: Vec::new(),
+});
+
+/// The contexts (one thread at a time uses MPI; the lock is never contended).
+pub fn contexts() -> std::sync::MutexGuard<'static, Contexts> {
+    CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Contexts {
+    /// Every context free again (MPI_Init).
+    pub fn reset(&mut self) {
+        self.free = [u64::MAX; CTX_WORDS];
+        self.pledged = [0; CTX_WORDS];
+        self.inflight.clear();
+    }
+
+    /// An agreement starts (`key`: its parent's context and collective number).
+    pub fn begin(&mut self, key: (u32, u32)) {
+        self.inflight.push(key);
+    }
+
+    /// An agreement ended.
+    pub fn end(&mut self, key: (u32, u32)) {
+        self.inflight.retain(|&k| k != key);
+    }
+
+    /// What agreement `key` is offered now: the contexts free and not offered elsewhere if it
+    /// is the least in flight here (pledged to it until it withdraws), else none.
+    pub fn offer_to(&mut self, key: (u32, u32)) -> [u64; CTX_WORDS] {
+        if self.inflight.iter().any(|&k| k < key) {
+            return [0; CTX_WORDS];
+        }
+        self.offer()
+    }
+
+    /// The free contexts.
+    pub fn free_mask(&self) -> [u64; CTX_WORDS] {
+        self.free
+    }
+
+    /// The free contexts not offered to an agreement in flight (for an agreement that runs to
+    /// its end before any other can start: among some members only, or across two groups).
+    pub fn unpledged(&self) -> [u64; CTX_WORDS] {
+        let mut m = self.free;
+        for (w, p) in m.iter_mut().zip(self.pledged) {
+            *w &= !p;
+        }
+        m
     }
 
     /// Marks context `cid` taken (or free again).
-    pub fn ctx_take(&mut self, cid: u32, taken: bool) {
+    pub fn take(&mut self, cid: u32, taken: bool) {
         let (w, b) = (cid as usize / 64, cid % 64);
         if taken {
-            self.ctx_free[w] &= !(1u64 << b);
+            self.free[w] &= !(1u64 << b);
         } else {
-            self.ctx_free[w] |= 1u64 << b;
+            self.free[w] |= 1u64 << b;
         }
     }
+
+    /// The contexts free and not offered elsewhere, now offered to one agreement.
+    pub fn offer(&mut self) -> [u64; CTX_WORDS] {
+        let mut m = [0; CTX_WORDS];
+        for ((o, f), p) in m.iter_mut().zip(self.free).zip(self.pledged.iter_mut()) {
+            *o = f & !*p;
+            *p |= *o;
+        }
+        m
+    }
+
+    /// An agreement ended: what it was offered goes back.
+    pub fn withdraw(&mut self, offer: &[u64; CTX_WORDS]) {
+        for (p, o) in self.pledged.iter_mut().zip(offer) {
+            *p &= !o;
+        }
+    }
+}
+
+/// Marks context `cid` taken (or free again).
+pub fn ctx_take(cid: u32, taken: bool) {
+    contexts().take(cid, taken);
 }
 
 /// The table index of communicator handle `h` (MPI_COMM_WORLD and MPI_COMM_SELF are 0 and 1).

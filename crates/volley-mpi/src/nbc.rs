@@ -1,0 +1,189 @@
+//! Collectives written once, run blocking or not.
+//!
+//! Every collective is a future: its algorithm (`coll`) awaits `exchange` steps, each of which
+//! posts the step's receives and sends on the communicator's collective context and completes
+//! when they have. A blocking collective (MPI_Bcast) runs its future with [`block_on`], under
+//! which a step waits for its requests as the world's waiting mode says (so nothing changes for
+//! blocking collectives); a non-blocking one (MPI_Ibcast) is kept in its request and polled by
+//! every test and wait (`p2p::advance`), under which a step only tests its requests. This is
+//! what MPICH's schedules and Open MPI's libnbc do by hand; Rust's `async` writes the state
+//! machine from the same code as the blocking algorithm.
+//!
+//! Messages of collectives in flight at once are kept apart by the collective's sequence number
+//! on its communicator, in the tag (see [`Seq`]): every member starts the communicator's
+//! collectives in the same order (MPI's rule), so the numbers agree.
+//!
+//! A future owns what it works on: the packed data, and the program's buffers as pointers the
+//! program lends until the request completes (MPI's rule for non-blocking operations). It never
+//! takes the face's state (`rt()`): it is polled with the state held.
+
+use crate::err::{from_recv, from_request, from_send, R};
+use crate::state::Rt;
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use volley::RequestId;
+use volley_sys::lend::{RawBuf, RawBufMut};
+
+/// What finishes a non-blocking operation with the face's state at hand (MPI_Comm_idup
+/// installs its communicator).
+pub type Finish = Box<dyn FnOnce(&mut Rt) -> R + Send>;
+
+/// A collective in flight.
+pub type Nbc = Pin<Box<dyn Future<Output = R<Option<Finish>>> + Send>>;
+
+thread_local! {
+    /// Set while a blocking call runs a collective: its steps wait instead of testing.
+    static BLOCKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a collective to its end, waiting in each step as the world's waiting mode says.
+pub fn block_on<T>(f: impl Future<Output = R<T>>) -> R<T> {
+    let was = BLOCKING.replace(true);
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    let r = loop {
+        if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            break r;
+        }
+        // Steps complete in one poll when blocking; nothing else makes a future wait.
+        std::thread::yield_now();
+    };
+    BLOCKING.set(was);
+    r
+}
+
+/// Polls a non-blocking collective once: its steps only test their requests.
+pub fn poll_once(f: &mut Nbc) -> Poll<R<Option<Finish>>> {
+    let was = BLOCKING.replace(false);
+    let mut cx = Context::from_waker(Waker::noop());
+    let r = f.as_mut().poll(&mut cx);
+    BLOCKING.set(was);
+    r
+}
+
+/// A collective's tag offset: its sequence number on its communicator in bits 16-26 (the kinds
+/// of collective tags use bits 0-15 and 28-30).
+#[derive(Clone, Copy, Debug)]
+pub struct Seq {
+    shift: u32,
+    /// The number itself.
+    pub n: u32,
+}
+
+impl Seq {
+    pub fn new(n: u32) -> Seq {
+        Seq {
+            shift: (n & 0x7ff) << 16,
+            n,
+        }
+    }
+
+    /// The tag of collective kind `kind` for this collective.
+    pub fn tag(self, kind: u32) -> u32 {
+        kind | self.shift
+    }
+}
+
+/// Whether the collective being polled runs under [`block_on`] (the face's state is free then).
+pub fn is_blocking() -> bool {
+    BLOCKING.get()
+}
+
+/// The requests of one step: waited for (or, when dropped early, finished) before the buffers
+/// they borrow can go.
+struct Inflight<'a> {
+    ep: &'a volley::Endpoint,
+    ids: Vec<Option<RequestId>>,
+    err: Option<crate::Fail>,
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        if self.ids.iter().any(Option::is_some) {
+            // The buffers of these requests are about to go: the requests end first.
+            self.ep.world().wait_all(&mut self.ids, |_, _| {});
+        }
+    }
+}
+
+/// Posts every receive, then every send (ranks are job ranks), on endpoint `ep`, and completes
+/// when all have: one step of a collective.
+pub async fn exchange_world(
+    ep: &volley::Endpoint,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+) -> R {
+    let w = ep.world();
+    let mut step = Inflight {
+        ep,
+        ids: Vec::with_capacity(sends.len() + recvs.len()),
+        err: None,
+    };
+    for (src, tag, buf) in recvs.iter_mut() {
+        // SAFETY: the buffer is borrowed for as long as `step`, which ends its requests.
+        let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
+        match ep.irecv_lent(Some(*src), Some(*tag), lent) {
+            Ok(id) => step.ids.push(Some(id)),
+            Err(e) => {
+                step.err = Some(from_recv(&e));
+                break;
+            }
+        }
+    }
+    if step.err.is_none() {
+        for (dst, tag, data) in sends {
+            // SAFETY: as above.
+            let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
+            match ep.isend_lent(*dst, *tag, lent) {
+                Ok(id) => step.ids.push(Some(id)),
+                Err(e) => {
+                    step.err = Some(from_send(&e));
+                    break;
+                }
+            }
+        }
+    }
+    if BLOCKING.get() || step.err.is_some() {
+        // What was started finishes (its buffers are borrowed here); then the first failure.
+        let mut err = step.err.take();
+        w.wait_all(&mut step.ids, |_, r| {
+            if let Err(e) = r {
+                err.get_or_insert(from_request(&e));
+            }
+        });
+        return err.map_or(Ok(()), Err);
+    }
+    std::future::poll_fn(|_| {
+        let Inflight { ids, err, .. } = &mut step;
+        w.test_some(ids, |_, r| {
+            if let Err(e) = r {
+                err.get_or_insert(from_request(&e));
+            }
+        });
+        if ids.iter().any(Option::is_some) {
+            return Poll::Pending;
+        }
+        Poll::Ready(err.take().map_or(Ok(()), Err))
+    })
+    .await
+}
+
+/// Yields once to the caller of a non-blocking collective (which makes progress and polls
+/// again); nothing when blocking.
+pub async fn yield_now() {
+    if BLOCKING.get() {
+        return;
+    }
+    let mut yielded = false;
+    std::future::poll_fn(|_| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            Poll::Pending
+        }
+    })
+    .await
+}
