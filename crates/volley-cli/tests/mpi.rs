@@ -189,6 +189,21 @@ fn collectives_on_a_world_of_one() {
 }
 
 #[test]
+fn non_contiguous_datatypes_move_piece_by_piece() {
+    passes("vector", 2);
+}
+
+#[test]
+fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
+    passes_with(
+        "vector",
+        3,
+        &[],
+        &[("VOLLEY_SINGLE_COPY_THRESHOLD", "65536")],
+    );
+}
+
+#[test]
 fn nonblocking_collectives_and_comm_idup() {
     passes("nbc", 4);
 }

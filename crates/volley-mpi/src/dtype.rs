@@ -72,6 +72,16 @@ pub struct Dtype {
     pub ub_marked: bool,
 }
 
+/// Where a piecewise pack or unpack stands (see `Dtype::walk`): element, block in it, bytes of
+/// the block done, and the offset in the packed form.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Walk {
+    elem: usize,
+    block: usize,
+    within: usize,
+    off: usize,
+}
+
 impl Dtype {
     pub fn extent(&self) -> isize {
         self.ub - self.lb
@@ -126,6 +136,106 @@ impl Dtype {
                 at += l;
             }
         }
+    }
+
+    /// Visits packed bytes `off .. off + n` of `count` elements at `base`: `f(address, position
+    /// in the piece, length)` for each contiguous run. `w` remembers where the last piece ended,
+    /// so pieces asked for in order cost what they copy (another order starts over from the
+    /// first element).
+    fn walk(
+        &self,
+        base: *mut u8,
+        count: usize,
+        w: &mut Walk,
+        off: usize,
+        n: usize,
+        mut f: impl FnMut(*mut u8, usize, usize),
+    ) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        if off != w.off {
+            *w = Walk::default();
+            self.skip(count, w, off);
+        }
+        let mut done = 0;
+        while done < n && w.elem < count {
+            let (o, l) = self.blocks[w.block];
+            let take = (l - w.within).min(n - done);
+            if take > 0 {
+                let at = (w.elem as isize * self.extent()) + o + w.within as isize;
+                f(base.wrapping_offset(at), done, take);
+            }
+            done += take;
+            w.within += take;
+            w.off += take;
+            if w.within == l {
+                w.within = 0;
+                w.block += 1;
+                if w.block == self.blocks.len() {
+                    w.block = 0;
+                    w.elem += 1;
+                }
+            }
+        }
+    }
+
+    /// Moves `w` (at the start) forward to packed offset `off`.
+    fn skip(&self, count: usize, w: &mut Walk, off: usize) {
+        while w.off < off && w.elem < count {
+            let l = self.blocks[w.block].1;
+            let take = (l - w.within).min(off - w.off);
+            w.within += take;
+            w.off += take;
+            if w.within == l {
+                w.within = 0;
+                w.block += 1;
+                if w.block == self.blocks.len() {
+                    w.block = 0;
+                    w.elem += 1;
+                }
+            }
+        }
+    }
+
+    /// Packs bytes `off .. off + out.len()` of the packed form of `count` elements at `src`.
+    ///
+    /// # Safety
+    /// `src` holds `count` elements of this type.
+    pub unsafe fn pack_piece(
+        &self,
+        src: *const u8,
+        count: usize,
+        w: &mut Walk,
+        off: usize,
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        let dst = out.as_mut_ptr();
+        self.walk(src as *mut u8, count, w, off, n, |p, at, len| {
+            // SAFETY: p runs `len` bytes inside one element's block (the caller's contract);
+            // at + len <= out.len().
+            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, dst.add(at), len) }
+        });
+    }
+
+    /// Unpacks `data`, bytes `off ..` of the packed form, into `count` elements at `dst`.
+    ///
+    /// # Safety
+    /// `dst` holds `count` elements of this type.
+    pub unsafe fn unpack_piece(
+        &self,
+        data: &[u8],
+        dst: *mut u8,
+        count: usize,
+        w: &mut Walk,
+        off: usize,
+    ) {
+        let src = data.as_ptr();
+        self.walk(dst, count, w, off, data.len(), |p, at, len| {
+            // SAFETY: as in pack_piece, the other way.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(at), p, len) }
+        });
     }
 
     /// Unpacks `data` (packed elements, possibly fewer bytes than `count` elements hold) into

@@ -33,6 +33,55 @@ pub struct Ptr(pub *mut u8);
 // SAFETY: the memory belongs to the program, which lends it to MPI until the operation
 // completes; the face uses it from one thread at a time.
 unsafe impl Send for Ptr {}
+// SAFETY: as above: one thread at a time.
+unsafe impl Sync for Ptr {}
+
+/// `count` elements of a non-contiguous datatype at `buf`, packed or unpacked piece by piece as
+/// the core moves them (no buffer of the whole message; see `volley::Packer`).
+struct Pieces {
+    buf: Ptr,
+    count: usize,
+    dtype: TypeRef,
+    walk: crate::dtype::Walk,
+}
+
+impl Pieces {
+    fn new(buf: *const c_void, count: usize, dtype: TypeRef) -> Box<Pieces> {
+        Box::new(Pieces {
+            buf: Ptr(buf as *mut u8),
+            count,
+            dtype,
+            walk: Default::default(),
+        })
+    }
+}
+
+impl volley::Packer for Pieces {
+    fn len(&self) -> usize {
+        self.count * self.dtype.size
+    }
+    fn pack(&mut self, off: usize, out: &mut [u8]) {
+        // SAFETY: MPI's buffer rule: the buffer holds count elements and stays valid until the
+        // request completes, after which the core no longer asks.
+        unsafe {
+            self.dtype
+                .pack_piece(self.buf.0, self.count, &mut self.walk, off, out)
+        }
+    }
+}
+
+impl volley::Unpacker for Pieces {
+    fn len(&self) -> usize {
+        self.count * self.dtype.size
+    }
+    fn unpack(&mut self, off: usize, data: &[u8]) {
+        // SAFETY: as for pack.
+        unsafe {
+            self.dtype
+                .unpack_piece(data, self.buf.0, self.count, &mut self.walk, off)
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -75,9 +124,9 @@ pub struct Req {
     pub done: bool,
     pub status: Status,
     pub err: Option<Fail>,
-    /// A receive: where its data goes (staged through `stage` when not contiguous).
+    /// A receive: where its data goes (a non-contiguous type is unpacked piece by piece).
     pub target: Option<Target>,
-    /// Packed data of a non-contiguous send or receive, lent to the core.
+    /// A buffered send's copy of its data, lent to the core.
     pub stage: Vec<u8>,
     /// A persistent request's operation; it is inactive while `core`, `ack` are None and not
     /// `done`.
@@ -185,7 +234,7 @@ fn start_send(
     let bytes = n * t.size;
     let mut stage = Vec::new();
     let mut bsend = 0;
-    if mode == Mode::Buffered || !t.contig {
+    if mode == Mode::Buffered {
         stage = vec![0u8; bytes];
         // SAFETY: MPI: buf holds count elements of the datatype.
         unsafe { t.pack(buf as *const u8, n, &mut stage) };
@@ -219,10 +268,16 @@ fn start_send(
         stage.as_ptr()
     };
     let ctag = if mode == Mode::Sync { tag | SYNC } else { tag };
-    // SAFETY: MPI's buffer rule: the program leaves buf untouched until the request completes;
-    // a staged copy lives in the request, which outlives the core's request.
-    let lent = unsafe { RawBuf::new(data, bytes) };
-    let core = c.ep.isend_lent(w, ctag, lent).map_err(|e| {
+    let core = if stage.is_empty() && !t.contig {
+        // Packed on the fly, piece by piece.
+        c.ep.isend_packed(w, ctag, Pieces::new(buf, n, t.clone()))
+    } else {
+        // SAFETY: MPI's buffer rule: the program leaves buf untouched until the request
+        // completes; a staged copy lives in the request, which outlives the core's request.
+        let lent = unsafe { RawBuf::new(data, bytes) };
+        c.ep.isend_lent(w, ctag, lent)
+    }
+    .map_err(|e| {
         rt.bsend_used -= bsend;
         from_send(&e)
     })?;
@@ -279,17 +334,16 @@ fn start_recv(
     }
     let src = source_of(&c, source)?;
     let bytes = n * t.size;
-    let mut stage = Vec::new();
-    let into = if t.contig {
-        buf as *mut u8
+    let stage = Vec::new();
+    let core = if t.contig {
+        // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
+        let lent = unsafe { RawBufMut::new(buf as *mut u8, bytes) };
+        c.ep.irecv_lent(src, tag, lent)
     } else {
-        stage = vec![0u8; bytes];
-        stage.as_mut_ptr()
-    };
-    // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes); a
-    // staging buffer lives in the request.
-    let lent = unsafe { RawBufMut::new(into, bytes) };
-    let core = c.ep.irecv_lent(src, tag, lent).map_err(|e| from_recv(&e))?;
+        // Unpacked on the fly, piece by piece.
+        c.ep.irecv_unpacked(src, tag, Pieces::new(buf, n, t.clone()))
+    }
+    .map_err(|e| from_recv(&e))?;
     Ok(Req {
         comm,
         core_comm: Some(c),
@@ -313,12 +367,7 @@ fn start_recv(
 
 /// Takes a message the core refused for being too long for the buffer: received whole, what
 /// fits copied, MPI_ERR_TRUNCATE reported.
-fn truncated(
-    c: &CommCore,
-    env: &volley::Status,
-    target: &Target,
-    stage: &mut [u8],
-) -> (Status, Fail) {
+fn truncated(c: &CommCore, env: &volley::Status, target: &Target) -> (Status, Fail) {
     let mut tmp = vec![0u8; env.len];
     let got =
         c.ep.recv_matching(Some(env.source), Some(env.tag & !SYNC), &mut tmp);
@@ -335,9 +384,8 @@ fn truncated(
         // SAFETY: MPI: the receive buffer holds count elements, cap bytes.
         unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), target.buf.0, cap) };
     } else {
-        stage.copy_from_slice(&tmp[..cap]);
         // SAFETY: MPI: the receive buffer holds count elements of the type.
-        unsafe { target.dtype.unpack(stage, target.buf.0, target.count) };
+        unsafe { target.dtype.unpack(&tmp[..cap], target.buf.0, target.count) };
     }
     st.error = class::TRUNCATE;
     (st, fail(class::TRUNCATE, msg))
@@ -357,12 +405,9 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
             .clone()
             .expect("a request with a core part has a communicator");
         match (r, req.target.as_ref()) {
-            (Ok(st), Some(t)) => {
+            (Ok(st), Some(_)) => {
+                // A non-contiguous type was unpacked as the data came (`Pieces`).
                 req.status = status_of(&c, &st, st.len);
-                if !t.dtype.contig {
-                    // SAFETY: MPI: the receive buffer holds count elements of the type.
-                    unsafe { t.dtype.unpack(&req.stage[..st.len], t.buf.0, t.count) };
-                }
             }
             (Ok(_), None) => {}
             (
@@ -372,7 +417,7 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
                 })),
                 Some(t),
             ) => {
-                let (st, e) = truncated(&c, &env, t, &mut req.stage);
+                let (st, e) = truncated(&c, &env, t);
                 req.status = st;
                 req.err = Some(e);
             }
@@ -804,7 +849,7 @@ fn recv(
                     count: n,
                     dtype: t,
                 };
-                let (st, e) = truncated(c, &env, &target, &mut []);
+                let (st, e) = truncated(c, &env, &target);
                 // SAFETY: the caller's status argument.
                 unsafe { put_status(status, st) };
                 Err(e)

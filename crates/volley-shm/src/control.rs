@@ -295,7 +295,22 @@ impl Producer {
     /// length). Never waits; call again with the same cursor to go on. Like a fragmented
     /// message, no other message that spans records may start before this one is done.
     pub fn push_stream(&mut self, gid: u32, context: u32, data: &[u8], c: &mut Cursor) -> Pushed {
-        let total = data.len();
+        self.push_stream_with(gid, context, data.len(), c, |off, out| {
+            out.copy_from_slice(&data[off..off + out.len()])
+        })
+    }
+
+    /// Like [`Producer::push_stream`] for a message of `total` bytes that `fill(offset, piece)`
+    /// writes straight into each record (a non-contiguous datatype packed into the ring, with
+    /// no buffer of the whole message).
+    pub fn push_stream_with(
+        &mut self,
+        gid: u32,
+        context: u32,
+        total: usize,
+        c: &mut Cursor,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Pushed {
         let max = self.max_payload();
         let mut out = Pushed::default();
         while c.off < total {
@@ -306,7 +321,8 @@ impl Producer {
                 context,
                 total_len: total as u64,
             };
-            if !self.try_push(meta, &data[c.off..end]) {
+            let off = c.off;
+            if !self.try_push_with(meta, end - off, |piece| fill(off, piece)) {
                 out.full = true;
                 return out;
             }

@@ -59,3 +59,31 @@ pub use net::{describe_transports, host_ipv4};
 pub use request::{RequestError, RequestId, Scope, SendRequest};
 pub use volley_sys::lend::{RawBuf, RawBufMut};
 pub use world::World;
+
+/// A message made piece by piece, in order (a non-contiguous MPI datatype packed on the fly):
+/// a large one is packed straight into the ring's records as they go, never whole into a
+/// buffer. See [`Endpoint::isend_packed`].
+pub trait Packer: Send + Sync {
+    /// The message's length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the message is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes bytes `off .. off + out.len()` of the message into `out`. Pieces are asked for in
+    /// order, each once.
+    fn pack(&mut self, off: usize, out: &mut [u8]);
+}
+
+/// Where a message goes piece by piece, in order (a non-contiguous MPI datatype unpacked on
+/// the fly). See [`Endpoint::irecv_unpacked`].
+pub trait Unpacker: Send + Sync {
+    /// How many bytes it takes at most.
+    fn len(&self) -> usize;
+    /// Whether it takes nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Stores bytes `off .. off + data.len()` of the message. Pieces come in order, each once.
+    fn unpack(&mut self, off: usize, data: &[u8]);
+}

@@ -137,6 +137,39 @@ impl Endpoint {
     }
 }
 
+/// Where the bytes of a message go as they arrive: the caller's buffer, or an unpacker (a
+/// non-contiguous datatype unpacked piece by piece).
+pub(crate) trait Sink {
+    fn size(&self) -> usize;
+    fn put(&mut self, off: usize, data: &[u8]);
+}
+
+impl Sink for [u8] {
+    #[inline]
+    fn size(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn put(&mut self, off: usize, data: &[u8]) {
+        self[off..off + data.len()].copy_from_slice(data);
+    }
+}
+
+/// An unpacker taking exactly one message's `len` bytes.
+pub(crate) struct Unpacking<'a> {
+    pub u: &'a mut dyn crate::Unpacker,
+    pub len: usize,
+}
+
+impl Sink for Unpacking<'_> {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn put(&mut self, off: usize, data: &[u8]) {
+        self.u.unpack(off, data);
+    }
+}
+
 /// A fragmented message being copied into a caller's buffer: the ring it comes from, where its
 /// latest fragment sat and how many bytes have arrived.
 #[derive(Clone, Copy, Debug)]
@@ -410,6 +443,72 @@ impl World {
         })
     }
 
+    /// [`World::match_step`] for a receive into an unpacker: a rendezvous is granted and its
+    /// stream unpacked piece by piece as it comes (never whole in a buffer); any other message
+    /// (an eager one, at most VOLLEY_EAGER_BYTES, or one from the network) is copied into a
+    /// buffer of its size, then unpacked.
+    pub(crate) fn match_step_unpack(
+        &self,
+        pat: &Pattern,
+        u: &mut dyn crate::Unpacker,
+        waiter: &mut Waiter,
+        veto: &dyn Fn(&Status) -> bool,
+    ) -> Result<Step, RecvError> {
+        let Some((st, found)) = self.find(pat)? else {
+            return Ok(Step::Nothing);
+        };
+        if veto(&st) {
+            return Ok(Step::Vetoed);
+        }
+        if st.len > u.len() {
+            return Err(RecvError::BufferTooSmall {
+                message: st.len,
+                buffer: u.len(),
+                envelope: Some(st),
+            });
+        }
+        if st.tag & SYNC_TAG != 0 && pat.ignore & SYNC_TAG != 0 {
+            self.acknowledge(pat.context, &st)?;
+        }
+        let rts = match found {
+            Found::Ring(src, info) if info.kind == Kind::Rts => {
+                let rts = self.eng().take_rts(src, &info)?;
+                Some((src, rts, info.pos))
+            }
+            Found::Drained(src, k) if self.eng().drained_is_rts(src, k) => {
+                let d = self.eng().take_drained(src, k);
+                let (rts, pos) = d.rts.expect("checked");
+                Some((src, rts, pos))
+            }
+            _ => None,
+        };
+        if let Some((src, rts, pos)) = rts {
+            let gid = self.eng().grant_rts(src, &rts);
+            let mut g = Gathering {
+                src,
+                pos,
+                off: 0,
+                stream: Some(gid),
+            };
+            let mut sink = Unpacking { u, len: st.len };
+            let done = self.more_fragments(pat.context, &mut g, &mut sink)?;
+            return Ok(if done {
+                Step::Done(st)
+            } else {
+                Step::Started(st, g)
+            });
+        }
+        let mut stage = vec![0u8; st.len];
+        match self.take(pat, st, found, &mut stage, waiter, false)? {
+            Step::Done(st) => {
+                u.unpack(0, &stage);
+                self.eng().count(Counter::StagingCopies, 1);
+                Ok(Step::Done(st))
+            }
+            other => Ok(other),
+        }
+    }
+
     /// Tells the sender of a synchronous message that a receive matched it (MPI_Ssend completes
     /// then): an empty message on `context + 1` to the sender, with the message's tag less the
     /// flag. Started, not waited for: a full ring queues it behind earlier sends.
@@ -435,12 +534,12 @@ impl World {
     /// Copies a fragmented message into `out` (exactly its length): `first` if given, then
     /// the fragments that have arrived after `g`'s position; then waits for the rest, unless
     /// `incremental`. Returns whether the message is complete.
-    pub(crate) fn copy_fragments(
+    pub(crate) fn copy_fragments<S: Sink + ?Sized>(
         &self,
         port: u32,
         g: &mut Gathering,
         first: Option<&RecordInfo>,
-        out: &mut [u8],
+        out: &mut S,
         waiter: &mut Waiter,
         incremental: bool,
     ) -> Result<bool, RecvError> {
@@ -460,46 +559,47 @@ impl World {
 
     /// Copies the fragment `info` of the message `g` gathers into `out` (exactly the message's
     /// size). Returns true when the message is complete.
-    fn take_fragment(
+    fn take_fragment<S: Sink + ?Sized>(
         &self,
         port: u32,
         g: &mut Gathering,
         info: &RecordInfo,
-        out: &mut [u8],
+        out: &mut S,
     ) -> Result<bool, RecvError> {
         let src = g.src;
         let mut e = self.eng();
         let end = g.off + info.len;
-        if end > out.len() {
+        if end > out.size() {
             return Err(RecvError::Corrupt {
                 rank: self.inner.l2g[src],
-                why: format!("fragments exceed the message length {}", out.len()),
+                why: format!("fragments exceed the message length {}", out.size()),
             });
         }
         let held = e.rx(src).take(info);
-        out[g.off..end].copy_from_slice(e.rx(src).payload(&held));
+        out.put(g.off, e.rx(src).payload(&held));
         e.rx(src).release(held);
         e.count(Counter::Fragments, 1);
         g.off = end;
         g.pos = info.pos;
+        let len = out.size();
         if info.kind == Kind::Stream {
             // A granted rendezvous ends with its length.
-            if g.off < out.len() {
+            if g.off < len {
                 return Ok(false);
             }
             e.count(Counter::MsgsRecvd, 1);
-            e.count(Counter::BytesRecvd, out.len() as u64);
+            e.count(Counter::BytesRecvd, len as u64);
             return Ok(true);
         }
-        if info.kind == Kind::Last || g.off == out.len() {
-            if info.kind != Kind::Last && !(info.kind == Kind::First && g.off == out.len()) {
+        if info.kind == Kind::Last || g.off == len {
+            if info.kind != Kind::Last && !(info.kind == Kind::First && g.off == len) {
                 return Err(RecvError::Corrupt {
                     rank: self.inner.l2g[src],
                     why: format!("message on port {port} ended without a last fragment"),
                 });
             }
             e.count(Counter::MsgsRecvd, 1);
-            e.count(Counter::BytesRecvd, out.len() as u64);
+            e.count(Counter::BytesRecvd, len as u64);
             return Ok(true);
         }
         Ok(false)
@@ -507,11 +607,11 @@ impl World {
 
     /// Copies the fragments of `g`'s message that have arrived into `out`; true once it is
     /// complete. Never waits.
-    pub(crate) fn more_fragments(
+    pub(crate) fn more_fragments<S: Sink + ?Sized>(
         &self,
         port: u32,
         g: &mut Gathering,
-        out: &mut [u8],
+        out: &mut S,
     ) -> Result<bool, RecvError> {
         loop {
             let next = {

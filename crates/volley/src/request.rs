@@ -224,6 +224,9 @@ enum Op {
     Recv(Pattern, RawBufMut),
     /// A receive whose fragmented message is arriving.
     Gathering(Pattern, RawBufMut, Status, Gathering),
+    /// A receive into an unpacker, and one whose message is arriving.
+    RecvUnpack(Pattern, Box<dyn crate::Unpacker>),
+    GatherUnpack(Pattern, Box<dyn crate::Unpacker>, Status, Gathering),
     /// A receive taken out of its slot while a pass tries to match it.
     Matching,
     Done(Result<Status, RequestError>),
@@ -315,6 +318,66 @@ impl Endpoint {
             s => Op::Send(s, status),
         };
         Ok(self.world.inner.reqs.borrow_mut().insert(op))
+    }
+
+    /// Starts sending the message `p` makes to `rank` on this endpoint's port with `tag`
+    /// (MPI_Isend of a non-contiguous datatype). A message that goes by rendezvous to a rank of
+    /// this host is packed straight into the ring's records as they go, never whole; any other
+    /// (an eager one, at most VOLLEY_EAGER_BYTES, or one for the network engine, which takes
+    /// whole messages) is packed into a buffer of its size first.
+    pub fn isend_packed(
+        &self,
+        rank: usize,
+        tag: u32,
+        mut p: Box<dyn crate::Packer>,
+    ) -> Result<RequestId, SendError> {
+        let len = p.len();
+        let piecewise = match self.world.path(rank)? {
+            crate::path::Path::Ring { w, .. } => w.eng().wants_rendezvous(self.port, len),
+            crate::path::Path::Net { .. } => false,
+        };
+        let data = if piecewise {
+            Payload::Packed(p)
+        } else {
+            let mut v = vec![0u8; len];
+            p.pack(0, &mut v);
+            Payload::Owned(v)
+        };
+        let state = self.isend_env(rank, self.port, tag, data)?;
+        let status = Status {
+            source: rank,
+            tag,
+            len,
+        };
+        let op = match state {
+            SendState::Done(_) => Op::Done(Ok(status)),
+            s => Op::Send(s, status),
+        };
+        Ok(self.world.inner.reqs.borrow_mut().insert(op))
+    }
+
+    /// Posts a receive of the first message from `source` with `tag` (as
+    /// [`Endpoint::irecv_lent`]) into `u`, which stores it piece by piece (MPI_Irecv of a
+    /// non-contiguous datatype): a message that comes by rendezvous is unpacked straight from
+    /// the ring's records as they come; any other (eager, or from the network) from a buffer
+    /// of its size.
+    pub fn irecv_unpacked(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+        u: Box<dyn crate::Unpacker>,
+    ) -> Result<RequestId, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let w = &self.world;
+        let id = {
+            let mut r = w.inner.reqs.borrow_mut();
+            let id = r.insert(Op::RecvUnpack(pat, u));
+            r.posted.push_back(id.idx);
+            id
+        };
+        w.inner.nposted.fetch_add(1, Ordering::Relaxed);
+        w.drive_posted();
+        Ok(id)
     }
 
     /// Posts a receive into the lent `buf` of the first message on this endpoint's port from
@@ -434,7 +497,8 @@ impl World {
         }
         let r = self.inner.reqs.borrow_mut();
         r.posted.iter().take(before).any(|&idx| {
-            matches!(&r.slots[idx as usize].op, Some(Op::Recv(p, _))
+            matches!(&r.slots[idx as usize].op,
+                Some(Op::Recv(p, _)) | Some(Op::RecvUnpack(p, _))
                 if p.context == context && p.accepts_from(st.source, st.tag))
         })
     }
@@ -459,7 +523,12 @@ impl World {
                 let Some(&idx) = r.posted.get(i) else { return };
                 let slot = &mut r.slots[idx as usize];
                 match slot.op.take() {
-                    Some(op @ (Op::Recv(..) | Op::Gathering(..))) => {
+                    Some(
+                        op @ (Op::Recv(..)
+                        | Op::Gathering(..)
+                        | Op::RecvUnpack(..)
+                        | Op::GatherUnpack(..)),
+                    ) => {
                         slot.op = Some(Op::Matching);
                         (idx, op)
                     }
@@ -504,6 +573,40 @@ impl World {
                         Err(e) => (Op::Done(Err(e.into())), true),
                     }
                 }
+                Op::RecvUnpack(pat, mut u) => {
+                    let veto = |st: &Status| self.posted_accepts(pat.context, st, i);
+                    match self.match_step_unpack(&pat, &mut *u, &mut waiter, &veto) {
+                        Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
+                            None => (Op::RecvUnpack(pat, u), false),
+                            Some(e) => (Op::Done(Err(e.into())), true),
+                        },
+                        Ok(Step::Vetoed) => {
+                            let mut r = self.inner.reqs.borrow_mut();
+                            r.slots[idx as usize].op = Some(Op::RecvUnpack(pat, u));
+                            drop(r);
+                            restarts += 1;
+                            i = if restarts > 64 { i + 1 } else { 0 };
+                            continue;
+                        }
+                        Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
+                        Ok(Step::Started(st, g)) => (Op::GatherUnpack(pat, u, st, g), false),
+                        Err(e) => (Op::Done(Err(e.into())), true),
+                    }
+                }
+                Op::GatherUnpack(pat, mut u, st, mut g) => {
+                    let mut sink = crate::matched::Unpacking {
+                        u: &mut *u,
+                        len: st.len,
+                    };
+                    match self.more_fragments(pat.context, &mut g, &mut sink) {
+                        Ok(true) => (Op::Done(Ok(st)), true),
+                        Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
+                            None => (Op::GatherUnpack(pat, u, st, g), false),
+                            Some(e) => (Op::Done(Err(e.into())), true),
+                        },
+                        Err(e) => (Op::Done(Err(e.into())), true),
+                    }
+                }
                 _ => unreachable!("only receives are taken out"),
             };
             // A finished receive's buffer was dropped with its Op: the loan ends here.
@@ -527,7 +630,11 @@ impl World {
         };
         match op {
             Op::Done(_) => Seen::Done,
-            Op::Recv(..) | Op::Gathering(..) | Op::Matching => Seen::Pending { send: false },
+            Op::Recv(..)
+            | Op::Gathering(..)
+            | Op::RecvUnpack(..)
+            | Op::GatherUnpack(..)
+            | Op::Matching => Seen::Pending { send: false },
             Op::Send(s, st) => match s.check(self) {
                 Ok(true) => {
                     *op = Op::Done(Ok(*st));
@@ -665,7 +772,7 @@ impl World {
     pub fn cancel(&self, id: RequestId) -> bool {
         let mut r = self.inner.reqs.borrow_mut();
         match r.get(id) {
-            Some(op @ Op::Recv(..)) => {
+            Some(op @ (Op::Recv(..) | Op::RecvUnpack(..))) => {
                 *op = Op::Done(Err(RequestError::Cancelled));
                 r.posted.retain(|&i| i != id.idx);
                 self.inner.nposted.fetch_sub(1, Ordering::Relaxed);

@@ -33,6 +33,9 @@ pub(crate) use gather::Dest;
 pub(crate) enum Payload {
     Owned(Vec<u8>),
     Lent(volley_sys::lend::RawBuf),
+    /// Bytes a packer makes piece by piece (a non-contiguous datatype): only ever streamed by
+    /// rendezvous, straight into the ring's records.
+    Packed(Box<dyn crate::Packer>),
 }
 
 impl Payload {
@@ -40,8 +43,23 @@ impl Payload {
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             Payload::Owned(v) => v,
-            Payload::Lent(_) => Vec::new(),
+            Payload::Lent(_) | Payload::Packed(_) => Vec::new(),
         }
+    }
+
+    /// The message's length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Owned(v) => v.len(),
+            Payload::Lent(b) => b.len(),
+            Payload::Packed(p) => p.len(),
+        }
+    }
+
+    /// Whether the bytes are made piece by piece (no address to hand out for single copy).
+    pub fn is_packed(&self) -> bool {
+        matches!(self, Payload::Packed(_))
     }
 }
 
@@ -57,6 +75,9 @@ impl std::ops::Deref for Payload {
         match self {
             Payload::Owned(v) => v,
             Payload::Lent(b) => b.as_slice(),
+            Payload::Packed(_) => {
+                unreachable!("packed bytes are only streamed, piece by piece (rendezvous.rs)")
+            }
         }
     }
 }
@@ -340,6 +361,11 @@ impl Engine {
             .iter()
             .find(|p| p.port == port && p.src == src)
             .map(|p| p.total)
+    }
+
+    /// Whether drained message `k` of `src` is a request to send.
+    pub fn drained_is_rts(&self, src: usize, k: usize) -> bool {
+        self.drained[src][k].rts.is_some()
     }
 
     /// The envelope of drained message `k` of `src`: (tag, length).

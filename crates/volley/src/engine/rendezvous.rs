@@ -62,7 +62,7 @@ impl Engine {
     pub fn push_rts(&mut self, dst: usize, pm: &mut Pending) -> bool {
         let token = pm.rts.expect("a rendezvous send has a token");
         let len = pm.data.len();
-        let single = self.use_single_copy(dst, len);
+        let single = !pm.data.is_packed() && self.use_single_copy(dst, len);
         let rts = Rts {
             addr: if single { pm.data.as_ptr() as u64 } else { 0 },
             len: len as u64,
@@ -167,11 +167,20 @@ impl Engine {
             let gid = pm.gid.expect("granted");
             let Pending {
                 context,
-                ref data,
+                ref mut data,
                 ref mut cursor,
                 ..
             } = *pm;
-            let pushed = tx.push_stream(gid, context, data, cursor);
+            let pushed = match data {
+                // A datatype packed straight into the records: no buffer of the whole message.
+                super::Payload::Packed(p) => {
+                    let total = p.len();
+                    tx.push_stream_with(gid, context, total, cursor, |off, piece| {
+                        p.pack(off, piece)
+                    })
+                }
+                d => tx.push_stream(gid, context, d, cursor),
+            };
             moved |= pushed.bytes > 0;
             self.counters
                 .add(Counter::Fragments, pushed.fragments as u64);
@@ -286,6 +295,12 @@ impl Engine {
                 Err(_) => {}
             }
         }
+        Ok(Some(self.grant_rts(src, rts)))
+    }
+
+    /// Grants the request to send `rts` from `src`: its sender streams it with the grant id
+    /// returned.
+    pub fn grant_rts(&mut self, src: usize, rts: &Rts) -> u32 {
         let gid = self.next_gid;
         self.next_gid = if gid >= Grant::MAX_GID { 0 } else { gid + 1 };
         self.answer(
@@ -295,7 +310,7 @@ impl Engine {
                 gid,
             },
         );
-        Ok(Some(gid))
+        gid
     }
 
     /// Sends `g` to `src` through the grant queue, or keeps it to send later if the queue is
