@@ -204,6 +204,11 @@ fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
 }
 
 #[test]
+fn communicator_contexts_are_given_back() {
+    passes("contexts", 2);
+}
+
+#[test]
 fn nonblocking_collectives_and_comm_idup() {
     passes("nbc", 4);
 }

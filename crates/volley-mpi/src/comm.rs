@@ -19,13 +19,13 @@ use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
 use std::sync::Arc;
 
-/// Agrees on a context id over `parent` (every member calls it) and takes it.
+/// Agrees on a context id over `parent` (every member calls it).
 fn agree_cid(parent: &CommCore) -> R<u32> {
     block_on(agree_cid_a(parent, parent.next_seq()))
 }
 
-/// Agrees on a context id over `parent` as its collective `s` (every member calls it) and takes
-/// it: the AND of the members' offers (`state::Contexts`), the lowest bit of it. Blocking
+/// Agrees on a context id over `parent` as its collective `s` (every member calls it): the AND
+/// of the members' offers (`state::Contexts`), the lowest bit of it. Blocking
 /// (MPI_Comm_dup) or not (MPI_Comm_idup). When agreements are in flight at once, only the
 /// least of them is offered contexts at a member; the others find nothing and try again.
 async fn agree_cid_a(parent: &CommCore, s: Seq) -> R<u32> {
@@ -65,7 +65,8 @@ async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
             cx.withdraw(&offer);
             r?;
             if let Ok(cid) = lowest_free(&agreed[..words]) {
-                cx.take(cid, true);
+                // Taken by the members that make a communicator with it (not by those a split
+                // leaves out), before any other agreement can run here.
                 return Ok(cid);
             }
         }
@@ -357,6 +358,7 @@ crate::mpi! {
             let group = c.group.clone();
             let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
                 let core = rt.make_comm(cid, group)?;
+                crate::state::ctx_take(cid, true);
                 let h = rt.add_comm(core, eh);
                 rt.comm_slot_mut(h)?.attrs = copied;
                 // SAFETY: the program's output argument, which MPI lets it read only once the
