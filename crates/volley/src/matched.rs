@@ -219,6 +219,7 @@ impl World {
     /// Where the first message `pat` accepts is, and its envelope: the rings first (the
     /// source's, or all of them, drained messages before ring records), then the network. Runs
     /// due active-port handlers of the network on the way. Moves nothing.
+    #[inline(always)]
     fn find(&self, pat: &Pattern) -> Result<Option<(Status, Found)>, RecvError> {
         // The ring to look at: the source's, or every ring for any source; none when the
         // source is on another host.
@@ -266,6 +267,7 @@ impl World {
 
     /// Moves the message `find` found for `pat` into `out` (exactly its length): straight from
     /// the ring or the sender's memory, from its drained buffer, or from the network engine's.
+    #[inline]
     fn take(
         &self,
         pat: &Pattern,
@@ -408,6 +410,8 @@ impl World {
     /// from `src` into `out`: by single copy, or granted and streamed into `out` as it comes
     /// (see `engine::rendezvous`).
     #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
     fn rendezvous(
         &self,
         pat: &Pattern,

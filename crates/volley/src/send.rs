@@ -178,6 +178,7 @@ impl Endpoint {
     /// Sends `data` to `rank`'s endpoint on this endpoint's own port, with `tag` in the envelope
     /// (the face of matched messaging: the port is the context, e.g. an MPI communicator's).
     /// Returns when `data` may be reused; waits while the ring is full.
+    #[inline]
     pub fn send_tagged(&self, rank: usize, tag: u32, data: &[u8]) -> Result<(), SendError> {
         self.send_env(rank, self.port, tag, data)
     }
