@@ -125,6 +125,15 @@ fn unexpected_large_matched_messages_wait_in_their_senders_memory() {
 /// GAMMA's promise: an active port's handler runs whenever the process waits in volley, also in
 /// a matched receive and in a request's wait (here the message waited for comes only after the
 /// handler has answered).
+/// A blocking send to oneself larger than the ring used to wait for ever (issue 16, 4c): it
+/// fails at once and says why; one that fits arrives.
+#[test]
+fn a_blocking_send_to_oneself_larger_than_the_ring_is_an_error() {
+    let out = ok(volley(&["-n", "2", CHECK, "self"], &[]));
+    assert_eq!(out.matches("result: self ok").count(), 2, "{out}");
+    assert!(out.contains("can never complete"), "{out}");
+}
+
 #[test]
 fn active_ports_run_while_a_matched_receive_waits() {
     for env in [&[][..], &[("VOLLEY_WAIT", "block")][..]] {

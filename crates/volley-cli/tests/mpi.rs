@@ -204,6 +204,11 @@ fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
 }
 
 #[test]
+fn large_messages_to_oneself() {
+    passes("selfsend", 2);
+}
+
+#[test]
 fn communicator_contexts_are_given_back() {
     passes("contexts", 2);
 }

@@ -110,6 +110,8 @@ pub enum SendError {
     UnknownPeer { rank: usize },
     #[error("rank {rank} could not copy the message from this process's memory (single copy refused by the kernel at run time); run the job with VOLLEY_SINGLE_COPY=off")]
     SingleCopyFailed { rank: usize },
+    #[error("a blocking send of {len} bytes to this rank itself can never complete: the ring from a rank to itself holds at most {max} bytes and only this thread could receive them; send it with isend and receive it, or receive it on a matched endpoint with a receive posted first (irecv)")]
+    ToSelfTooLarge { len: usize, max: usize },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -110,6 +110,13 @@ impl Path<'_> {
                     if out.rendezvous && e.wants_rendezvous(out.context, out.data.len()) {
                         return Ok(Step::Rendezvous);
                     }
+                    if dst == e.me() && out.data.len() > e.ring_payload_capacity() {
+                        // Only this thread could make room: it would wait for ever.
+                        return Err(SendError::ToSelfTooLarge {
+                            len: out.data.len(),
+                            max: e.ring_payload_capacity(),
+                        });
+                    }
                     // Behind the queued sends to the same rank, in order.
                     if e.has_pending(dst) {
                         e.drive_pending();

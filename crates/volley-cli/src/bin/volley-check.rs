@@ -408,6 +408,26 @@ fn too_small(w: &World) -> R {
     Ok(())
 }
 
+/// A blocking send to this rank itself: a message that fits the ring arrives; one larger than
+/// the ring fails at once with an error that says why (only this thread could receive it).
+fn send_to_self(w: &World) -> R {
+    let ep = w.open(9)?;
+    let me = w.rank();
+    ep.send_to(me, 9, b"hello")?;
+    let mut buf = [0u8; 16];
+    let (n, src) = ep.recv_into(&mut buf)?;
+    if &buf[..n] != b"hello" || src.rank != me {
+        return Err("the small message to itself came back wrong".into());
+    }
+    let huge = vec![1u8; 64 << 20];
+    match ep.send_to(me, 9, &huge) {
+        Err(e @ SendError::ToSelfTooLarge { .. }) => println!("result: error=\"{e}\""),
+        other => return Err(format!("expected ToSelfTooLarge, got {other:?}").into()),
+    }
+    println!("result: self ok");
+    Ok(())
+}
+
 /// One message of `size` bytes from rank 0 to rank 1, received into a caller buffer.
 fn big(w: &World, size: usize) -> R {
     let ep = w.open(8)?;
@@ -1224,6 +1244,7 @@ fn main() {
         Some("active") => active(&world, num(1, 500)),
         Some("fd") => fd_wait(&world),
         Some("toosmall") => too_small(&world),
+        Some("self") => send_to_self(&world),
         Some("big") => big(&world, num(1, 1 << 30) as usize),
         Some("hold") => {
             println!(
@@ -1247,7 +1268,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
             std::process::exit(2);
         }
     };

@@ -245,6 +245,12 @@ impl Engine {
         self.counters.values()
     }
 
+    /// This process's local rank.
+    #[inline]
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
     /// The job rank of local rank `li`.
     #[inline]
     pub fn job_rank(&self, li: usize) -> usize {
