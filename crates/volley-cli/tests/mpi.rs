@@ -305,6 +305,11 @@ fn large_messages_received_in_another_order_than_sent() {
 }
 
 #[test]
+fn large_messages_in_another_order_with_the_progress_thread() {
+    passes_with("order", 2, &[], &[("VOLLEY_PROGRESS_THREAD", "1")]);
+}
+
+#[test]
 fn large_messages_in_another_order_by_single_copy_with_an_idle_rank() {
     passes_with(
         "order",
