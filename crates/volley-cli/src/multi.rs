@@ -402,6 +402,9 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
     for (li, &g) in mine.iter().enumerate() {
         let (ours, theirs) = UnixStream::pair()?;
         let mut cmd = Command::new(&a.program[0]);
+        for v in volley::launch::OWNED_VARS {
+            cmd.env_remove(v);
+        }
         cmd.args(&a.program[1..])
             .envs(job.env_for_node(li, g, &nodes, a.node, theirs.as_raw_fd()))
             .stdin(Stdio::null())

@@ -242,6 +242,9 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     let mut forwarders = Vec::new();
     for rank in 0..a.n {
         let mut cmd = Command::new(&a.program[0]);
+        for v in volley::launch::OWNED_VARS {
+            cmd.env_remove(v);
+        }
         cmd.args(&a.program[1..])
             .envs(job.env_for(rank))
             .stdin(Stdio::null());

@@ -288,3 +288,20 @@ fn impossible_durations_and_cpu_numbers_are_clear_errors() {
     let o = run(&["-n", "1", "--timeout", "30", "--grace", "0", "/bin/true"]);
     assert!(o.status.success(), "{}", text(&o).1);
 }
+
+/// Variables a launcher owns, left in the environment by an outer job or a shell, never reach
+/// the ranks of a new job (issue 16, defect 9): a stale node list and agent socket made a job on
+/// one host fail, or close an unrelated descriptor.
+#[test]
+fn stale_launcher_variables_in_the_environment_are_ignored() {
+    let out = ok(volley(
+        &["-n", "2", CHECK, "whoami"],
+        &[
+            ("VOLLEY_RANK_NODES", "garbage"),
+            ("VOLLEY_BOOT_FD", "7"),
+            ("VOLLEY_NODE_ID", "5"),
+        ],
+    ));
+    assert_eq!(out.matches("result: rank=").count(), 2, "{out}");
+    assert_eq!(values(&out, "node"), vec!["0", "0"], "{out}");
+}

@@ -120,6 +120,35 @@ fn counters_of_every_rank_and_the_network_come_back_from_each_host() {
     assert!(row("msgs_sent")[2] > 0 && !err.contains("n/a"), "{err}");
 }
 
+/// Network settings that would make a job fail later, or silently misbehave, are refused at
+/// start with the variable, its value and the allowed range (issue 16, defect 9): a peer timeout
+/// of 0 (peers lost at once) and a window that does not fit the protocol's 32 bits (it became
+/// 0).
+#[test]
+fn network_settings_out_of_range_are_refused_at_start() {
+    let h = Hosts::new(2, 1500);
+    for (var, value, says) in [
+        (
+            "VOLLEY_PEER_TIMEOUT_MS",
+            "0",
+            "must be 100 to 86400000 milliseconds",
+        ),
+        (
+            "VOLLEY_NET_WINDOW",
+            "4294967296",
+            "must be 2 to 1048576 packets",
+        ),
+    ] {
+        let o = h.run(2, &[(var, value)], &[CHECK, "whoami"]);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{var}={value} was accepted: {err}");
+        assert!(
+            err.contains(var) && err.contains(says),
+            "{var}={value}: {err}"
+        );
+    }
+}
+
 /// A rank that computes (here: sleeps) for 3.5 peer timeouts without calling volley is not taken
 /// for dead: the liveness thread answers the network for it, and its message then arrives.
 /// Without the thread (VOLLEY_LIVENESS_THREAD=0) the peer gives up, which shows what the test

@@ -35,6 +35,22 @@ const ENV_WAKE_FDS: &str = "VOLLEY_WAKE_FDS";
 pub const ENV_RANK_NODES: &str = "VOLLEY_RANK_NODES";
 pub const ENV_BOOT_FD: &str = "VOLLEY_BOOT_FD";
 
+/// Every variable a launcher sets for its ranks. A launcher removes them all from what its ranks
+/// inherit before it sets its own: a stale one (from an outer job, or a shell that exported it)
+/// must never reach a rank.
+pub const OWNED_VARS: &[&str] = &[
+    ENV_RANK,
+    ENV_SIZE,
+    ENV_LOCAL_RANK,
+    ENV_LOCAL_SIZE,
+    ENV_NODE_ID,
+    ENV_TOKEN,
+    ENV_SHM_FD,
+    ENV_WAKE_FDS,
+    ENV_RANK_NODES,
+    ENV_BOOT_FD,
+];
+
 /// Who this process is in its job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobInfo {

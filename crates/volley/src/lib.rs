@@ -46,7 +46,7 @@ pub use bootstrap::JobInfo;
 /// What a launcher needs (`volley run` and its agents): the job's shared state and the
 /// environment it hands each rank. Applications need none of it.
 pub mod launch {
-    pub use crate::bootstrap::{JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE};
+    pub use crate::bootstrap::{JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE, OWNED_VARS};
 }
 pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{counter_table, Counter, CounterInfo, Layer, COUNTERS, TABLE_LEN};

@@ -85,13 +85,28 @@ impl NetConfig {
             .transpose()?;
         let mut proto = ProtoConfig::default();
         if let Some(ms) = env_u64("VOLLEY_PEER_TIMEOUT_MS")? {
-            proto.peer_timeout = ms.max(2) * MS;
+            if !(100..=86_400_000).contains(&ms) {
+                return Err(InitError::Env {
+                    var: "VOLLEY_PEER_TIMEOUT_MS",
+                    value: ms.to_string(),
+                    why: "must be 100 to 86400000 milliseconds: a peer silent this long is taken for dead, so less than 100 ms loses healthy peers (the default is 10000)".into(),
+                });
+            }
+            proto.peer_timeout = ms * MS;
             proto.heartbeat = proto.heartbeat.min(proto.peer_timeout / 4);
         }
         if let Some(t) = env_u64("VOLLEY_NET_RNDV_THRESHOLD")? {
             proto.rndv_threshold = t as usize;
         }
         if let Some(w) = env_u64("VOLLEY_NET_WINDOW")? {
+            if !(2..=1 << 20).contains(&w) {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NET_WINDOW",
+                    value: w.to_string(),
+                    why: "must be 2 to 1048576 packets in flight per peer (the default is 4096)"
+                        .into(),
+                });
+            }
             proto.window = w as u32;
         }
         let keeper = match env("VOLLEY_LIVENESS_THREAD").as_deref() {
