@@ -305,3 +305,31 @@ fn stale_launcher_variables_in_the_environment_are_ignored() {
     assert_eq!(out.matches("result: rank=").count(), 2, "{out}");
     assert_eq!(values(&out, "node"), vec!["0", "0"], "{out}");
 }
+
+/// A job descriptor variable naming standard error (or input, or output) is refused with an
+/// error that is still printed (issue 16, defect 9): the failed init used to take fd 2 over,
+/// close it, and exit without a word.
+#[test]
+fn a_job_descriptor_naming_standard_error_is_refused_and_reported() {
+    for (var, value) in [("VOLLEY_SHM_FD", "2"), ("VOLLEY_WAKE_FDS", "1")] {
+        let mut c = Command::new(CHECK);
+        c.arg("whoami").stdin(Stdio::null());
+        for (k, v) in [
+            ("VOLLEY_RANK", "0"),
+            ("VOLLEY_SIZE", "1"),
+            ("VOLLEY_JOB_TOKEN", "0000000000000001"),
+            ("VOLLEY_SHM_FD", "9"),
+            ("VOLLEY_WAKE_FDS", "10"),
+        ] {
+            c.env(k, v);
+        }
+        c.env(var, value);
+        let o = c.output().expect("start volley-check");
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{var}={value}: {err}");
+        assert!(
+            err.contains(var) && err.contains("standard input, output or error"),
+            "{var}={value}: {err}"
+        );
+    }
+}

@@ -102,6 +102,20 @@ where
     })
 }
 
+/// A descriptor the launcher passed in `name`: never standard input, output or error (taking
+/// one over would close it when the job ends, and a failure would then go unreported).
+fn job_fd(name: &'static str, v: &str) -> Result<RawFd, InitError> {
+    let fd: RawFd = parse(name, v)?;
+    if fd <= 2 {
+        return Err(InitError::Env {
+            var: name,
+            value: v.to_string(),
+            why: "names standard input, output or error; a launcher passes the job's descriptors above 2 (start the program with volley run, or unset the variable)".into(),
+        });
+    }
+    Ok(fd)
+}
+
 /// Reads the job environment. `Ok(None)` means no launcher: a world of one.
 pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
     let any = [ENV_RANK, ENV_SIZE, ENV_SHM_FD, ENV_TOKEN, ENV_WAKE_FDS]
@@ -143,11 +157,11 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         value: token_s.clone(),
         why: format!("not a hexadecimal number ({e})"),
     })?;
-    let shm_fd: RawFd = parse(ENV_SHM_FD, &need(ENV_SHM_FD)?)?;
+    let shm_fd: RawFd = job_fd(ENV_SHM_FD, &need(ENV_SHM_FD)?)?;
     let wake_s = need(ENV_WAKE_FDS)?;
     let wake: Vec<RawFd> = wake_s
         .split(',')
-        .map(|s| parse(ENV_WAKE_FDS, s))
+        .map(|s| job_fd(ENV_WAKE_FDS, s))
         .collect::<Result<_, _>>()?;
     let nodes: Vec<usize> = match var(ENV_RANK_NODES) {
         None => vec![node_id; size],
@@ -174,7 +188,7 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         });
     }
     let boot = match var(ENV_BOOT_FD) {
-        Some(v) => Some(volley_sys::adopt_fd(parse(ENV_BOOT_FD, &v)?)),
+        Some(v) => Some(volley_sys::adopt_fd(job_fd(ENV_BOOT_FD, &v)?)),
         None if mine.len() != size => {
             return Err(InitError::Incomplete {
                 missing: ENV_BOOT_FD,
