@@ -333,3 +333,18 @@ fn a_job_descriptor_naming_standard_error_is_refused_and_reported() {
         );
     }
 }
+
+/// A bad setting of the user's is reported as such, not as a launcher's variable (issue 16,
+/// defect 9: every environment error told the user to start the program with volley run, also
+/// when volley run had started it).
+#[test]
+fn a_bad_setting_says_to_correct_it() {
+    let o = volley(&["-n", "1", CHECK, "whoami"], &[("VOLLEY_WAIT", "bogus")]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("VOLLEY_WAIT=\"bogus\"") && err.contains("Correct VOLLEY_WAIT"),
+        "{err}"
+    );
+    assert!(!err.contains("Start the program with"), "{err}");
+}

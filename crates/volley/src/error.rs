@@ -49,9 +49,19 @@ pub struct PeerLost {
     pub fate: Fate,
 }
 
+/// What to do about a bad variable: a launcher's own is fixed by starting the program with a
+/// launcher; a setting of the user's, by correcting or unsetting it.
+fn env_hint(var: &str) -> String {
+    if crate::bootstrap::OWNED_VARS.contains(&var) {
+        "Start the program with `volley run -n N PROGRAM`, or unset every VOLLEY_* variable to run it as a world of one".into()
+    } else {
+        format!("Correct {var}, or unset it for the default (README.md lists the settings)")
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    #[error("bad environment: {var}={value:?}: {why}. Start the program with `volley run -n N PROGRAM`, or unset every VOLLEY_* variable to run it as a world of one")]
+    #[error("bad environment: {var}={value:?}: {why}. {}", env_hint(.var))]
     Env {
         var: &'static str,
         value: String,
