@@ -266,6 +266,8 @@ fn a_port_never_waits_behind_another_ports_unread_messages() {
             &[("VOLLEY_WAIT", mode)],
         ));
         assert!(out.contains("result: ports ok"), "{mode}: {out}");
+        assert!(out.contains("port 20 is already open"), "{mode}: {out}");
+        assert!(out.contains("is reserved by volley"), "{mode}: {out}");
     }
 }
 

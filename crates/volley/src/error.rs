@@ -96,6 +96,10 @@ pub enum InitError {
 pub enum OpenError {
     #[error("port {port} is already open in this process; close the other endpoint or active port first, or pick another port")]
     PortInUse { port: u32 },
+    #[error(
+        "port {port} is reserved by volley (it stands for \"any port\"); pick a port below {port}"
+    )]
+    Reserved { port: u32 },
 }
 
 #[derive(Debug, thiserror::Error)]

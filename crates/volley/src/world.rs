@@ -243,7 +243,10 @@ impl World {
     }
 
     pub(crate) fn claim_port(&self, port: u32, kind: PortKind) -> Result<(), OpenError> {
-        if port == NO_PORT || !self.eng().claim_port(port, kind) {
+        if port == NO_PORT {
+            return Err(OpenError::Reserved { port });
+        }
+        if !self.eng().claim_port(port, kind) {
             return Err(OpenError::PortInUse { port });
         }
         Ok(())

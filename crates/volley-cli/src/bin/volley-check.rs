@@ -481,6 +481,15 @@ fn ports(w: &World) -> R {
     }
     let p20 = w.open(20)?;
     let p21 = w.open(21)?;
+    // A port open twice, and the reserved one, are refused, each with its own reason.
+    match w.open(20) {
+        Err(e @ volley::OpenError::PortInUse { .. }) => println!("result: error=\"{e}\""),
+        other => return Err(format!("open(20) twice: {:?}", other.map(|_| ())).into()),
+    }
+    match w.open(u32::MAX) {
+        Err(e @ volley::OpenError::Reserved { .. }) => println!("result: error=\"{e}\""),
+        other => return Err(format!("open(u32::MAX): {:?}", other.map(|_| ())).into()),
+    }
     let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let h = hits.clone();
     let _active = w.bind(22, move |m: &[u8], _| {
