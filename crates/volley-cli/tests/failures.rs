@@ -194,16 +194,21 @@ fn full_shm_dir_is_a_clear_error() {
 fn foreign_segment_and_bad_environment_are_clear_errors() {
     let garbage = std::env::temp_dir().join(format!("volley-garbage-{}", std::process::id()));
     std::fs::write(&garbage, vec![0xAB; 8192]).unwrap();
-    let o = Command::new(CHECK)
-        .arg("whoami")
+    // The garbage on descriptor 7 (a launcher's descriptors are above 2), doorbells on 8, 9.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 7<'{}' 8</dev/null 9</dev/null; exec '{CHECK}' whoami",
+            garbage.display()
+        ))
         .envs([
             ("VOLLEY_RANK", "0"),
             ("VOLLEY_SIZE", "2"),
             ("VOLLEY_JOB_TOKEN", "1"),
-            ("VOLLEY_SHM_FD", "0"),
-            ("VOLLEY_WAKE_FDS", "1,2"),
+            ("VOLLEY_SHM_FD", "7"),
+            ("VOLLEY_WAKE_FDS", "8,9"),
         ])
-        .stdin(std::fs::File::open(&garbage).unwrap())
+        .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&garbage);

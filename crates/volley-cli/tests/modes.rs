@@ -227,6 +227,31 @@ fn with_the_progress_thread_a_large_isend_completes_during_computation() {
     assert!(out.contains("completed_during_compute=false"), "{out}");
 }
 
+/// The same for a matched message, which goes by rendezvous: the thread writes the request to
+/// send, reads the receiver's answer and streams the data while the application computes
+/// (with single copy the receiver copies it and the thread reads the answer); without the
+/// thread nothing answers the receiver until the application calls volley again.
+#[test]
+fn with_the_progress_thread_a_large_matched_isend_completes_during_computation() {
+    for env in [&[][..], &[("VOLLEY_SINGLE_COPY_THRESHOLD", "65536")][..]] {
+        let out = ok(volley(
+            &[
+                "-n", "2", CHECK, "overlap", "33554432", "20000", "thread", "matched",
+            ],
+            env,
+        ));
+        assert!(
+            out.contains("completed_during_compute=true"),
+            "{env:?}: {out}"
+        );
+    }
+    let out = ok(volley(
+        &["-n", "2", CHECK, "overlap", "33554432", "1000", "matched"],
+        &[],
+    ));
+    assert!(out.contains("completed_during_compute=false"), "{out}");
+}
+
 #[test]
 fn the_progress_thread_keeps_order_and_loses_nothing() {
     let env = [("VOLLEY_PROGRESS_THREAD", "1"), ("VOLLEY_COUNTERS", "1")];

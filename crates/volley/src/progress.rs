@@ -7,14 +7,22 @@
 //! lent, later sends to that rank queue behind it (order is kept). The channel back is only
 //! polled while something is lent, so the hot path pays nothing when the thread is idle. The
 //! thread sleeps on its channel when it has nothing to do.
+//!
+//! A rendezvous (`engine::rendezvous`) is lent whole: the thread writes the request to send,
+//! reads the receiver's answer in the ring's grant queue (which it alone reads while it holds the
+//! producer) and streams the data, so a large matched send completes while the application
+//! computes. The thread serves every lent send in turn, so one whose receiver has not answered
+//! yet holds up no other; and when the engine has more for the same rank, an unanswered
+//! rendezvous goes back to it with the producer (the receiver may want what is queued behind it
+//! first: a flood received last first).
 
 use crate::backoff::Backoff;
 use crate::counters::{Counter, Counters};
 use crate::engine::{push_records, ring_doorbell_of, Cursor, Payload};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
-use volley_shm::{Producer, Segment};
+use volley_shm::{Grant, Producer, Rts, Segment, RTS_SINGLE_COPY};
 use volley_sys::EventFd;
 
 /// What a send handed to the thread looks like from the application's side.
@@ -35,6 +43,30 @@ pub(crate) struct Lend {
     pub data: Payload,
     pub cursor: Cursor,
     pub state: Arc<LentState>,
+    /// Goes by rendezvous (see [`RdvLend`]).
+    pub rendezvous: Option<RdvLend>,
+}
+
+/// A rendezvous lent to the thread.
+pub(crate) struct RdvLend {
+    /// The token its request to send carries (reserved by the engine).
+    pub token: u32,
+    /// The receiver may copy it by single copy.
+    pub single: bool,
+    /// Set by the engine when it has something else for this destination: a rendezvous still
+    /// waiting for its answer then goes back to the engine with the producer, so that what is
+    /// queued behind it can go (the receiver may want that first).
+    pub hand_back: Arc<AtomicBool>,
+}
+
+/// A rendezvous the thread gives back before its answer came (see [`RdvLend::hand_back`]): its
+/// request to send is in the ring.
+pub(crate) struct Handback {
+    pub tag: u32,
+    pub context: u32,
+    pub data: Payload,
+    pub token: u32,
+    pub state: Arc<LentState>,
 }
 
 pub(crate) enum ToThread {
@@ -47,6 +79,10 @@ pub(crate) struct Returned {
     pub dst: usize,
     pub producer: Producer,
     pub counters: Counters,
+    /// A rendezvous the thread finished: its token is free again.
+    pub token_done: Option<u32>,
+    /// A rendezvous given back unanswered.
+    pub handback: Option<Handback>,
 }
 
 pub(crate) struct ProgressThread {
@@ -87,6 +123,116 @@ fn peer_gone(seg: &Segment, dst: usize) -> bool {
     seg.rank(dst).state.load(Ordering::Relaxed) >= volley_shm::RANK_FINALIZED
 }
 
+/// Where a lent rendezvous stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rdv {
+    /// The request to send is not in the ring yet.
+    Ask,
+    /// Waiting for the receiver's answer.
+    Wait,
+    /// Streaming with this grant id.
+    Stream(u32),
+}
+
+/// A lent send being served.
+struct Job {
+    l: Lend,
+    rdv: Option<Rdv>,
+    counters: Counters,
+}
+
+impl Job {
+    /// Moves the send on. Returns whether it is over (written, or its destination gone).
+    fn step(&mut self, seg: &Segment, me: usize, bells: &[EventFd]) -> (bool, bool) {
+        let Job { l, rdv, counters } = self;
+        let mut moved = false;
+        let complete = match rdv {
+            None => {
+                let before = l.cursor.off;
+                let c = push_records(
+                    &mut l.producer,
+                    counters,
+                    l.tag,
+                    l.context,
+                    &l.data,
+                    &mut l.cursor,
+                );
+                moved = c || l.cursor.off != before;
+                c
+            }
+            Some(Rdv::Ask) => {
+                let r = l.rendezvous.as_ref().expect("a rendezvous");
+                let single = r.single;
+                let rts = Rts {
+                    addr: if single { l.data.as_ptr() as u64 } else { 0 },
+                    len: l.data.len() as u64,
+                    token: r.token,
+                    flags: if single { RTS_SINGLE_COPY } else { 0 },
+                };
+                if l.producer.push_rts(l.tag, l.context, &rts) {
+                    counters.add(Counter::MsgsSent, 1);
+                    counters.add(Counter::BytesSent, l.data.len() as u64);
+                    *rdv = Some(Rdv::Wait);
+                    moved = true;
+                }
+                false
+            }
+            Some(Rdv::Wait) => {
+                let token = l.rendezvous.as_ref().expect("a rendezvous").token;
+                match seg.take_grant(me, l.dst) {
+                    Some(Grant::Done { token: t }) if t == token => {
+                        counters.add(Counter::SingleCopySends, 1);
+                        true
+                    }
+                    Some(Grant::Clear { token: t, gid }) if t == token => {
+                        *rdv = Some(Rdv::Stream(gid));
+                        false
+                    }
+                    Some(_) => {
+                        counters.add(Counter::BadGrants, 1);
+                        false
+                    }
+                    None => false,
+                }
+            }
+            Some(Rdv::Stream(gid)) => {
+                let gid = *gid;
+                let before = l.cursor.off;
+                let p = match &mut l.data {
+                    Payload::Packed(p) => {
+                        let total = p.len();
+                        l.producer.push_stream_with(
+                            gid,
+                            l.context,
+                            total,
+                            &mut l.cursor,
+                            |off, piece| p.pack(off, piece),
+                        )
+                    }
+                    d => l.producer.push_stream(gid, l.context, d, &mut l.cursor),
+                };
+                counters.add(Counter::Fragments, p.fragments as u64);
+                moved = l.cursor.off != before;
+                if p.done {
+                    counters.add(Counter::RendezvousStreams, 1);
+                }
+                p.done
+            }
+        };
+        if moved || complete {
+            ring_doorbell_of(seg, bells, me, l.dst, counters);
+        }
+        if complete {
+            return (true, false);
+        }
+        if peer_gone(seg, l.dst) {
+            l.state.failed.store(true, Ordering::Relaxed);
+            return (true, moved);
+        }
+        (false, moved)
+    }
+}
+
 fn run(
     rx: Receiver<ToThread>,
     tx: Sender<Returned>,
@@ -94,56 +240,106 @@ fn run(
     me: usize,
     bells: Vec<EventFd>,
 ) {
-    while let Ok(ToThread::Lend(l)) = rx.recv() {
-        let Lend {
-            dst,
-            mut producer,
-            tag,
-            context,
-            data,
-            mut cursor,
-            state,
-        } = *l;
-        let mut counters = Counters::default();
-        let mut backoff = Backoff::new();
-        loop {
-            let before = cursor.off;
-            let complete = push_records(
-                &mut producer,
-                &mut counters,
-                tag,
-                context,
-                &data,
-                &mut cursor,
-            );
-            if complete || cursor.off != before {
-                ring_doorbell_of(&seg, &bells, me, dst, &mut counters);
-                backoff.reset();
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut backoff = Backoff::new();
+    loop {
+        // New work: wait for it when idle, else only look.
+        let msg = if jobs.is_empty() {
+            rx.recv().map_err(|_| TryRecvError::Disconnected)
+        } else {
+            rx.try_recv()
+        };
+        match msg {
+            Ok(ToThread::Lend(l)) => {
+                let rdv = l.rendezvous.as_ref().map(|_| Rdv::Ask);
+                if rdv.is_some() {
+                    let mut counters = Counters::default();
+                    counters.add(Counter::RendezvousSends, 1);
+                    jobs.push(Job {
+                        l: *l,
+                        rdv,
+                        counters,
+                    });
+                } else {
+                    jobs.push(Job {
+                        l: *l,
+                        rdv,
+                        counters: Counters::default(),
+                    });
+                }
+                continue;
             }
-            if complete {
-                break;
+            Ok(ToThread::Stop) | Err(TryRecvError::Disconnected) => {
+                if jobs.is_empty() {
+                    return;
+                }
             }
-            if peer_gone(&seg, dst) {
-                state.failed.store(true, Ordering::Relaxed);
-                break;
-            }
-            // The receiver is behind.
-            backoff.snooze();
+            Err(TryRecvError::Empty) => {}
         }
-        counters.add(Counter::ProgressThreadSends, 1);
-        *state.data.lock().unwrap_or_else(|p| p.into_inner()) = Some(data);
-        // SYNC: Release; pairs with the Acquire in SendRequest::is_complete/test: the buffer is
-        // in `data` and the message in the ring before the application sees done.
-        state.done.store(true, Ordering::Release);
-        if tx
-            .send(Returned {
-                dst,
-                producer,
-                counters,
-            })
-            .is_err()
-        {
-            return;
+        let mut any_moved = false;
+        let mut i = 0;
+        while i < jobs.len() {
+            // A rendezvous still unanswered goes back when the engine has more for its rank.
+            let back = jobs[i].rdv == Some(Rdv::Wait)
+                && jobs[i]
+                    .l
+                    .rendezvous
+                    .as_ref()
+                    .is_some_and(|r| r.hand_back.load(Ordering::Relaxed));
+            if back {
+                let Job { l, counters, .. } = jobs.swap_remove(i);
+                let token = l.rendezvous.as_ref().expect("a rendezvous").token;
+                let r = Returned {
+                    dst: l.dst,
+                    producer: l.producer,
+                    counters,
+                    token_done: None,
+                    handback: Some(Handback {
+                        tag: l.tag,
+                        context: l.context,
+                        data: l.data,
+                        token,
+                        state: l.state,
+                    }),
+                };
+                if tx.send(r).is_err() {
+                    return;
+                }
+                continue;
+            }
+            let (over, moved) = jobs[i].step(&seg, me, &bells);
+            any_moved |= moved;
+            if !over {
+                i += 1;
+                continue;
+            }
+            let Job {
+                l, mut counters, ..
+            } = jobs.swap_remove(i);
+            counters.add(Counter::ProgressThreadSends, 1);
+            let token_done = l.rendezvous.as_ref().map(|r| r.token);
+            *l.state.data.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.data);
+            // SYNC: Release; pairs with the Acquire in SendRequest::is_complete/test: the buffer
+            // is in `data` and the message in the ring before the application sees done.
+            l.state.done.store(true, Ordering::Release);
+            if tx
+                .send(Returned {
+                    dst: l.dst,
+                    producer: l.producer,
+                    counters,
+                    token_done,
+                    handback: None,
+                })
+                .is_err()
+            {
+                return;
+            }
+        }
+        if any_moved {
+            backoff.reset();
+        } else if !jobs.is_empty() {
+            // Receivers are behind, or have not answered yet.
+            backoff.snooze();
         }
     }
 }

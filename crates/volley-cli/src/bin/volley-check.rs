@@ -607,8 +607,12 @@ fn idle(w: &World, ms: u64) -> R {
 /// Rank 0 starts a non-blocking send of `size` bytes to rank 1, then computes without calling
 /// volley for up to `max_ms`, looking only at whether the send has completed. With "thread", it
 /// starts the progress thread first. Rank 1 receives and checks every byte.
-fn overlap(w: &World, size: usize, max_ms: u64, thread: bool) -> R {
+fn overlap(w: &World, size: usize, max_ms: u64, thread: bool, matched: bool) -> R {
     let ep = w.open(15)?;
+    if matched {
+        // Matched on both sides: the large message goes by rendezvous.
+        ep.use_matching();
+    }
     if w.rank() == 0 {
         if thread {
             w.start_progress_thread()?;
@@ -636,10 +640,18 @@ fn overlap(w: &World, size: usize, max_ms: u64, thread: bool) -> R {
         );
         let back = req.wait()?;
         check(&back, size, 15, "buffer given back")?;
-        ep.recv()?;
+        if matched {
+            ep.recv_matching(Some(1), None, &mut [0u8; 2])?;
+        } else {
+            ep.recv()?;
+        }
     } else if w.rank() == 1 {
         let mut buf = vec![0u8; size];
-        let (n, _) = ep.recv_into(&mut buf)?;
+        let n = if matched {
+            ep.recv_matching(Some(0), None, &mut buf)?.len
+        } else {
+            ep.recv_into(&mut buf)?.0
+        };
         check(&buf[..n], size, 15, "overlapped message")?;
         ep.send_to(0, 15, b"ok")?;
     }
@@ -1272,12 +1284,13 @@ fn main() {
             &world,
             num(1, 32 << 20) as usize,
             num(2, 10_000),
-            args.get(3).map(String::as_str) == Some("thread"),
+            args.iter().skip(3).any(|a| a == "thread"),
+            args.iter().skip(3).any(|a| a == "matched"),
         ),
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] [matched] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
             std::process::exit(2);
         }
     };

@@ -102,6 +102,8 @@ pub(crate) struct Pending {
     pub rts_sent: bool,
     /// The receiver's grant: the data is being streamed with this id.
     pub gid: Option<u32>,
+    /// A rendezvous the progress thread gave back: the application's request watches this.
+    pub lent: Option<Arc<crate::progress::LentState>>,
 }
 
 impl Pending {
@@ -127,6 +129,7 @@ impl Pending {
             rts: None,
             rts_sent: false,
             gid: None,
+            lent: None,
         }
     }
 }
@@ -221,6 +224,8 @@ pub(crate) struct Engine {
     next_gid: u32,
     /// Largest matched message sent eagerly; larger ones go by rendezvous.
     eager: usize,
+    /// Per destination: the hand-back flag of a rendezvous lent to the progress thread.
+    lent_rdv: Vec<Option<Arc<std::sync::atomic::AtomicBool>>>,
 }
 
 impl Engine {
@@ -290,7 +295,10 @@ impl Engine {
     ) -> bool {
         match self.tx[dst].as_mut() {
             Some(tx) => tx.try_push_with(meta, len, fill),
-            None => false,
+            None => {
+                self.want_producer(dst);
+                false
+            }
         }
     }
 
@@ -527,6 +535,7 @@ impl Engine {
             nbacklog: 0,
             next_gid: 0,
             eager: crate::config::DEFAULT_EAGER,
+            lent_rdv: vec![None; n],
         }
     }
 
@@ -620,7 +629,10 @@ impl Engine {
         match self.tx[dst].as_mut() {
             Some(tx) => push_records(tx, &mut self.counters, tag, context, data, c),
             // Lent to the progress thread: later messages wait for it to come back.
-            None => false,
+            None => {
+                self.want_producer(dst);
+                false
+            }
         }
     }
 
@@ -639,10 +651,30 @@ impl Engine {
         if p.lent == 0 {
             return;
         }
+        let mut returned = Vec::new();
         while let Ok(r) = p.from.try_recv() {
             p.lent -= 1;
+            returned.push(r);
+        }
+        for r in returned {
             self.counters.merge(&r.counters);
             self.tx[r.dst] = Some(r.producer);
+            self.lent_rdv[r.dst] = None;
+            if let Some(t) = r.token_done {
+                self.release_token(t);
+            }
+            if let Some(h) = r.handback {
+                self.adopt_rendezvous(r.dst, h);
+            }
+        }
+    }
+
+    /// Something waits for the ring to `dst` while its producer is lent: a rendezvous the
+    /// thread holds unanswered is to come back (see `progress::RdvLend::hand_back`).
+    #[cold]
+    fn want_producer(&mut self, dst: usize) {
+        if let Some(f) = &self.lent_rdv[dst] {
+            f.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -655,6 +687,7 @@ impl Engine {
         context: u32,
         data: Payload,
         cursor: Cursor,
+        rendezvous: Option<(u32, bool)>,
     ) -> Result<std::sync::Arc<crate::progress::LentState>, Payload> {
         if self.progress.is_none() || self.has_pending(dst) || self.tx[dst].is_none() {
             return Err(data);
@@ -674,6 +707,15 @@ impl Engine {
             data,
             cursor,
             state: state.clone(),
+            rendezvous: rendezvous.map(|(token, single)| {
+                let f = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                self.lent_rdv[dst] = Some(f.clone());
+                crate::progress::RdvLend {
+                    token,
+                    single,
+                    hand_back: f,
+                }
+            }),
         };
         match p.to.send(crate::progress::ToThread::Lend(Box::new(l))) {
             Ok(()) => {

@@ -41,20 +41,63 @@ impl Engine {
     /// Gives the rendezvous send `p` (to `dst`) a token: it stays in the table until its
     /// receiver has answered and its data has gone.
     pub fn new_rendezvous(&mut self, dst: usize, p: &Arc<Exclusive<Pending>>) -> u32 {
-        let token = match self.rts_free.pop() {
-            Some(t) => {
-                self.rts[t as usize] = Some(p.clone());
-                t
-            }
-            None => {
-                self.rts.push(Some(p.clone()));
-                (self.rts.len() - 1) as u32
-            }
-        };
+        let token = self.reserve_token();
+        self.rts[token as usize] = Some(p.clone());
         self.nrts += 1;
         self.rts_out[dst] += 1;
         self.count(Counter::RendezvousSends, 1);
         token
+    }
+
+    /// A token no rendezvous of ours uses (the progress thread's take one too).
+    pub fn reserve_token(&mut self) -> u32 {
+        match self.rts_free.pop() {
+            Some(t) => t,
+            None => {
+                self.rts.push(None);
+                (self.rts.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Frees a token reserved for the progress thread.
+    pub fn release_token(&mut self, token: u32) {
+        if self.rts[token as usize].is_none() {
+            self.rts_free.push(token);
+        }
+    }
+
+    /// Takes over a rendezvous the progress thread gave back unanswered (its request to send is
+    /// in the ring): from now on this engine reads its answer and streams it.
+    pub(crate) fn adopt_rendezvous(&mut self, dst: usize, h: crate::progress::Handback) {
+        let mut pm = Pending::new(
+            dst,
+            h.tag,
+            h.context,
+            h.data,
+            Default::default(),
+            false,
+            None,
+        );
+        pm.rts = Some(h.token);
+        pm.rts_sent = true;
+        pm.lent = Some(h.state);
+        self.rts[h.token as usize] = Some(Arc::new(Exclusive::new(pm)));
+        self.nrts += 1;
+        self.rts_out[dst] += 1;
+    }
+
+    /// A rendezvous is over: its buffer is free (and a request that watches a lent state sees
+    /// it done).
+    fn complete(pm: &mut Pending) {
+        pm.done = true;
+        if let Some(state) = pm.lent.take() {
+            *state.data.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(std::mem::take(&mut pm.data));
+            // SYNC: Release; pairs with the Acquire in SendState::check (as the progress
+            // thread's own completion).
+            state.done.store(true, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Writes the request to send of `pm` (which has a token) into the ring to `dst`; false if
@@ -90,7 +133,17 @@ impl Engine {
 
     /// Takes rendezvous `token` out of the table: its buffer is no longer needed.
     fn end_rendezvous(&mut self, dst: usize, token: u32) {
-        if self.rts[token as usize].take().is_some() {
+        if let Some(p) = self.rts[token as usize].take() {
+            let mut pm = p.borrow_mut();
+            if let Some(state) = pm.lent.take() {
+                // Never completed: a destination that left the job.
+                state
+                    .failed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                // SYNC: Release; pairs with the Acquire in SendState::check.
+                state.done.store(true, std::sync::atomic::Ordering::Release);
+            }
+            drop(pm);
             self.rts_free.push(token);
             self.nrts -= 1;
             self.rts_out[dst] -= 1;
@@ -108,7 +161,8 @@ impl Engine {
         }
         let mut done = 0;
         for dst in 0..self.n {
-            if self.rts_out[dst] == 0 {
+            // While the producer is lent, the progress thread alone reads the ring's answers.
+            if self.rts_out[dst] == 0 || self.tx[dst].is_none() {
                 continue;
             }
             while let Some(g) = self.seg.take_grant(self.me, dst) {
@@ -121,7 +175,7 @@ impl Engine {
                 };
                 match g {
                     Grant::Done { .. } => {
-                        p.borrow_mut().done = true;
+                        Self::complete(&mut p.borrow_mut());
                         self.end_rendezvous(dst, token);
                         self.count(Counter::SingleCopySends, 1);
                         done += 1;
@@ -188,7 +242,7 @@ impl Engine {
                 self.counters.add(Counter::BackPressure, 1);
                 break;
             }
-            pm.done = true;
+            Self::complete(&mut pm);
             let token = pm.rts.expect("a rendezvous send has a token");
             drop(pm);
             self.streams[dst].pop_front();

@@ -23,6 +23,32 @@ impl Engine {
         }
         self.drive_pending();
         if self.wants_rendezvous(context, data.len()) {
+            // With a progress thread, the whole rendezvous goes to it (it reads the answer and
+            // streams the data while the application computes), unless this process already
+            // waits for answers from `rank` (the ring's answers have one reader at a time).
+            let data = if self.rts_out[rank] == 0 && self.has_progress_thread() {
+                let single = !data.is_packed() && self.use_single_copy(rank, data.len());
+                let token = self.reserve_token();
+                match self.lend(
+                    rank,
+                    tag,
+                    context,
+                    data,
+                    Cursor::default(),
+                    Some((token, single)),
+                ) {
+                    Ok(state) => {
+                        self.count(Counter::RendezvousSends, 1);
+                        return Ok(SendState::Lent(rank, state));
+                    }
+                    Err(data) => {
+                        self.release_token(token);
+                        data
+                    }
+                }
+            } else {
+                data
+            };
             // A request to send now (or queued in order); the data waits for the receiver.
             let p = Arc::new(Exclusive::new(Pending::new(
                 rank,
@@ -58,7 +84,7 @@ impl Engine {
                 return Ok(SendState::Done(data));
             }
             // The rest can go on in the progress thread while the application computes.
-            let data = match self.lend(rank, tag, context, data, cursor) {
+            let data = match self.lend(rank, tag, context, data, cursor, None) {
                 Ok(state) => return Ok(SendState::Lent(rank, state)),
                 Err(data) => data,
             };
@@ -89,6 +115,9 @@ impl Engine {
     }
 
     fn enqueue(&mut self, rank: usize, p: Arc<Exclusive<Pending>>) -> SendState {
+        if self.tx[rank].is_none() {
+            self.want_producer(rank);
+        }
         self.pending[rank].push_back(p.clone());
         self.npending += 1;
         self.count(Counter::PendingSends, 1);
