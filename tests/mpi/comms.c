@@ -140,6 +140,9 @@ int main(int argc, char **argv) {
     int inter;
     OK(MPI_Comm_test_inter(dup, &inter));
     CHECK(!inter);
+    int topo;
+    OK(MPI_Topo_test(dup, &topo));
+    CHECK(topo == MPI_UNDEFINED);
     /* Many communicators made and freed: context ids are reused. */
     for (int i = 0; i < 2000; i++) {
         MPI_Comm c;

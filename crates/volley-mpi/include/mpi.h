@@ -235,6 +235,13 @@ enum {
     MPI_UNDEFINED = -32766
 };
 
+/* Topologies (MPI_Topo_test); volley's communicators have none yet. */
+enum {
+    MPI_CART = 1,
+    MPI_GRAPH = 2,
+    MPI_DIST_GRAPH = 3
+};
+
 enum {
     MPI_THREAD_SINGLE = 0,
     MPI_THREAD_FUNNELED = 1,
@@ -365,6 +372,7 @@ P(int, Comm_create_group, (MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *ne
 P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
+P(int, Topo_test, (MPI_Comm comm, int *status)) \
 P(int, Comm_remote_size, (MPI_Comm comm, int *size)) \
 P(int, Comm_remote_group, (MPI_Comm comm, MPI_Group *group)) \
 P(int, Intercomm_create, (MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, int tag, MPI_Comm *newintercomm)) \

@@ -507,6 +507,14 @@ crate::mpi! {
         unsafe { put(flag, inter as c_int) }
     }
 
+    fn MPI_Topo_test / PMPI_Topo_test(comm: H, status: *mut c_int) [comm] {
+        // No communicator has a topology yet (MPI_Cart_create and the others are the
+        // collectives issue's): MPI_UNDEFINED, as for any communicator without one.
+        rt()?.comm(comm)?;
+        // SAFETY: the caller's output argument.
+        unsafe { put(status, abi::UNDEFINED) }
+    }
+
     fn MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: H, size: *mut c_int) [comm] {
         let c = rt()?.comm(comm)?;
         let (g, _) = c.remote.as_ref().ok_or_else(|| fail(class::COMM, "MPI_Comm_remote_size needs an intercommunicator"))?;

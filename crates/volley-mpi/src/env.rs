@@ -130,7 +130,7 @@ pub extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
 const LIBRARY_VERSION: &str = concat!(
     "volley MPI ",
     env!("CARGO_PKG_VERSION"),
-    " (MPI 3.1 point-to-point, communicators, groups, datatypes; on volley's shared-memory rings and network protocol)"
+    " (MPI 3.1 point-to-point, communicators, groups, datatypes, blocking and non-blocking collectives; on volley's shared-memory rings and network protocol)"
 );
 
 fn hostname() -> String {
