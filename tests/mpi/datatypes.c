@@ -205,6 +205,35 @@ int main(int argc, char **argv) {
     OK(MPI_Get_address(&a[0], &x1));
     OK(MPI_Get_address(&a[5], &x2));
     CHECK(MPI_Aint_diff(x2, x1) == 20 && MPI_Aint_add(x1, 20) == x2);
+    {
+        /* MPI_Type_get_contents returns new handles for derived components (MPI 3.1, 4.1.13):
+         * valid after the program freed the one it built with, and freeing them leaves the
+         * type built from them intact. */
+        MPI_Datatype c3, v;
+        OK(MPI_Type_contiguous(3, MPI_INT, &c3));
+        OK(MPI_Type_vector(2, 1, 4, c3, &v));
+        OK(MPI_Type_commit(&v));
+        OK(MPI_Type_free(&c3));
+        int ni, na, nd, comb;
+        OK(MPI_Type_get_envelope(v, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_VECTOR && ni == 3 && na == 0 && nd == 1);
+        int ints[3];
+        MPI_Aint aints[1];
+        MPI_Datatype parts[1];
+        OK(MPI_Type_get_contents(v, ni, na, nd, ints, aints, parts));
+        CHECK(ints[0] == 2 && ints[1] == 1 && ints[2] == 4);
+        int sz;
+        OK(MPI_Type_size(parts[0], &sz));
+        CHECK(sz == 3 * (int)sizeof(int));
+        OK(MPI_Type_get_envelope(parts[0], &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_CONTIGUOUS);
+        OK(MPI_Type_free(&parts[0]));
+        OK(MPI_Type_size(v, &sz));
+        CHECK(sz == 6 * (int)sizeof(int));
+        OK(MPI_Type_get_contents(v, 3, 0, 1, ints, aints, parts));
+        OK(MPI_Type_free(&parts[0]));
+        OK(MPI_Type_free(&v));
+    }
     pass("datatypes");
     return 0;
 }

@@ -66,6 +66,9 @@ pub struct Dtype {
     pub ints: Vec<c_int>,
     pub aints: Vec<Aint>,
     pub types: Vec<H>,
+    /// The made datatypes among `types`, held: the program may free their handles, and
+    /// MPI_Type_get_contents hands out new handles to them.
+    pub parts: Vec<Option<Arc<Dtype>>>,
     pub committed: bool,
     /// Whether MPI_LB / MPI_UB markers fixed the bounds (they then stay, MPI-1's sticky rule).
     pub lb_marked: bool,
@@ -110,6 +113,7 @@ impl Dtype {
             ints: vec![],
             aints: vec![],
             types: vec![],
+            parts: vec![],
             committed: true,
             lb_marked: false,
             ub_marked: false,
@@ -561,6 +565,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         ints: vec![],
         aints: vec![],
         types: vec![],
+        parts: vec![],
         committed: false,
         lb_marked: mlb.is_some(),
         ub_marked: mub.is_some(),
@@ -576,10 +581,14 @@ fn count_of(n: c_int, what: &str) -> R<usize> {
 
 /// Stores a new type and writes its handle.
 fn store(mut d: Dtype, ints: Vec<c_int>, aints: Vec<Aint>, types: Vec<H>, out: *mut H) -> R {
+    let mut rt = rt()?;
+    d.parts = types
+        .iter()
+        .map(|&h| index(KIND_TYPE, h).and_then(|i| rt.types.get(i).cloned().flatten()))
+        .collect();
     d.ints = ints;
     d.aints = aints;
     d.types = types;
-    let mut rt = rt()?;
     let d = Arc::new(d);
     let i = state::vacant(&mut rt.types, d);
     // SAFETY: the caller's output argument.
@@ -892,11 +901,24 @@ crate::mpi! {
         if (max_integers as usize) < t.ints.len() || (max_addresses as usize) < t.aints.len() || (max_datatypes as usize) < t.types.len() {
             return Err(fail(class::ARG, "an output array is smaller than MPI_Type_get_envelope said it must be"));
         }
+        // A made datatype comes back as a new handle the program frees (MPI-3.1 4.1.13), also
+        // when it freed the one it built with; a predefined one as itself.
+        let types: Vec<H> = {
+            let mut rt = rt()?;
+            t.types
+                .iter()
+                .zip(&t.parts)
+                .map(|(&h, part)| match part {
+                    Some(d) => handle(KIND_TYPE, state::vacant(&mut rt.types, d.clone())),
+                    None => h,
+                })
+                .collect()
+        };
         // SAFETY: MPI: the arrays hold the max_* entries, which hold the contents.
         unsafe {
             crate::err::array_mut(array_of_integers, t.ints.len() as c_int)?.copy_from_slice(&t.ints);
             crate::err::array_mut(array_of_addresses, t.aints.len() as c_int)?.copy_from_slice(&t.aints);
-            crate::err::array_mut(array_of_datatypes, t.types.len() as c_int)?.copy_from_slice(&t.types);
+            crate::err::array_mut(array_of_datatypes, t.types.len() as c_int)?.copy_from_slice(&types);
         }
         Ok(())
     }
