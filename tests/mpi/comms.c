@@ -143,6 +143,30 @@ int main(int argc, char **argv) {
     int topo;
     OK(MPI_Topo_test(dup, &topo));
     CHECK(topo == MPI_UNDEFINED);
+    /* MPI_Dims_create (MPI 3.1, 7.5.2): balanced, non-increasing, fixed entries kept. */
+    {
+        int d2[2] = {0, 0}, d3[3] = {0, 0, 0};
+        OK(MPI_Dims_create(6, 2, d2));
+        CHECK(d2[0] == 3 && d2[1] == 2);
+        d2[0] = d2[1] = 0;
+        OK(MPI_Dims_create(7, 2, d2));
+        CHECK(d2[0] == 7 && d2[1] == 1);
+        OK(MPI_Dims_create(6, 3, d3));
+        CHECK(d3[0] == 3 && d3[1] == 2 && d3[2] == 1);
+        d3[0] = d3[1] = d3[2] = 0;
+        OK(MPI_Dims_create(16, 3, d3));
+        CHECK(d3[0] == 4 && d3[1] == 2 && d3[2] == 2);
+        d3[0] = 0, d3[1] = 3, d3[2] = 0;
+        OK(MPI_Dims_create(12, 3, d3));
+        CHECK(d3[0] == 2 && d3[1] == 3 && d3[2] == 2);
+        int bad[2] = {3, 0}, cls;
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        int err = MPI_Dims_create(10, 2, bad);
+        CHECK(err != MPI_SUCCESS);
+        OK(MPI_Error_class(err, &cls));
+        CHECK(cls == MPI_ERR_DIMS);
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    }
     /* Many communicators made and freed: context ids are reused. */
     for (int i = 0; i < 2000; i++) {
         MPI_Comm c;

@@ -373,6 +373,7 @@ P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
 P(int, Topo_test, (MPI_Comm comm, int *status)) \
+P(int, Dims_create, (int nnodes, int ndims, int dims[])) \
 P(int, Comm_remote_size, (MPI_Comm comm, int *size)) \
 P(int, Comm_remote_group, (MPI_Comm comm, MPI_Group *group)) \
 P(int, Intercomm_create, (MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, int tag, MPI_Comm *newintercomm)) \

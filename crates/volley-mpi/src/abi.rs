@@ -154,6 +154,7 @@ pub mod class {
     pub const GROUP: c_int = 9;
     pub const OP: c_int = 10;
     pub const ARG: c_int = 13;
+    pub const DIMS: c_int = 12;
     pub const UNKNOWN: c_int = 14;
     pub const TRUNCATE: c_int = 15;
     pub const OTHER: c_int = 16;

@@ -286,6 +286,61 @@ pub(crate) fn delete_attr(comm: H, k: c_int, v: usize) -> R {
     Ok(())
 }
 
+/// Fills the zero entries of `dims` so that the product of all is `nnodes`, as close to each
+/// other as possible and in non-increasing order (MPI-3.1 7.5.2): the prime factors of what is
+/// left, largest first, each to the free dimension with the smallest product so far.
+fn dims_create(nnodes: c_int, dims: &mut [c_int]) -> R {
+    if let Some(&d) = dims.iter().find(|&&d| d < 0) {
+        return Err(fail(
+            class::DIMS,
+            format!("MPI_Dims_create: a dimension is negative ({d})"),
+        ));
+    }
+    let fixed: i64 = dims.iter().filter(|&&d| d > 0).map(|&d| d as i64).product();
+    if nnodes as i64 % fixed != 0 {
+        return Err(fail(
+            class::DIMS,
+            format!("MPI_Dims_create: {nnodes} nodes cannot be split over the fixed dimensions (their product is {fixed})"),
+        ));
+    }
+    let mut left = nnodes as i64 / fixed;
+    let free: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] == 0).collect();
+    if free.is_empty() {
+        return if left == 1 {
+            Ok(())
+        } else {
+            Err(fail(
+                class::DIMS,
+                format!("MPI_Dims_create: the fixed dimensions multiply to {fixed}, not {nnodes}"),
+            ))
+        };
+    }
+    let mut primes = Vec::new();
+    let mut p = 2;
+    while p * p <= left {
+        while left % p == 0 {
+            primes.push(p);
+            left /= p;
+        }
+        p += 1;
+    }
+    if left > 1 {
+        primes.push(left);
+    }
+    let mut got = vec![1i64; free.len()];
+    for &q in primes.iter().rev() {
+        let k = (0..got.len())
+            .min_by_key(|&k| got[k])
+            .expect("a free dimension");
+        got[k] *= q;
+    }
+    got.sort_unstable_by(|a, b| b.cmp(a));
+    for (&i, g) in free.iter().zip(got) {
+        dims[i] = g as c_int;
+    }
+    Ok(())
+}
+
 fn group_of(h: H) -> R<Arc<[usize]>> {
     rt()?.group(h)
 }
@@ -505,6 +560,15 @@ crate::mpi! {
         let inter = rt()?.comm(comm)?.is_inter();
         // SAFETY: the caller's output argument.
         unsafe { put(flag, inter as c_int) }
+    }
+
+    fn MPI_Dims_create / PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) {
+        if nnodes <= 0 || ndims < 0 {
+            return Err(fail(class::DIMS, format!("MPI_Dims_create needs nnodes > 0 and ndims >= 0 (got {nnodes} and {ndims})")));
+        }
+        // SAFETY: MPI: dims holds ndims entries.
+        let d = unsafe { array_mut(dims, ndims)? };
+        dims_create(nnodes, d)
     }
 
     fn MPI_Topo_test / PMPI_Topo_test(comm: H, status: *mut c_int) [comm] {
