@@ -33,6 +33,19 @@ static inline int world_size(void) {
     return n;
 }
 
+/* This process's peak resident memory so far, in KiB (-1 if unknown). */
+static inline long peak_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
 /* Ends a passing test: every rank says so, rank 0 last. */
 static inline void pass(const char *name) {
     MPI_Barrier(MPI_COMM_WORLD);

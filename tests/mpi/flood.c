@@ -10,18 +10,6 @@
 #define N 24
 #define LEN (8 << 20)
 
-static long peak_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank = world_rank();

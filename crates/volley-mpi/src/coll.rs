@@ -616,6 +616,25 @@ async fn all_to_all_a(
     Ok(())
 }
 
+/// The end of Allgatherv and Alltoallv: `blocks[r]` to each rank r, and what comes from r
+/// (`counts[r]` elements of `t`) unpacked at element `displs[r]` of `recvbuf`.
+async fn exchange_v(
+    c: &CommCore,
+    tag: u32,
+    blocks: &[Vec<u8>],
+    t: &Dtype,
+    recvbuf: P,
+    counts: &[c_int],
+    displs: &[c_int],
+) -> R {
+    let sizes: Vec<usize> = counts.iter().map(|&k| k as usize * t.size).collect();
+    all_to_all_a(c, tag, blocks, &sizes, |r, b| {
+        let to = at(recvbuf.get(), displs[r] as isize, t) as *mut c_void;
+        unpacked(t, b, to, counts[r] as usize);
+    })
+    .await
+}
+
 /// A collective that finishes nothing beyond its data.
 fn done(f: impl std::future::Future<Output = R> + Send + 'static) -> Nbc {
     Box::pin(async move { f.await.map(|()| None) })
@@ -1101,16 +1120,7 @@ fn allgatherv_op(
     let recvbuf = P::new(recvbuf);
     Ok(done(async move {
         let blocks: Vec<Vec<u8>> = vec![mine; n];
-        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
-        all_to_all_a(&c, s.tag(TAG_ALLGATHERV), &blocks, &sizes, |r, b| {
-            unpacked(
-                &t,
-                b,
-                at(recvbuf.get(), ds[r] as isize, &t) as *mut c_void,
-                rc[r] as usize,
-            );
-        })
-        .await
+        exchange_v(&c, s.tag(TAG_ALLGATHERV), &blocks, &t, recvbuf, &rc, &ds).await
     }))
 }
 
@@ -1149,16 +1159,7 @@ fn alltoallv_op(
     let s = c.next_seq();
     let recvbuf = P::new(recvbuf);
     Ok(done(async move {
-        let sizes: Vec<usize> = rc.iter().map(|&k| k as usize * t.size).collect();
-        all_to_all_a(&c, s.tag(TAG_ALLTOALLV), &blocks, &sizes, |r, b| {
-            unpacked(
-                &t,
-                b,
-                at(recvbuf.get(), rd[r] as isize, &t) as *mut c_void,
-                rc[r] as usize,
-            );
-        })
-        .await
+        exchange_v(&c, s.tag(TAG_ALLTOALLV), &blocks, &t, recvbuf, &rc, &rd).await
     }))
 }
 

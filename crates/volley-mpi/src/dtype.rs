@@ -171,33 +171,30 @@ impl Dtype {
                 f(base.wrapping_offset(at), done, take);
             }
             done += take;
-            w.within += take;
-            w.off += take;
-            if w.within == l {
-                w.within = 0;
-                w.block += 1;
-                if w.block == self.blocks.len() {
-                    w.block = 0;
-                    w.elem += 1;
-                }
-            }
+            self.advance(w, take);
         }
     }
 
     /// Moves `w` (at the start) forward to packed offset `off`.
     fn skip(&self, count: usize, w: &mut Walk, off: usize) {
         while w.off < off && w.elem < count {
-            let l = self.blocks[w.block].1;
-            let take = (l - w.within).min(off - w.off);
-            w.within += take;
-            w.off += take;
-            if w.within == l {
-                w.within = 0;
-                w.block += 1;
-                if w.block == self.blocks.len() {
-                    w.block = 0;
-                    w.elem += 1;
-                }
+            let take = (self.blocks[w.block].1 - w.within).min(off - w.off);
+            self.advance(w, take);
+        }
+    }
+
+    /// Moves `w` on by `take` bytes of its current block (at most what is left of it), to the
+    /// next block or element when the block is done.
+    #[inline]
+    fn advance(&self, w: &mut Walk, take: usize) {
+        w.within += take;
+        w.off += take;
+        if w.within == self.blocks[w.block].1 {
+            w.within = 0;
+            w.block += 1;
+            if w.block == self.blocks.len() {
+                w.block = 0;
+                w.elem += 1;
             }
         }
     }

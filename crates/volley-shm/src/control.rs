@@ -227,6 +227,17 @@ pub struct Pushed {
     pub full: bool,
 }
 
+impl Pushed {
+    /// Counts one fragment record, which took the message from `c` up to `end`.
+    fn wrote(&mut self, c: &mut Cursor, end: usize) {
+        self.started |= !c.started;
+        self.fragments += 1;
+        self.bytes += (end - c.off) as u64;
+        c.started = true;
+        c.off = end;
+    }
+}
+
 impl Producer {
     /// Writes as much of the message (`tag`, `context`, `data`) as fits now, from `c` on: one
     /// whole record when it fits in one, else a first fragment, middle ones and a last one, each
@@ -280,11 +291,7 @@ impl Producer {
                 out.full = true;
                 return out;
             }
-            out.started |= !c.started;
-            out.fragments += 1;
-            out.bytes += (end - c.off) as u64;
-            c.started = true;
-            c.off = end;
+            out.wrote(c, end);
         }
         out.done = true;
         out
@@ -326,11 +333,7 @@ impl Producer {
                 out.full = true;
                 return out;
             }
-            out.started |= !c.started;
-            out.fragments += 1;
-            out.bytes += (end - c.off) as u64;
-            c.started = true;
-            c.off = end;
+            out.wrote(c, end);
         }
         out.done = true;
         out

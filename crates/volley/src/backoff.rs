@@ -19,6 +19,16 @@ impl Backoff {
         self.n = 0;
     }
 
+    /// Snoozes, starting over first if the activity count `now` moved since `seen` (something
+    /// went: a long transfer keeps polling instead of drifting into sleeps).
+    pub fn snooze_unless_moved(&mut self, now: u64, seen: &mut u64) {
+        if now != *seen {
+            *seen = now;
+            self.reset();
+        }
+        self.snooze();
+    }
+
     pub fn snooze(&mut self) {
         self.n = self.n.wrapping_add(1);
         if self.n < 64 {

@@ -384,26 +384,48 @@ impl World {
         veto: &dyn Fn(&Status) -> bool,
         incremental: bool,
     ) -> Result<Step, RecvError> {
+        let room = buf.as_deref().map(<[u8]>::len);
+        let (st, found) = match self.claim(pat, veto, room)? {
+            Ok(claimed) => claimed,
+            Err(step) => return Ok(step),
+        };
+        let out = buf
+            .as_deref_mut()
+            .expect("claim returns a probe's envelope as a step");
+        self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
+    }
+
+    /// What every matched receive and probe does before data moves: find the message, let a
+    /// receive posted earlier have it (`veto`), then for a receive into `room` bytes (None: a
+    /// probe, which ends here) check its size and acknowledge a synchronous send.
+    /// `Err(step)` ends the attempt with that step.
+    #[inline(always)]
+    fn claim(
+        &self,
+        pat: &Pattern,
+        veto: &dyn Fn(&Status) -> bool,
+        room: Option<usize>,
+    ) -> Result<Result<(Status, Found), Step>, RecvError> {
         let Some((st, found)) = self.find(pat)? else {
-            return Ok(Step::Nothing);
+            return Ok(Err(Step::Nothing));
         };
         if veto(&st) {
-            return Ok(Step::Vetoed);
+            return Ok(Err(Step::Vetoed));
         }
-        let Some(out) = buf.as_deref_mut() else {
-            return Ok(Step::Done(st));
+        let Some(room) = room else {
+            return Ok(Err(Step::Done(st)));
         };
-        if st.len > out.len() {
+        if st.len > room {
             return Err(RecvError::BufferTooSmall {
                 message: st.len,
-                buffer: out.len(),
+                buffer: room,
                 envelope: Some(st),
             });
         }
         if st.tag & SYNC_TAG != 0 && pat.ignore & SYNC_TAG != 0 {
             self.acknowledge(pat.context, &st)?;
         }
-        self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
+        Ok(Ok((st, found)))
     }
 
     /// Receives the rendezvous message whose request to send (and its ring position) `rts` came
@@ -458,22 +480,10 @@ impl World {
         waiter: &mut Waiter,
         veto: &dyn Fn(&Status) -> bool,
     ) -> Result<Step, RecvError> {
-        let Some((st, found)) = self.find(pat)? else {
-            return Ok(Step::Nothing);
+        let (st, found) = match self.claim(pat, veto, Some(u.len()))? {
+            Ok(claimed) => claimed,
+            Err(step) => return Ok(step),
         };
-        if veto(&st) {
-            return Ok(Step::Vetoed);
-        }
-        if st.len > u.len() {
-            return Err(RecvError::BufferTooSmall {
-                message: st.len,
-                buffer: u.len(),
-                envelope: Some(st),
-            });
-        }
-        if st.tag & SYNC_TAG != 0 && pat.ignore & SYNC_TAG != 0 {
-            self.acknowledge(pat.context, &st)?;
-        }
         let rts = match found {
             Found::Ring(src, info) if info.kind == Kind::Rts => {
                 let rts = self.eng().take_rts(src, &info)?;

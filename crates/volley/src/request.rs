@@ -305,15 +305,20 @@ impl Endpoint {
     /// the caller's memory): no copy is made on the way to a rank of this host beyond the ring
     /// (or none at all by single copy). The loan ends when the request completes.
     pub fn isend_lent(&self, rank: usize, tag: u32, data: RawBuf) -> Result<RequestId, SendError> {
+        self.send_request(rank, tag, Payload::Lent(data))
+    }
+
+    /// Starts sending `data` and files the send in the request table.
+    fn send_request(&self, rank: usize, tag: u32, data: Payload) -> Result<RequestId, SendError> {
         let len = data.len();
-        let state = self.isend_env(rank, self.port, tag, Payload::Lent(data))?;
+        let state = self.isend_env(rank, self.port, tag, data)?;
         let status = Status {
             source: rank,
             tag,
             len,
         };
         let op = match state {
-            // Done at once: the loan ends here.
+            // Done at once: a loan ends here.
             SendState::Done(_) => Op::Done(Ok(status)),
             s => Op::Send(s, status),
         };
@@ -343,17 +348,7 @@ impl Endpoint {
             p.pack(0, &mut v);
             Payload::Owned(v)
         };
-        let state = self.isend_env(rank, self.port, tag, data)?;
-        let status = Status {
-            source: rank,
-            tag,
-            len,
-        };
-        let op = match state {
-            SendState::Done(_) => Op::Done(Ok(status)),
-            s => Op::Send(s, status),
-        };
-        Ok(self.world.inner.reqs.borrow_mut().insert(op))
+        self.send_request(rank, tag, data)
     }
 
     /// Posts a receive of the first message from `source` with `tag` (as
@@ -368,16 +363,7 @@ impl Endpoint {
         u: Box<dyn crate::Unpacker>,
     ) -> Result<RequestId, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let w = &self.world;
-        let id = {
-            let mut r = w.inner.reqs.borrow_mut();
-            let id = r.insert(Op::RecvUnpack(pat, u));
-            r.posted.push_back(id.idx);
-            id
-        };
-        w.inner.nposted.fetch_add(1, Ordering::Relaxed);
-        w.drive_posted();
-        Ok(id)
+        Ok(self.world.post(Op::RecvUnpack(pat, u)))
     }
 
     /// Posts a receive into the lent `buf` of the first message on this endpoint's port from
@@ -391,17 +377,7 @@ impl Endpoint {
         buf: RawBufMut,
     ) -> Result<RequestId, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let w = &self.world;
-        let id = {
-            let mut r = w.inner.reqs.borrow_mut();
-            let id = r.insert(Op::Recv(pat, buf));
-            r.posted.push_back(id.idx);
-            id
-        };
-        w.inner.nposted.fetch_add(1, Ordering::Relaxed);
-        // Match at once if the message is already here.
-        w.drive_posted();
-        Ok(id)
+        Ok(self.world.post(Op::Recv(pat, buf)))
     }
 }
 
@@ -481,6 +457,20 @@ impl World {
                 })
             },
         )
+    }
+
+    /// Files receive `op` behind the receives posted before it, and matches it at once if its
+    /// message is already here.
+    fn post(&self, op: Op) -> RequestId {
+        let id = {
+            let mut r = self.inner.reqs.borrow_mut();
+            let id = r.insert(op);
+            r.posted.push_back(id.idx);
+            id
+        };
+        self.inner.nposted.fetch_add(1, Ordering::Relaxed);
+        self.drive_posted();
+        id
     }
 
     /// Makes progress on every request: queued sends, then posted receives oldest first.
@@ -838,12 +828,7 @@ impl World {
             if sends || waiter.pause(self).is_err() {
                 // A send streaming its data (or waiting for room) backs off from the start
                 // again whenever something moved.
-                let now = self.eng().activity();
-                if now != seen {
-                    seen = now;
-                    backoff.reset();
-                }
-                backoff.snooze();
+                backoff.snooze_unless_moved(self.eng().activity(), &mut seen);
             }
         }
     }

@@ -76,12 +76,7 @@ impl Endpoint {
                 let mut seen = w.eng().activity();
                 while !state.poll(w)? {
                     // Streaming the data: each piece that goes starts the backoff again.
-                    let now = w.eng().activity();
-                    if now != seen {
-                        seen = now;
-                        b.reset();
-                    }
-                    b.snooze();
+                    b.snooze_unless_moved(w.eng().activity(), &mut seen);
                 }
                 Ok(())
             },
