@@ -83,9 +83,36 @@ pub fn info() -> i32 {
         Some(s) => println!("\nyama ptrace_scope: {s}"),
         None => println!("\nyama ptrace_scope: no Yama in this kernel"),
     }
+    launcher();
     println!("\nsettings:");
     for (name, value, source) in &cfg.sources {
         println!("  {name:<30} {value:<28} ({source})");
     }
     0
+}
+
+/// Which launcher started this process, found the way every volley program finds it: by joining
+/// the job (so `volley info` under mpiexec or srun shows how the ranks were put together).
+fn launcher() {
+    let started = ["VOLLEY_RANK", "PMI_FD", "PMI_PORT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if !started {
+        println!("\nlauncher: none found (no VOLLEY_RANK, PMI_FD or PMI_PORT): a world of one. volley programs are started by volley run, mpiexec.hydra (PMI-1) or srun --mpi=pmi2 (PMI-2)");
+        return;
+    }
+    match volley::World::init() {
+        Ok(w) => {
+            let i = w.info();
+            let hosts = i.nodes.iter().max().map_or(1, |m| m + 1);
+            println!(
+                "\nlauncher: {}\n  rank {} of {}, local rank {} of {} on host {} of {}",
+                i.launcher, i.rank, i.size, i.local_rank, i.local_size, i.node_id, hosts
+            );
+            if let Some(d) = volley::launcher_details() {
+                println!("  {d}");
+            }
+        }
+        Err(e) => println!("\nlauncher: found, but joining the job failed: {e}"),
+    }
 }

@@ -99,6 +99,7 @@ fn fate_code(f: Fate) -> String {
         Fate::Exited(c) => format!("exit:{c}"),
         Fate::Killed(s) => format!("signal:{s}"),
         Fate::Unreachable => "unreachable".into(),
+        Fate::Vanished => "vanished".into(),
     }
 }
 
@@ -111,6 +112,7 @@ fn parse_fate(s: &str) -> Fate {
     }
     match s {
         "finished" => Fate::Finished,
+        "vanished" => Fate::Vanished,
         _ => Fate::Unreachable,
     }
 }
@@ -402,7 +404,10 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
     for (li, &g) in mine.iter().enumerate() {
         let (ours, theirs) = UnixStream::pair()?;
         let mut cmd = Command::new(&a.program[0]);
-        for v in volley::launch::OWNED_VARS {
+        for v in volley::launch::OWNED_VARS
+            .iter()
+            .chain(volley::launch::PMI_VARS)
+        {
             cmd.env_remove(v);
         }
         cmd.args(&a.program[1..])

@@ -138,7 +138,7 @@ pub(crate) fn exit_code_of(f: Fate) -> i32 {
         Fate::Exited(c) => c,
         Fate::Killed(s) => 128 + s,
         Fate::Finished => 0,
-        Fate::Unreachable => 255,
+        Fate::Unreachable | Fate::Vanished => 255,
     }
 }
 
@@ -242,7 +242,10 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     let mut forwarders = Vec::new();
     for rank in 0..a.n {
         let mut cmd = Command::new(&a.program[0]);
-        for v in volley::launch::OWNED_VARS {
+        for v in volley::launch::OWNED_VARS
+            .iter()
+            .chain(volley::launch::PMI_VARS)
+        {
             cmd.env_remove(v);
         }
         cmd.args(&a.program[1..])

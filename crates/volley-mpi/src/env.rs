@@ -202,10 +202,11 @@ crate::mpi! {
         let rank = state::world_rank().map(|r| r.to_string()).unwrap_or_else(|| "?".into());
         let _ = comm;
         eprintln!("volley MPI: MPI_Abort called on rank {rank} with error code {errorcode}; the job ends");
-        // The launcher stops every other rank when one exits with an error, and exits with this
-        // rank's code. (An exit code is 8 bits: 256 would read as success, so it stays 255.)
+        // volley run stops every other rank when one exits with an error, and exits with this
+        // rank's code; Hydra and Slurm are asked to over PMI. (An exit code is 8 bits: 256 would
+        // read as success, so it stays 255.)
         let code = if errorcode != 0 && errorcode & 0xff == 0 { 255 } else { errorcode & 0xff };
-        std::process::exit(if code == 0 { 1 } else { code })
+        volley::abort_job(if code == 0 { 1 } else { code }, &format!("MPI_Abort({errorcode}) on rank {rank}"))
     }
 
     fn MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) {

@@ -152,8 +152,8 @@ pub fn raise(name: &str, comm: H, class: c_int, msg: String) -> c_int {
     }
 }
 
-/// MPI_ERRORS_ARE_FATAL: say what failed, where and why, then end the job (the launcher stops
-/// the other ranks when one exits with an error).
+/// MPI_ERRORS_ARE_FATAL: say what failed, where and why, then end the job (`volley run` stops
+/// the other ranks when one exits with an error; Hydra and Slurm are asked to over PMI).
 pub fn fatal(name: &str, msg: &str) -> ! {
     let rank = state::world_rank()
         .map(|r| format!("rank {r}"))
@@ -161,7 +161,7 @@ pub fn fatal(name: &str, msg: &str) -> ! {
     eprintln!(
         "volley MPI: {name} failed on {rank}: {msg}\nvolley MPI: the error handler is MPI_ERRORS_ARE_FATAL, so the job ends (set MPI_ERRORS_RETURN on the communicator to handle errors in the program)"
     );
-    std::process::exit(1)
+    volley::abort_job(1, &format!("{name} failed on {rank}"))
 }
 
 /// Fails unless MPI is initialised and not finalised.

@@ -4,7 +4,9 @@
 //! over records (whole, or fragments) and how a single-copy descriptor is written. The `volley`
 //! crate gives these meaning (fates, counters, endpoints); the bytes and the orderings are here.
 
-use crate::layout::{CAP_SINGLE_COPY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING};
+use crate::layout::{
+    CAP_SINGLE_COPY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_VANISHED,
+};
 use crate::ring::{Kind, Meta, Producer, GRANTS, RNDV_DESC};
 use crate::Segment;
 use std::sync::atomic::{fence, Ordering};
@@ -20,6 +22,9 @@ pub enum RankState {
     Exited(i32),
     /// Its process was killed by this signal (written by the launcher).
     Killed(i32),
+    /// Its process ended before it closed its world; a peer on its host noticed (no launcher of
+    /// volley's saw how).
+    Vanished,
 }
 
 impl Segment {
@@ -57,6 +62,7 @@ impl Segment {
             RANK_FINALIZED => RankState::Finalized,
             RANK_EXITED => RankState::Exited(detail),
             RANK_KILLED => RankState::Killed(detail),
+            RANK_VANISHED => RankState::Vanished,
             _ => RankState::Alive,
         }
     }
@@ -69,6 +75,7 @@ impl Segment {
             RankState::Finalized => (RANK_FINALIZED, 0),
             RankState::Exited(c) => (RANK_EXITED, c),
             RankState::Killed(s) => (RANK_KILLED, s),
+            RankState::Vanished => (RANK_VANISHED, 0),
         };
         let b = self.rank(r);
         b.detail.store(detail, Ordering::Relaxed);

@@ -15,7 +15,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 5: 95 published counters.
 /// 6: a grant queue in each ring's control block (1024 bytes), request-to-send and stream
 ///    records (the rendezvous of large matched messages).
-pub const VERSION: u32 = 6;
+/// 7: RANK_VANISHED (a rank whose process ended unseen by any volley launcher).
+pub const VERSION: u32 = 7;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;
@@ -33,6 +34,9 @@ pub const RANK_FINALIZED: u32 = 2;
 pub const RANK_EXITED: u32 = 3;
 /// The launcher reaped the rank; `detail` holds the signal that killed it.
 pub const RANK_KILLED: u32 = 4;
+/// The rank's process ended without closing its world, noticed by a peer on its host (a job a
+/// foreign launcher started: no volley process reaped it, so no exit status is known).
+pub const RANK_VANISHED: u32 = 5;
 
 /// Offset 0 of the segment. Written once by the creator before any rank starts; read-only
 /// afterwards except `state_epoch`.

@@ -10,6 +10,7 @@
 mod exclusive;
 pub mod lend;
 pub mod net;
+pub mod unix;
 
 pub use exclusive::{Exclusive, ExclusiveGuard};
 
@@ -208,6 +209,11 @@ impl EventFd {
 
     pub fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+
+    /// The descriptor itself.
+    pub fn into_owned(self) -> OwnedFd {
+        self.0
     }
 }
 

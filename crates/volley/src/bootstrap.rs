@@ -62,6 +62,32 @@ pub struct JobInfo {
     pub token: u64,
     /// The node of every rank (all 0 in a job on one host).
     pub nodes: Vec<usize>,
+    /// Who started the job.
+    pub launcher: Launcher,
+}
+
+/// Who started the job, as [`crate::World::init`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launcher {
+    /// `volley run` (its variables and inherited descriptors).
+    Volley,
+    /// A launcher speaking PMI-1 (MPICH's Hydra `mpiexec`).
+    Pmi1,
+    /// A launcher speaking PMI-2 (Slurm's `srun --mpi=pmi2`, or Hydra).
+    Pmi2,
+    /// None: a world of one.
+    Alone,
+}
+
+impl std::fmt::Display for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Launcher::Volley => "volley run",
+            Launcher::Pmi1 => "PMI-1 (Hydra mpiexec, or another PMI-1 launcher)",
+            Launcher::Pmi2 => "PMI-2 (Slurm srun --mpi=pmi2, Hydra, or another PMI-2 launcher)",
+            Launcher::Alone => "none (a world of one)",
+        })
+    }
 }
 
 impl JobInfo {
@@ -85,6 +111,10 @@ pub(crate) struct Attached {
     pub doorbells: Vec<EventFd>,
     /// The socket to the node's agent (jobs on several hosts).
     pub boot: Option<std::os::fd::OwnedFd>,
+    /// The launcher's PMI connection (jobs Hydra or Slurm started).
+    pub pmi: Option<crate::pmi::Pmi>,
+    /// Watches the other ranks of this host (jobs Hydra or Slurm started).
+    pub watcher: Option<crate::boot_pmi::Watcher>,
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -231,12 +261,15 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         node_id,
         token,
         nodes,
+        launcher: Launcher::Volley,
     };
     Ok(Some(Attached {
         info,
         seg,
         doorbells,
         boot,
+        pmi: None,
+        watcher: None,
     }))
 }
 
@@ -254,14 +287,21 @@ pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
             node_id: 0,
             token,
             nodes: vec![0],
+            launcher: Launcher::Alone,
         },
         seg,
         doorbells,
         boot: None,
+        pmi: None,
+        watcher: None,
     })
 }
 
-fn create_segment(nranks: usize, cfg: &Config, token: u64) -> Result<Arc<Segment>, InitError> {
+pub(crate) fn create_segment(
+    nranks: usize,
+    cfg: &Config,
+    token: u64,
+) -> Result<Arc<Segment>, InitError> {
     let params = SegmentParams::new(nranks, cfg.ring_bytes, cfg.record_bytes, token);
     // The token in the name tells tools (and the tests) which job a mapping belongs to.
     let name = format!("volley-{token:016x}");
@@ -389,6 +429,7 @@ impl JobLaunch {
             crate::Fate::Exited(c) => RankState::Exited(c),
             crate::Fate::Killed(s) => RankState::Killed(s),
             crate::Fate::Unreachable => RankState::Exited(255),
+            crate::Fate::Vanished => RankState::Vanished,
         };
         self.seg.set_rank_state(rank, state);
         for d in &self.doorbells {

@@ -14,6 +14,9 @@ pub enum Fate {
     /// A rank on another host stopped answering: nothing heard from it for the peer timeout
     /// (VOLLEY_PEER_TIMEOUT_MS). It died, or the network between us failed.
     Unreachable,
+    /// Its process ended before it closed its world (seen by a rank on its host in a job started
+    /// by Hydra or Slurm, which alone know its exit status).
+    Vanished,
 }
 
 impl std::fmt::Display for Fate {
@@ -29,6 +32,10 @@ impl std::fmt::Display for Fate {
             Fate::Unreachable => write!(
                 f,
                 "stopped answering over the network (nothing heard for VOLLEY_PEER_TIMEOUT_MS: it died, or the network failed)"
+            ),
+            Fate::Vanished => write!(
+                f,
+                "ended before it closed its world (killed, crashed or exited; the launcher reports how)"
             ),
         }
     }
@@ -90,6 +97,10 @@ pub enum InitError {
     PollSet(std::io::Error),
     #[error("the node agent's socket failed while trading network addresses: {0}; the agent (volley run's helper on this host) probably died: check its output, then restart the job")]
     Agent(std::io::Error),
+    #[error("the launcher's process-management interface ({flavor}) failed: {why}. Start the program with mpiexec.hydra, srun --mpi=pmi2 or volley run; unset PMI_FD/PMI_PORT to run it as a world of one")]
+    Pmi { flavor: &'static str, why: String },
+    #[error("the ranks on this host could not share the job's memory: {0}. Check that every rank of the job is a volley program started by the same user, then restart the job")]
+    LocalSetup(String),
 }
 
 #[derive(Debug, thiserror::Error)]

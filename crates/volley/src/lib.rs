@@ -21,6 +21,7 @@
 
 mod active;
 mod backoff;
+mod boot_pmi;
 mod bootstrap;
 mod config;
 mod counters;
@@ -33,6 +34,7 @@ mod message;
 mod modes;
 mod net;
 mod path;
+mod pmi;
 mod progress;
 mod recv;
 mod request;
@@ -41,12 +43,14 @@ mod wait;
 mod world;
 
 pub use active::ActivePort;
-pub use bootstrap::JobInfo;
+pub use bootstrap::{JobInfo, Launcher};
+pub use pmi::{abort_job, launcher_details};
 
 /// What a launcher needs (`volley run` and its agents): the job's shared state and the
 /// environment it hands each rank. Applications need none of it.
 pub mod launch {
     pub use crate::bootstrap::{JobLaunch, ENV_LOCAL_RANK, ENV_RANK, ENV_SIZE, OWNED_VARS};
+    pub use crate::pmi::PMI_VARS;
 }
 pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{counter_table, Counter, CounterInfo, Layer, COUNTERS, TABLE_LEN};

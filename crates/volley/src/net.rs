@@ -264,10 +264,61 @@ pub(crate) enum Refused {
     UnknownPeer,
 }
 
+/// The address exchange through the node's agent (jobs `volley run` started on several hosts):
+/// one line out, the table of every rank's card back.
+pub(crate) fn agent_exchange(
+    boot: OwnedFd,
+    rank: usize,
+) -> impl FnMut(&str) -> Result<Vec<String>, InitError> {
+    let mut s = UnixStream::from(boot);
+    move |card: &str| {
+        s.write_all(format!("card {rank} {card}\n").as_bytes())
+            .map_err(InitError::Agent)?;
+        let mut line = String::new();
+        BufReader::new(&s)
+            .read_line(&mut line)
+            .map_err(InitError::Agent)?;
+        Ok(line
+            .trim()
+            .strip_prefix("table ")
+            .unwrap_or("")
+            .split(' ')
+            .map(String::from)
+            .collect())
+    }
+}
+
+/// The address exchange through the launcher's key-value space (jobs Hydra or Slurm started):
+/// put, fence, get the card of every rank on another host.
+pub(crate) fn pmi_exchange<'a>(
+    pmi: &'a mut crate::pmi::Pmi,
+    info: &'a JobInfo,
+) -> impl FnMut(&str) -> Result<Vec<String>, InitError> + 'a {
+    move |card: &str| {
+        pmi.put(&format!("volley-card-{}", info.rank), card.as_bytes())?;
+        pmi.fence()?;
+        (0..info.size)
+            .map(|r| {
+                if info.nodes[r] == info.node_id {
+                    return Ok("-".to_string());
+                }
+                let v = pmi.get(&format!("volley-card-{r}"))?;
+                String::from_utf8(v).map_err(|_| InitError::Pmi {
+                    flavor: pmi.flavor().name(),
+                    why: format!("rank {r}'s network address is not text"),
+                })
+            })
+            .collect()
+    }
+}
+
 impl Net {
-    /// Opens the device, trades addresses with every rank through the node's agent, and makes
-    /// each remote rank a peer.
-    pub fn open(info: &JobInfo, boot: OwnedFd) -> Result<Net, InitError> {
+    /// Opens the device, trades addresses with every rank (through the node's agent or the
+    /// launcher's key-value space), and makes each remote rank a peer.
+    pub fn open(
+        info: &JobInfo,
+        exchange: &mut dyn FnMut(&str) -> Result<Vec<String>, InitError>,
+    ) -> Result<Net, InitError> {
         let net_err = |why: String| InitError::Env {
             var: "VOLLEY_TRANSPORT",
             value: env("VOLLEY_TRANSPORT").unwrap_or_else(|| "auto".into()),
@@ -280,22 +331,10 @@ impl Net {
         proto_cfg.validate().map_err(net_err)?;
 
         // The address exchange: our card out, everyone's back.
-        let mut s = UnixStream::from(boot);
-        let card = format!("card {} {}\n", info.rank, dev.local_addr());
-        s.write_all(card.as_bytes()).map_err(InitError::Agent)?;
-        let mut line = String::new();
-        BufReader::new(&s)
-            .read_line(&mut line)
-            .map_err(InitError::Agent)?;
-        let table: Vec<&str> = line
-            .trim()
-            .strip_prefix("table ")
-            .unwrap_or("")
-            .split(' ')
-            .collect();
+        let table = exchange(&dev.local_addr().to_string())?;
         if table.len() != info.size {
             return Err(net_err(format!(
-                "the node agent sent {} addresses for {} ranks (did the job start?)",
+                "the address exchange gave {} addresses for {} ranks (did the job start?)",
                 table.len(),
                 info.size
             )));

@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     /// How many receives are posted: read on every matched receive, so that one with nothing
     /// posted pays a relaxed load, not a borrow of the table.
     pub(crate) nposted: std::sync::atomic::AtomicUsize,
+    /// Watches the other ranks of this host when no volley launcher does (held for its drop,
+    /// which stops it).
+    pub(crate) _watcher: Option<crate::boot_pmi::Watcher>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -96,9 +99,12 @@ impl World {
     }
 
     pub(crate) fn init_inner() -> Result<World, InitError> {
-        let attached = match bootstrap::attach_from_env()? {
+        let mut attached = match bootstrap::attach_from_env()? {
             Some(a) => a,
-            None => bootstrap::singleton(&Config::from_env(1)?)?,
+            None => match crate::pmi::Pmi::connect()? {
+                Some(p) => crate::boot_pmi::attach(p)?,
+                None => bootstrap::singleton(&Config::from_env(1)?)?,
+            },
         };
         let cfg = Config::from_env(attached.info.local_size)?;
         let single_copy_off = crate::modes::single_copy_unavailable(&cfg);
@@ -120,12 +126,18 @@ impl World {
             cfg.unexpected_bytes,
             cfg.eager_bytes,
         );
-        let net = match attached.boot {
-            Some(boot) if attached.info.is_multi_node() => Some(Arc::new(Exclusive::new(
-                crate::net::Net::open(&attached.info, boot)?,
-            ))),
-            _ => None,
-        };
+        let net = if !attached.info.is_multi_node() {
+            None
+        } else if let Some(boot) = attached.boot.take() {
+            let mut ex = crate::net::agent_exchange(boot, attached.info.rank);
+            Some(crate::net::Net::open(&attached.info, &mut ex)?)
+        } else if let Some(pmi) = attached.pmi.as_mut() {
+            let mut ex = crate::net::pmi_exchange(pmi, &attached.info);
+            Some(crate::net::Net::open(&attached.info, &mut ex)?)
+        } else {
+            None
+        }
+        .map(|n| Arc::new(Exclusive::new(n)));
         let poll_fd = match &net {
             Some(n) => Some(
                 volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow_mut().fd()])
@@ -139,6 +151,9 @@ impl World {
             }
             _ => None,
         };
+        // The launcher's PMI connection, when Hydra or Slurm started the job: told at the end
+        // that this rank finalized, or asked to abort the job.
+        *crate::pmi::CONN.lock().unwrap_or_else(|e| e.into_inner()) = attached.pmi.take();
         let world = World {
             inner: Arc::new(Inner {
                 eng: Exclusive::new(eng),
@@ -155,6 +170,7 @@ impl World {
                 reqs: Exclusive::new(Default::default()),
                 nposted: Default::default(),
                 nactive: Default::default(),
+                _watcher: attached.watcher,
             }),
         };
         if world.inner.cfg.progress_thread {
@@ -188,6 +204,11 @@ impl World {
 
     pub fn info(&self) -> &JobInfo {
         &self.inner.info
+    }
+
+    /// Ends the whole job with exit code `code` (MPI_Abort); see [`crate::abort_job`].
+    pub fn abort(&self, code: i32, why: &str) -> ! {
+        crate::abort_job(code, why)
     }
 
     pub fn config(&self) -> &Config {
@@ -404,6 +425,16 @@ impl Drop for Inner {
                 s.push_str(&format!("  peer rank {peer}: {}\n", nonzero.join(" ")));
             }
             eprint!("{s}");
+        }
+        // Last: the launcher learns this rank finished normally.
+        let pmi = crate::pmi::CONN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut p) = pmi {
+            if let Err(e) = p.finalize() {
+                eprintln!("volley: rank {}: {e}", self.info.rank);
+            }
         }
     }
 }

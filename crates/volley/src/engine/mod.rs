@@ -942,6 +942,7 @@ impl Engine {
                 RankState::Finalized => Some(Fate::Finished),
                 RankState::Exited(c) => Some(Fate::Exited(c)),
                 RankState::Killed(sig) => Some(Fate::Killed(sig)),
+                RankState::Vanished => Some(Fate::Vanished),
             };
         }
     }

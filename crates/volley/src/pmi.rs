@@ -1,0 +1,748 @@
+//! A client of the Process Management Interface that cluster launchers speak to their ranks:
+//! PMI-1 (MPICH's Hydra `mpiexec`) and PMI-2 (Slurm's `srun --mpi=pmi2`, and Hydra too). Both are
+//! small text protocols over a descriptor (`PMI_FD`) or a TCP port (`PMI_PORT` + `PMI_ID`) the
+//! launcher passes; volley speaks them itself rather than link a PMI library.
+//!
+//! What volley uses: who it is (rank, size), a key-value space private to the job (put, fence,
+//! get) through which the ranks trade their host identity, process id and network address
+//! card, and finalize/abort. Values are escaped so that any bytes survive the wire: bytes
+//! outside `[A-Za-z0-9._:/+-]` travel as `%XX`.
+//!
+//! Every read has a deadline (`VOLLEY_PMI_TIMEOUT_MS`, default 120 s): a launcher that answers
+//! garbage, closes the descriptor or never answers ends start-up with an error that says so,
+//! never a hang.
+
+use crate::error::InitError;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// Which protocol, and so which launcher family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// PMI-1 text lines (Hydra's default).
+    Pmi1,
+    /// PMI-2 length-prefixed commands (Slurm's `--mpi=pmi2`; Hydra also serves it).
+    Pmi2,
+}
+
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Pmi1 => "PMI-1",
+            Flavor::Pmi2 => "PMI-2",
+        }
+    }
+}
+
+/// The variables through which a PMI launcher reaches its ranks. `volley run` removes them from
+/// what its own ranks inherit: started inside a Slurm step, its ranks are its own, not srun's.
+pub const PMI_VARS: &[&str] = &[
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_ID",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_JOBID",
+];
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Read for Conn {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(b),
+            Conn::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(b),
+            Conn::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The connection of this process's world, while it is open (a global so that an abort from
+/// anywhere, even with the world borrowed, can reach the launcher).
+pub(crate) static CONN: std::sync::Mutex<Option<Pmi>> = std::sync::Mutex::new(None);
+
+/// What the launcher said about the job, for `volley info`: its name for the job, the
+/// application number and its map of ranks to nodes. None when no PMI launcher started it.
+pub fn launcher_details() -> Option<String> {
+    let mut g = CONN.lock().unwrap_or_else(|e| e.into_inner());
+    let p = g.as_mut()?;
+    let map = p.process_mapping();
+    Some(format!(
+        "{} job {:?}, appnum {}, process mapping {}",
+        p.flavor.name(),
+        p.job_name(),
+        p.appnum(),
+        map.map(|m| match parse_mapping(&m, p.size) {
+            Some(n) => format!("{m} (node of each rank: {n:?})"),
+            None => format!("{m} (not understood)"),
+        })
+        .unwrap_or_else(|| "not given".into())
+    ))
+}
+
+/// Ends the whole job with exit code `code` (1 if `code` would read as success): a foreign
+/// launcher (Hydra, Slurm) is asked over PMI to stop every rank; under `volley run` the non-zero
+/// exit does it (the launcher stops the other ranks when one fails). Never returns.
+pub fn abort_job(code: i32, why: &str) -> ! {
+    // An exit code is 8 bits: one that reads as 0 would say success.
+    let code = if code & 0xff == 0 { 1 } else { code & 0xff };
+    if let Ok(mut p) = CONN.try_lock() {
+        if let Some(p) = p.as_mut() {
+            p.abort(code, why);
+            // The launcher kills the job; exit anyway if it is slow to.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    std::process::exit(code)
+}
+
+/// The longest line or command volley accepts from a launcher: PMI values are at most 1 KiB,
+/// so anything far longer is garbage, not a reply.
+const MAX_REPLY: usize = 64 * 1024;
+
+/// A connection to the launcher's PMI server.
+pub struct Pmi {
+    flavor: Flavor,
+    conn: BufReader<Conn>,
+    rank: usize,
+    size: usize,
+    appnum: i64,
+    /// PMI-1's kvsname or PMI-2's job id: names the job's key-value space.
+    kvs: String,
+    /// The longest value the server takes (escaped).
+    val_max: usize,
+    key_max: usize,
+    finalized: bool,
+    timeout: Duration,
+}
+
+fn err(flavor: Flavor, why: impl Into<String>) -> InitError {
+    InitError::Pmi {
+        flavor: flavor.name(),
+        why: why.into(),
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Escapes `v` for the wire: any byte outside a small safe set becomes `%XX`.
+pub fn escape(v: &[u8]) -> String {
+    let mut s = String::with_capacity(v.len());
+    for &b in v {
+        if b.is_ascii_alphanumeric() || b"._:/+-".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// The inverse of [`escape`]; None if `s` is not something [`escape`] wrote.
+pub fn unescape(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(h, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// Which protocol the environment asks for, if any: `VOLLEY_PMI=1|2` forces one; otherwise a
+/// launcher that set `PMI_JOBID` or runs under Slurm gets PMI-2, and any other that set `PMI_FD`
+/// or `PMI_PORT` PMI-1.
+pub fn detect() -> Result<Option<Flavor>, InitError> {
+    let has_fd = env("PMI_FD").is_some() || env("PMI_PORT").is_some();
+    let forced = match env("VOLLEY_PMI").as_deref() {
+        None | Some("auto") => None,
+        Some("1") => Some(Flavor::Pmi1),
+        Some("2") => Some(Flavor::Pmi2),
+        Some(v) => {
+            return Err(InitError::Env {
+                var: "VOLLEY_PMI",
+                value: v.into(),
+                why: "must be 1 (PMI-1), 2 (PMI-2) or auto".into(),
+            })
+        }
+    };
+    if !has_fd {
+        return Ok(None);
+    }
+    Ok(Some(forced.unwrap_or(
+        if env("PMI_JOBID").is_some() || env("SLURM_STEP_ID").is_some() {
+            Flavor::Pmi2
+        } else {
+            Flavor::Pmi1
+        },
+    )))
+}
+
+fn pmi_timeout() -> Result<Duration, InitError> {
+    match env("VOLLEY_PMI_TIMEOUT_MS") {
+        None => Ok(Duration::from_secs(120)),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if (100..=86_400_000).contains(&ms) => Ok(Duration::from_millis(ms)),
+            _ => Err(InitError::Env {
+                var: "VOLLEY_PMI_TIMEOUT_MS",
+                value: v,
+                why: "must be a number of milliseconds from 100 to 86400000".into(),
+            }),
+        },
+    }
+}
+
+/// Splits `k=v` words (PMI-1: separated by spaces; PMI-2: by `;`, with `;;` an escaped `;`).
+fn fields(flavor: Flavor, line: &str) -> Vec<(String, String)> {
+    let words: Vec<String> = match flavor {
+        Flavor::Pmi1 => line.split_whitespace().map(String::from).collect(),
+        Flavor::Pmi2 => {
+            let mut out = Vec::new();
+            let mut cur = String::new();
+            let mut it = line.chars().peekable();
+            while let Some(c) = it.next() {
+                if c == ';' {
+                    if it.peek() == Some(&';') {
+                        it.next();
+                        cur.push(';');
+                    } else {
+                        out.push(std::mem::take(&mut cur));
+                    }
+                } else {
+                    cur.push(c);
+                }
+            }
+            if !cur.is_empty() {
+                out.push(cur);
+            }
+            out
+        }
+    };
+    words
+        .into_iter()
+        .filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn field<'a>(f: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    f.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+}
+
+impl Pmi {
+    /// Connects to the launcher's PMI server and introduces this process. `Ok(None)`: no PMI
+    /// launcher in the environment.
+    pub fn connect() -> Result<Option<Pmi>, InitError> {
+        let Some(flavor) = detect()? else {
+            return Ok(None);
+        };
+        let timeout = pmi_timeout()?;
+        let num = |name: &'static str| -> Result<Option<i64>, InitError> {
+            env(name)
+                .map(|v| {
+                    v.trim().parse::<i64>().map_err(|e| InitError::Env {
+                        var: name,
+                        value: v.clone(),
+                        why: format!(
+                            "not a number ({e}); the launcher's PMI environment is broken"
+                        ),
+                    })
+                })
+                .transpose()
+        };
+        let (conn, port_id) = if let Some(fd) = num("PMI_FD")? {
+            if fd <= 2 || fd > i32::MAX as i64 {
+                return Err(InitError::Env {
+                    var: "PMI_FD",
+                    value: fd.to_string(),
+                    why: "must name a descriptor above 2 that the launcher passed".into(),
+                });
+            }
+            let fd = fd as RawFd;
+            if std::fs::metadata(format!("/proc/self/fd/{fd}")).is_err() {
+                return Err(InitError::Env {
+                    var: "PMI_FD",
+                    value: fd.to_string(),
+                    why: "no such open descriptor in this process (was the variable inherited from another job?)".into(),
+                });
+            }
+            let owned = volley_sys::adopt_fd(fd);
+            (Conn::Unix(UnixStream::from(owned)), None)
+        } else {
+            let port = env("PMI_PORT").unwrap_or_default();
+            let s = TcpStream::connect(port.as_str())
+                .map_err(|e| err(flavor, format!("cannot connect to PMI_PORT={port}: {e}")))?;
+            let _ = s.set_nodelay(true);
+            (Conn::Tcp(s), num("PMI_ID")?)
+        };
+        match &conn {
+            Conn::Unix(s) => s.set_read_timeout(Some(timeout)),
+            Conn::Tcp(s) => s.set_read_timeout(Some(timeout)),
+        }
+        .map_err(|e| err(flavor, format!("cannot set a read timeout: {e}")))?;
+        let mut p = Pmi {
+            flavor,
+            conn: BufReader::new(conn),
+            rank: num("PMI_RANK")?.unwrap_or(-1).max(-1) as usize,
+            size: num("PMI_SIZE")?.unwrap_or(0).max(0) as usize,
+            appnum: 0,
+            kvs: String::new(),
+            val_max: 1024,
+            key_max: 64,
+            finalized: false,
+            timeout,
+        };
+        match flavor {
+            Flavor::Pmi1 => p.init1(port_id)?,
+            Flavor::Pmi2 => p.init2()?,
+        }
+        if p.size == 0 || p.rank >= p.size {
+            return Err(err(
+                flavor,
+                format!(
+                    "the launcher says this is rank {} of {} ranks",
+                    p.rank as i64, p.size
+                ),
+            ));
+        }
+        Ok(Some(p))
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    pub fn appnum(&self) -> i64 {
+        self.appnum
+    }
+    /// The job's name in the launcher (PMI-1 kvsname, PMI-2 job id).
+    pub fn job_name(&self) -> &str {
+        &self.kvs
+    }
+
+    fn send(&mut self, msg: &str) -> Result<(), InitError> {
+        let flavor = self.flavor;
+        let wire = match flavor {
+            Flavor::Pmi1 => format!("{msg}\n"),
+            Flavor::Pmi2 => format!("{:<6}{msg}", msg.len()),
+        };
+        self.conn
+            .get_mut()
+            .write_all(wire.as_bytes())
+            .map_err(|e| err(flavor, format!("the launcher's PMI connection broke while sending ({e}); did the launcher die?")))
+    }
+
+    /// Reads one reply: a line (PMI-1) or a length-prefixed command (PMI-2).
+    fn recv(&mut self) -> Result<Vec<(String, String)>, InitError> {
+        let flavor = self.flavor;
+        let timeout = self.timeout;
+        let io = move |e: std::io::Error| {
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                err(flavor, format!("the launcher did not answer within {} ms (VOLLEY_PMI_TIMEOUT_MS); is it a PMI launcher, and did every rank start?", timeout.as_millis()))
+            } else {
+                err(flavor, format!("reading from the launcher failed: {e}"))
+            }
+        };
+        let text = match flavor {
+            Flavor::Pmi1 => {
+                let mut line = Vec::new();
+                let n = (&mut self.conn)
+                    .take(MAX_REPLY as u64)
+                    .read_until(b'\n', &mut line)
+                    .map_err(io)?;
+                if n == 0 {
+                    return Err(err(
+                        flavor,
+                        "the launcher closed the PMI connection (did it die, or end the job?)",
+                    ));
+                }
+                if !line.ends_with(b"\n") {
+                    return Err(err(flavor, format!("the launcher sent a reply of {} bytes without an end of line; it does not speak PMI-1 (set VOLLEY_PMI=2?)", line.len())));
+                }
+                String::from_utf8(line)
+                    .map_err(|_| err(flavor, "the launcher's reply is not text"))?
+            }
+            Flavor::Pmi2 => {
+                let mut len = [0u8; 6];
+                self.conn.read_exact(&mut len).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        err(
+                            flavor,
+                            "the launcher closed the PMI connection (did it die, or end the job?)",
+                        )
+                    } else {
+                        io(e)
+                    }
+                })?;
+                let n: usize = std::str::from_utf8(&len)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .filter(|&n| n <= MAX_REPLY)
+                    .ok_or_else(|| {
+                        err(flavor, format!("the launcher's reply does not start with a length ({:?}); it does not speak PMI-2 (set VOLLEY_PMI=1?)", String::from_utf8_lossy(&len)))
+                    })?;
+                let mut body = vec![0u8; n];
+                self.conn.read_exact(&mut body).map_err(io)?;
+                String::from_utf8(body)
+                    .map_err(|_| err(flavor, "the launcher's reply is not text"))?
+            }
+        };
+        let f = fields(flavor, text.trim_end());
+        if field(&f, "cmd").is_none() {
+            return Err(err(
+                flavor,
+                format!(
+                    "the launcher sent something that is not a PMI reply: {:?}",
+                    trunc(&text)
+                ),
+            ));
+        }
+        Ok(f)
+    }
+
+    /// Sends `msg` and reads the reply, which must be command `want` with rc 0.
+    fn call(&mut self, msg: &str, want: &str) -> Result<Vec<(String, String)>, InitError> {
+        self.send(msg)?;
+        let f = self.recv()?;
+        let cmd = field(&f, "cmd").unwrap_or("");
+        if cmd != want {
+            return Err(err(
+                self.flavor,
+                format!(
+                    "asked {:?}, the launcher answered {cmd:?} (expected {want:?})",
+                    trunc(msg)
+                ),
+            ));
+        }
+        if let Some(rc) = field(&f, "rc") {
+            if rc.trim() != "0" {
+                let why = field(&f, "msg").or(field(&f, "errmsg")).unwrap_or("");
+                return Err(err(
+                    self.flavor,
+                    format!("the launcher refused {:?}: rc={rc} {why}", trunc(msg)),
+                ));
+            }
+        }
+        Ok(f)
+    }
+
+    fn init1(&mut self, port_id: Option<i64>) -> Result<(), InitError> {
+        if let Some(id) = port_id {
+            // Over PMI_PORT the server first learns which process this is, then says who it is.
+            self.call(&format!("cmd=initack pmiid={id}"), "initack")?;
+            for _ in 0..3 {
+                let f = self.recv()?;
+                if field(&f, "cmd") != Some("set") {
+                    return Err(err(
+                        self.flavor,
+                        "the launcher's initack was not followed by set size/rank/debug",
+                    ));
+                }
+                if let Some(v) = field(&f, "size") {
+                    self.size = v.parse().map_err(|_| err(self.flavor, "bad size"))?;
+                }
+                if let Some(v) = field(&f, "rank") {
+                    self.rank = v.parse().map_err(|_| err(self.flavor, "bad rank"))?;
+                }
+            }
+        }
+        let f = self.call(
+            "cmd=init pmi_version=1 pmi_subversion=1",
+            "response_to_init",
+        )?;
+        if field(&f, "pmi_version") != Some("1") {
+            return Err(err(
+                self.flavor,
+                format!(
+                    "the launcher speaks PMI version {:?}, not 1 (set VOLLEY_PMI=2?)",
+                    field(&f, "pmi_version")
+                ),
+            ));
+        }
+        let f = self.call("cmd=get_maxes", "maxes")?;
+        let num = |k: &str, d: usize| field(&f, k).and_then(|v| v.parse().ok()).unwrap_or(d);
+        self.val_max = num("vallen_max", 1024);
+        self.key_max = num("keylen_max", 64);
+        let f = self.call("cmd=get_appnum", "appnum")?;
+        self.appnum = field(&f, "appnum")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let f = self.call("cmd=get_my_kvsname", "my_kvsname")?;
+        self.kvs = field(&f, "kvsname")
+            .ok_or_else(|| err(self.flavor, "the launcher's my_kvsname has no kvsname"))?
+            .to_string();
+        Ok(())
+    }
+
+    fn init2(&mut self) -> Result<(), InitError> {
+        let jobid = env("PMI_JOBID").unwrap_or_default();
+        let mut msg = String::from("cmd=fullinit;");
+        if self.rank != usize::MAX {
+            msg.push_str(&format!("pmirank={};", self.rank));
+        }
+        if !jobid.is_empty() {
+            msg.push_str(&format!("pmijobid={};", jobid.replace(';', ";;")));
+        }
+        msg.push_str("threaded=FALSE;");
+        let f = self.call(&msg, "fullinit-response")?;
+        let num = |k: &str| field(&f, k).and_then(|v| v.trim().parse::<i64>().ok());
+        if let Some(r) = num("rank") {
+            self.rank = r.max(0) as usize;
+        }
+        if let Some(s) = num("size") {
+            self.size = s.max(0) as usize;
+        }
+        self.appnum = num("appnum").unwrap_or(0);
+        let f = self.call("cmd=job-getid;", "job-getid-response")?;
+        self.kvs = field(&f, "jobid").unwrap_or(&jobid).to_string();
+        Ok(())
+    }
+
+    /// Publishes `value` under `key` in the job's key-value space; visible to the others after
+    /// the next [`Pmi::fence`].
+    pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(), InitError> {
+        let v = escape(value);
+        if v.len() > self.val_max || key.len() > self.key_max {
+            return Err(err(
+                self.flavor,
+                format!("the value for {key} is {} bytes escaped; the launcher takes at most {} (a key at most {})", v.len(), self.val_max, self.key_max),
+            ));
+        }
+        match self.flavor {
+            Flavor::Pmi1 => {
+                let m = format!("cmd=put kvsname={} key={key} value={v}", self.kvs);
+                self.call(&m, "put_result")?;
+            }
+            Flavor::Pmi2 => {
+                self.call(
+                    &format!("cmd=kvs-put;key={key};value={v};"),
+                    "kvs-put-response",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every rank reached its fence; what each put before it is then visible.
+    pub fn fence(&mut self) -> Result<(), InitError> {
+        match self.flavor {
+            Flavor::Pmi1 => self.call("cmd=barrier_in", "barrier_out").map(drop),
+            Flavor::Pmi2 => self.call("cmd=kvs-fence;", "kvs-fence-response").map(drop),
+        }
+    }
+
+    /// Reads what some rank put under `key` before the last fence.
+    pub fn get(&mut self, key: &str) -> Result<Vec<u8>, InitError> {
+        let f = match self.flavor {
+            Flavor::Pmi1 => {
+                let m = format!("cmd=get kvsname={} key={key}", self.kvs);
+                self.call(&m, "get_result")?
+            }
+            Flavor::Pmi2 => {
+                let m = format!(
+                    "cmd=kvs-get;jobid={};srcid=-1;key={key};",
+                    self.kvs.replace(';', ";;")
+                );
+                let f = self.call(&m, "kvs-get-response")?;
+                if field(&f, "found") != Some("TRUE") {
+                    return Err(err(
+                        self.flavor,
+                        format!("key {key} not found in the job's key-value space"),
+                    ));
+                }
+                f
+            }
+        };
+        let v = field(&f, "value").ok_or_else(|| {
+            err(
+                self.flavor,
+                format!("the launcher's answer for key {key} has no value"),
+            )
+        })?;
+        unescape(v).ok_or_else(|| {
+            err(
+                self.flavor,
+                format!(
+                    "the value for key {key} is not one volley wrote: {:?}",
+                    trunc(v)
+                ),
+            )
+        })
+    }
+
+    /// The launcher's map of ranks to nodes (`PMI_process_mapping`), if it gives one.
+    pub fn process_mapping(&mut self) -> Option<String> {
+        match self.flavor {
+            Flavor::Pmi1 => {
+                let m = format!("cmd=get kvsname={} key=PMI_process_mapping", self.kvs);
+                let f = self.call(&m, "get_result").ok()?;
+                field(&f, "value").map(String::from)
+            }
+            Flavor::Pmi2 => {
+                let f = self
+                    .call(
+                        "cmd=info-getjobattr;key=PMI_process_mapping;",
+                        "info-getjobattr-response",
+                    )
+                    .ok()?;
+                (field(&f, "found") == Some("TRUE"))
+                    .then(|| field(&f, "value").map(String::from))
+                    .flatten()
+            }
+        }
+    }
+
+    /// Tells the launcher this rank is done with PMI (it closed its world normally).
+    pub fn finalize(&mut self) -> Result<(), InitError> {
+        if self.finalized {
+            return Ok(());
+        }
+        self.finalized = true;
+        match self.flavor {
+            Flavor::Pmi1 => self.call("cmd=finalize", "finalize_ack").map(drop),
+            Flavor::Pmi2 => self.call("cmd=finalize;", "finalize-response").map(drop),
+        }
+    }
+
+    /// Asks the launcher to end the whole job with `code`; does not wait for an answer.
+    pub fn abort(&mut self, code: i32, msg: &str) {
+        let m: String = msg
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let _ = match self.flavor {
+            Flavor::Pmi1 => self.send(&format!("cmd=abort exitcode={code}")),
+            Flavor::Pmi2 => self.send(&format!(
+                "cmd=abort;isworldabort=TRUE;msg={};",
+                m.replace(';', ";;")
+            )),
+        };
+    }
+}
+
+fn trunc(s: &str) -> String {
+    let s = s.trim_end();
+    if s.len() > 120 {
+        let mut end = 120;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    } else {
+        s.to_string()
+    }
+}
+
+/// Parses a PMI_process_mapping value, `(vector,(start,nodes,ranks_per_node),...)`, into the
+/// node of each of `size` ranks. The blocks repeat until every rank has a node (Hydra says
+/// `(vector,(0,1,1))` for any number of ranks on one host). None if malformed or empty.
+pub fn parse_mapping(v: &str, size: usize) -> Option<Vec<usize>> {
+    let inner = v.trim().strip_prefix("(vector,")?.strip_suffix(')')?;
+    let mut blocks = Vec::new();
+    for block in inner.split("),") {
+        let b = block.trim().trim_start_matches('(').trim_end_matches(')');
+        let n: Vec<usize> = b
+            .split(',')
+            .map(|x| x.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        let [start, count, per] = n[..] else {
+            return None;
+        };
+        blocks.push((start, count, per));
+    }
+    let mut nodes = Vec::with_capacity(size);
+    while nodes.len() < size {
+        let before = nodes.len();
+        for &(start, count, per) in &blocks {
+            for node in start..start.checked_add(count)? {
+                for _ in 0..per {
+                    if nodes.len() < size {
+                        nodes.push(node);
+                    }
+                }
+            }
+        }
+        if nodes.len() == before {
+            return None;
+        }
+    }
+    Some(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_round_trips_every_byte() {
+        let all: Vec<u8> = (0..=255u8).collect();
+        let e = escape(&all);
+        assert!(!e.contains([' ', '=', ';', '\n']));
+        assert_eq!(unescape(&e).unwrap(), all);
+        assert_eq!(unescape("%4"), None);
+        assert_eq!(unescape("%zz"), None);
+    }
+
+    #[test]
+    fn pmi2_fields_unescape_semicolons() {
+        let f = fields(
+            Flavor::Pmi2,
+            "cmd=kvs-get-response;rc=0;found=TRUE;value=a;;b;",
+        );
+        assert_eq!(field(&f, "value"), Some("a;b"));
+        assert_eq!(field(&f, "found"), Some("TRUE"));
+    }
+
+    #[test]
+    fn mappings() {
+        assert_eq!(parse_mapping("(vector,(0,2,2))", 4), Some(vec![0, 0, 1, 1]));
+        assert_eq!(
+            parse_mapping("(vector,(0,1,3),(1,1,1))", 4),
+            Some(vec![0, 0, 0, 1])
+        );
+        // The pattern repeats until every rank has a node.
+        assert_eq!(parse_mapping("(vector,(0,1,1))", 3), Some(vec![0, 0, 0]));
+        assert_eq!(
+            parse_mapping("(vector,(0,2,1))", 5),
+            Some(vec![0, 1, 0, 1, 0])
+        );
+        assert_eq!(parse_mapping("(vector,(0,0,1))", 3), None);
+        assert_eq!(parse_mapping("garbage", 3), None);
+    }
+}
