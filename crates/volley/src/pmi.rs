@@ -359,10 +359,30 @@ impl Pmi {
             Flavor::Pmi1 => format!("{msg}\n"),
             Flavor::Pmi2 => format!("{:<6}{msg}", msg.len()),
         };
+        // PMI-1 servers read a command of at most 1,024 bytes; PMI-2 values are at most 1,024.
+        if wire.len() > 1024 + 6 {
+            return Err(err(
+                flavor,
+                format!(
+                    "a command of {} bytes is longer than PMI carries",
+                    wire.len()
+                ),
+            ));
+        }
+        // One write per command: Slurm's server takes what one read returns as one command.
         self.conn
             .get_mut()
             .write_all(wire.as_bytes())
-            .map_err(|e| err(flavor, format!("the launcher's PMI connection broke while sending ({e}); did the launcher die?")))
+            .map_err(|e| {
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) {
+                    err(flavor, format!("the launcher closed the PMI connection ({e} while sending: did it die, or end the job?)"))
+                } else {
+                    err(flavor, format!("sending to the launcher failed: {e}"))
+                }
+            })
     }
 
     /// Reads one reply: a line (PMI-1) or a length-prefixed command (PMI-2).
@@ -374,7 +394,7 @@ impl Pmi {
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) {
-                err(flavor, format!("the launcher did not answer within {} ms (VOLLEY_PMI_TIMEOUT_MS); is it a PMI launcher, and did every rank start?", timeout.as_millis()))
+                err(flavor, format!("the launcher did not answer within {} ms (VOLLEY_PMI_TIMEOUT_MS: is it a PMI launcher, and did every rank start?)", timeout.as_millis()))
             } else {
                 err(flavor, format!("reading from the launcher failed: {e}"))
             }
@@ -511,15 +531,32 @@ impl Pmi {
     }
 
     fn init2(&mut self) -> Result<(), InitError> {
-        let jobid = env("PMI_JOBID").unwrap_or_default();
-        let mut msg = String::from("cmd=fullinit;");
-        if self.rank != usize::MAX {
-            msg.push_str(&format!("pmirank={};", self.rank));
+        // The first message is a PMI-1 text line for both protocols: Slurm fixes the protocol of
+        // the connection from it (a PMI-2 command before it gets a text reply).
+        self.flavor = Flavor::Pmi1;
+        let f = self.call(
+            "cmd=init pmi_version=2 pmi_subversion=0",
+            "response_to_init",
+        );
+        self.flavor = Flavor::Pmi2;
+        let f = f?;
+        if field(&f, "pmi_version") != Some("2") {
+            return Err(err(
+                self.flavor,
+                format!(
+                    "the launcher speaks PMI version {:?}, not 2 (set VOLLEY_PMI=1?)",
+                    field(&f, "pmi_version")
+                ),
+            ));
         }
-        if !jobid.is_empty() {
-            msg.push_str(&format!("pmijobid={};", jobid.replace(';', ";;")));
-        }
-        msg.push_str("threaded=FALSE;");
+        let jobid = env("PMI_JOBID").unwrap_or_else(|| "0".into());
+        // Slurm requires all three fields; Hydra maps the connection to the rank by pmirank.
+        let rank = if self.rank == usize::MAX {
+            env("PMI_ID").unwrap_or_else(|| "0".into())
+        } else {
+            self.rank.to_string()
+        };
+        let msg = format!("cmd=fullinit;pmijobid={jobid};pmirank={rank};threaded=FALSE;");
         let f = self.call(&msg, "fullinit-response")?;
         let num = |k: &str| field(&f, k).and_then(|v| v.trim().parse::<i64>().ok());
         if let Some(r) = num("rank") {
@@ -646,12 +683,20 @@ impl Pmi {
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
+        // Hydra (no PMI_JOBID) serves no PMI-2 abort, but reads each message as either protocol:
+        // the PMI-1 line ends the job there with `code`. Slurm kills the step (exit code 137).
         let _ = match self.flavor {
-            Flavor::Pmi1 => self.send(&format!("cmd=abort exitcode={code}")),
-            Flavor::Pmi2 => self.send(&format!(
-                "cmd=abort;isworldabort=TRUE;msg={};",
-                m.replace(';', ";;")
-            )),
+            Flavor::Pmi2 if env("PMI_JOBID").is_some() => {
+                let m: String = m.chars().filter(|&c| c != ';').take(200).collect();
+                self.send(&format!("cmd=abort;isworld=TRUE;msg={m};"))
+            }
+            _ => {
+                let flavor = self.flavor;
+                self.flavor = Flavor::Pmi1;
+                let r = self.send(&format!("cmd=abort exitcode={code}"));
+                self.flavor = flavor;
+                r
+            }
         };
     }
 }

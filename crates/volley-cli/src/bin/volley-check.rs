@@ -243,12 +243,16 @@ fn slow_receiver(w: &World, count: u64, size: usize) -> R {
     Ok(())
 }
 
-/// Rank 1 kills itself with SIGKILL in the middle of a ping-pong; rank 0 must get a peer-lost
-/// error and report how long after the last good exchange it came.
-fn killed_peer(w: &World) -> R {
+/// Rank 1 kills itself with SIGKILL (or, with `exit`, exits with code 3 without closing its
+/// world) in the middle of a ping-pong; rank 0 must get a peer-lost error and report how long
+/// after the last good exchange it came.
+fn killed_peer(w: &World, exit: bool) -> R {
     // Under `mpiexec.hydra -disable-auto-cleanup` the survivors of a failed rank get SIGUSR1, which
     // would end them before they report what volley told them.
     volley_sys::unix::ignore_signal(libc::SIGUSR1)?;
+    if w.size() != 2 {
+        return Err("killed-peer needs exactly 2 ranks".into());
+    }
     let me = w.rank();
     let ep = w.open(5)?;
     ep.target(1 - me, 5)?;
@@ -257,6 +261,9 @@ fn killed_peer(w: &World) -> R {
         for i in 0.. {
             ep.recv_into(&mut buf)?;
             if i == 500 {
+                if exit {
+                    std::process::exit(3);
+                }
                 volley_sys::kill(std::process::id(), libc_sigkill())?;
             }
             ep.send(&buf)?;
@@ -1267,7 +1274,7 @@ fn main() {
         ),
         Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
-        Some("killed-peer") => killed_peer(&world),
+        Some("killed-peer") => killed_peer(&world, args.get(1).map(String::as_str) == Some("exit")),
         Some("active") => active(&world, num(1, 500)),
         Some("fd") => fd_wait(&world),
         Some("toosmall") => too_small(&world),
@@ -1296,7 +1303,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] [matched] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer [exit] | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] [matched] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
             std::process::exit(2);
         }
     };
