@@ -61,6 +61,46 @@ pub struct RunArgs {
     pub program: Vec<String>,
 }
 
+/// How `volley run` reaches the hosts of a Slurm allocation: one agent per host, started as a
+/// job step of one task that may share the allocation's CPUs with the others.
+pub const SLURM_LAUNCH: &str = "srun --nodes=1 --ntasks=1 --overlap --mpi=none -w {host}";
+
+/// The hosts of the Slurm allocation this `volley run` runs in (from `sbatch` or `salloc`), when
+/// it spans several: None on one host (the ranks start here, as without Slurm), outside an
+/// allocation, or inside a job step (`srun volley run ...`: the step is this host's share).
+fn slurm_allocation() -> anyhow::Result<Option<Vec<crate::multi::Host>>> {
+    let Some(list) = std::env::var("SLURM_JOB_NODELIST")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(None);
+    };
+    if std::env::var_os("SLURM_STEP_ID").is_some() {
+        return Ok(None);
+    }
+    // Slurm's own tool expands its host-list syntax (node[01-04,07]).
+    let o = Command::new("scontrol")
+        .args(["show", "hostnames", &list])
+        .output()
+        .map_err(|e| anyhow::anyhow!("inside a Slurm allocation (SLURM_JOB_NODELIST={list}), but scontrol cannot run to expand it: {e}; pass --hosts"))?;
+    if !o.status.success() {
+        anyhow::bail!(
+            "scontrol show hostnames {list}: {}; pass --hosts",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let names: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if names.len() <= 1 {
+        return Ok(None);
+    }
+    crate::multi::parse_hosts(&names.join(","))
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("SLURM_JOB_NODELIST={list}: {e}"))
+}
+
 /// A number of seconds for --timeout and --grace: positive, finite, at most a year (a larger
 /// one is certainly a typo, and would overflow the clock arithmetic).
 fn seconds(s: &str) -> Result<f64, String> {
@@ -215,6 +255,12 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
                 anyhow::bail!(
                     "--launch says how to reach hosts, but no --hosts or --hostfile names them"
                 );
+            }
+            if let Some(h) = slurm_allocation()? {
+                // Inside a Slurm allocation the agents start through srun, as mpirun's do.
+                let mut a = a;
+                a.launch = Some(SLURM_LAUNCH.into());
+                return crate::multi::launch(&a, h);
             }
             None
         }

@@ -8,6 +8,7 @@
 mod common;
 
 use common::hosts::Hosts;
+use common::netpipe::{check_np, npmpi};
 use common::{text, volley, VOLLEY};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -402,73 +403,6 @@ fn mpicc_show_prints_the_command() {
     assert!(pc.contains("Libs:") && pc.contains("-lmpi"), "{pc}");
 }
 
-/// NetPIPE's source, unpacked by ./scripts/test from Debian's source package.
-fn netpipe_src() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/netpipe/NetPIPE-3.7.2");
-    assert!(
-        d.join("src/mpi.c").exists(),
-        "{} is missing: ./scripts/test fetches NetPIPE's source (apt-get source netpipe)",
-        d.display()
-    );
-    d
-}
-
-/// Builds NPmpi from NetPIPE's own makefile with `volley mpicc` as its MPICC (in a copy of the
-/// tree: tests run side by side).
-fn npmpi(dir: &Path) -> PathBuf {
-    let src = dir.join("NetPIPE");
-    must(
-        Command::new("cp")
-            .arg("-r")
-            .arg(netpipe_src())
-            .arg(&src)
-            .output()
-            .expect("run cp"),
-        "copying NetPIPE's source",
-    );
-    let o = Command::new("make")
-        .arg("-C")
-        .arg(&src)
-        .arg("-s")
-        .arg("mpi")
-        .arg(format!("MPICC={VOLLEY} mpicc"))
-        .output()
-        .expect("run make");
-    must(o, "building NPmpi");
-    let exe = dir.join("NPmpi");
-    std::fs::rename(src.join("NPmpi"), &exe).expect("move NPmpi");
-    exe
-}
-
-/// NetPIPE's results: (bytes, Mbps) per line of its output file.
-fn np_results(path: &Path) -> Vec<(u64, f64)> {
-    let s = std::fs::read_to_string(path).expect("NetPIPE's output file");
-    s.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-fn check_np(path: &Path, what: &str) {
-    let r = np_results(path);
-    assert!(
-        r.len() > 50,
-        "{what}: NetPIPE stopped early ({} sizes)",
-        r.len()
-    );
-    let last = r.last().unwrap().0;
-    assert!(
-        last >= 4 << 20,
-        "{what}: NetPIPE's largest message was {last} bytes"
-    );
-    assert!(
-        r.iter().all(|&(_, mbps)| mbps > 0.0),
-        "{what}: a size measured no throughput"
-    );
-}
-
 #[test]
 fn netpipe_unmodified_on_shared_memory_in_all_three_modes() {
     let s = Scratch::new("netpipe");
@@ -514,4 +448,21 @@ fn netpipe_unmodified_across_namespaces_over_udp_and_eth() {
         must(o, &format!("NPmpi over {transport}"));
         check_np(&out, transport);
     }
+}
+
+#[test]
+fn netpipe_unmodified_under_hydra() {
+    let s = Scratch::new("netpipe-hydra");
+    let exe = npmpi(&s.0);
+    let out = s.0.join("np-hydra.out");
+    let o = Command::new("timeout")
+        .args(["-k", "5", "300", "mpiexec.hydra", "-n", "2"])
+        .arg(&exe)
+        .arg("-o")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mpiexec.hydra (Debian package mpich)");
+    must(o, "NPmpi under mpiexec.hydra");
+    check_np(&out, "hydra");
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod hosts;
+pub mod netpipe;
 
 use std::process::{Command, Output, Stdio};
 

@@ -1,0 +1,82 @@
+//! NetPIPE's NPmpi, unmodified, built with `volley mpicc` from the source ./scripts/test fetches.
+
+use super::VOLLEY;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn must(o: Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed with {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// NetPIPE's source, unpacked by ./scripts/test from Debian's source package.
+pub fn netpipe_src() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/netpipe/NetPIPE-3.7.2");
+    assert!(
+        d.join("src/mpi.c").exists(),
+        "{} is missing: ./scripts/test fetches NetPIPE's source (apt-get source netpipe)",
+        d.display()
+    );
+    d
+}
+
+/// Builds NPmpi from NetPIPE's own makefile with `volley mpicc` as its MPICC (in a copy of the
+/// tree: tests run side by side).
+pub fn npmpi(dir: &Path) -> PathBuf {
+    let src = dir.join("NetPIPE");
+    must(
+        Command::new("cp")
+            .arg("-r")
+            .arg(netpipe_src())
+            .arg(&src)
+            .output()
+            .expect("run cp"),
+        "copying NetPIPE's source",
+    );
+    let o = Command::new("make")
+        .arg("-C")
+        .arg(&src)
+        .arg("-s")
+        .arg("mpi")
+        .arg(format!("MPICC={VOLLEY} mpicc"))
+        .output()
+        .expect("run make");
+    must(o, "building NPmpi");
+    let exe = dir.join("NPmpi");
+    std::fs::rename(src.join("NPmpi"), &exe).expect("move NPmpi");
+    exe
+}
+
+/// NetPIPE's results: (bytes, Mbps) per line of its output file.
+pub fn np_results(path: &Path) -> Vec<(u64, f64)> {
+    let s = std::fs::read_to_string(path).expect("NetPIPE's output file");
+    s.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn check_np(path: &Path, what: &str) {
+    let r = np_results(path);
+    assert!(
+        r.len() > 50,
+        "{what}: NetPIPE stopped early ({} sizes)",
+        r.len()
+    );
+    let last = r.last().unwrap().0;
+    assert!(
+        last >= 4 << 20,
+        "{what}: NetPIPE's largest message was {last} bytes"
+    );
+    assert!(
+        r.iter().all(|&(_, mbps)| mbps > 0.0),
+        "{what}: a size measured no throughput"
+    );
+}
