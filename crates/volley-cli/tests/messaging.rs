@@ -298,3 +298,12 @@ fn non_blocking_sends_report_back_pressure_and_lose_nothing() {
     );
     assert!(values(&out, "queued_incomplete")[0] != "0", "{out}");
 }
+
+/// 64 ranks on 2 cores, every size from empty to rendezvous: ranks finish at different times,
+/// and a receive from any source must not take a finished rank whose last fragments still sit
+/// in the ring for gone (it once did: "peer lost: rank N finished" with data still to read).
+#[test]
+fn alltoall_of_64_ranks_where_early_finishers_leave_fragments_behind() {
+    let out = ok(volley(&["-n", "64", CHECK, "alltoall", "10"], &[]));
+    assert_eq!(values(&out, "received"), vec!["640"; 64], "{out}");
+}

@@ -112,7 +112,7 @@ impl World {
     /// Call it after a pass that began with refresh_fates found nothing: the fates it reads are
     /// then older than the pass, so a peer's last message cannot be missed.
     pub(crate) fn dead_end(&self, port: u32, from: Option<usize>) -> Option<RecvError> {
-        let e = self.eng();
+        let mut e = self.eng();
         // `from` is a job rank; the rings and fates are indexed by local rank.
         let local = from.map(|r| self.inner.g2l[r]);
         self.net_dead_end(from)

@@ -196,8 +196,13 @@ fn alltoall(w: &World, count: u64) -> R {
         }
         got += 1;
     }
-    for r in reqs {
-        r.wait()?;
+    for (i, r) in reqs.into_iter().enumerate() {
+        r.wait().map_err(|e| {
+            format!(
+                "waiting for send {i} (to rank {}): {e}",
+                (me + i % n) % n
+            )
+        })?;
     }
     println!("result: alltoall rank={me} received={got} ok");
     Ok(())

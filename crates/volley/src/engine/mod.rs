@@ -357,16 +357,27 @@ impl Engine {
 
     /// Why nothing more can come for a message half gathered for `port` from a rank that is
     /// gone, if so.
-    pub fn partial_dead_end(&self, port: u32) -> Option<PeerLost> {
-        self.partials
+    pub fn partial_dead_end(&mut self, port: u32) -> Option<PeerLost> {
+        let gone: Vec<(usize, crate::Fate)> = self
+            .partials
             .iter()
             .filter(|p| p.port == port)
-            .find_map(|p| {
-                self.fates[p.src].map(|fate| PeerLost {
-                    rank: self.l2g[p.src],
+            .filter_map(|p| self.fates[p.src].map(|f| (p.src, f)))
+            .collect();
+        for (src, fate) in gone {
+            // Its sender is gone, but the rest of the message may still sit in the ring (a pass
+            // that consumed fragments without completing the message delivers nothing): only a
+            // ring with nothing more for the port means it can never be completed.
+            let key = (port as u128) | (3 << 125);
+            let more = self.rx[src].scan(key, |r| r.context == port);
+            if matches!(more, Ok(None)) {
+                return Some(PeerLost {
+                    rank: self.l2g[src],
                     fate,
-                })
-            })
+                });
+            }
+        }
+        None
     }
 
     /// Length of the message being gathered for `port` from `src`, if one is.
