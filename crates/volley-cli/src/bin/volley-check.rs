@@ -197,12 +197,8 @@ fn alltoall(w: &World, count: u64) -> R {
         got += 1;
     }
     for (i, r) in reqs.into_iter().enumerate() {
-        r.wait().map_err(|e| {
-            format!(
-                "waiting for send {i} (to rank {}): {e}",
-                (me + i % n) % n
-            )
-        })?;
+        r.wait()
+            .map_err(|e| format!("waiting for send {i} (to rank {}): {e}", (me + i % n) % n))?;
     }
     println!("result: alltoall rank={me} received={got} ok");
     Ok(())
