@@ -136,12 +136,16 @@ fn a_rank_killed_under_srun_gives_the_survivor_peer_lost_and_the_step_fails() {
     assert_eq!(o.status.code(), Some(137), "{out}\n{err}");
     assert!(err.contains("Killed"), "{err}");
     assert!(dev_shm_volley_entries().is_empty());
-    // With it, srun ends the step at once.
+    // With --kill-on-bad-exit srun ends the survivor itself (it may or may not have reported the
+    // loss first); the step fails naming the killed task, and nothing is left behind.
     let o = c.run(
         "srun",
-        &["--mpi=pmi2", "-K", "-n", "3", CHECK, "alltoall", "1000000"],
+        &["--mpi=pmi2", "-K", "-n", "2", CHECK, "killed-peer"],
     );
-    assert!(!o.status.success());
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(err.contains("task 1: Killed"), "{out}\n{err}");
+    assert!(dev_shm_volley_entries().is_empty());
 }
 
 #[test]
