@@ -53,6 +53,17 @@ pub struct Config {
     pub pool_bytes: u64,
     /// Messages larger than this go by rendezvous.
     pub rndv_threshold: usize,
+    /// Who makes room for a rendezvous message. False: the engine, in message order within
+    /// `rndv_budget`, reassembling it in a buffer of its own and delivering it whole
+    /// ([`Event::Message`]). True: the application, so that the data lands where it wants it
+    /// (the receive buffer that matched, with no copy in between): the engine announces the
+    /// message ([`Event::Announced`]) once every earlier message from its sender is delivered,
+    /// sends the CTS when the application calls [`Engine::accept`], hands each fragment to the
+    /// placement sink given to [`Engine::handle_placing`], and says [`Event::Placed`] when every
+    /// byte is there. A rendezvous waiting for its CTS then holds nothing of the sender's send
+    /// budget (it costs no network resource), so a receiver that matches messages in another
+    /// order than they were sent never starves the sender of the one it waits for.
+    pub receiver_places: bool,
     /// Bytes of rendezvous messages a receiver accepts (CTS sent) before the application has
     /// consumed them. One message is always accepted when none is outstanding.
     pub rndv_budget: u64,
@@ -82,6 +93,7 @@ impl Default for Config {
             window: 4096,
             pool_bytes: 4 << 20,
             rndv_threshold: 32 << 10,
+            receiver_places: false,
             rndv_budget: 256 << 20,
             max_message: 1 << 40,
             initial_rto: 10 * MS,
@@ -184,10 +196,33 @@ pub enum Event {
         /// Give back with [`Engine::release`] once consumed.
         credit: Credit,
     },
+    /// A rendezvous message (only with [`Config::receiver_places`]), in its place among the
+    /// sender's messages: every earlier one has been delivered or announced. Its data stays with
+    /// the sender until [`Engine::accept`].
+    Announced {
+        peer: u32,
+        /// The message's number, for [`Engine::accept`] and the placement sink.
+        msg: u64,
+        tag: u32,
+        context: u32,
+        len: u64,
+    },
+    /// Every byte of accepted message `msg` from `peer` has gone through the placement sink.
+    Placed { peer: u32, msg: u64 },
     /// Nothing heard from the peer for `peer_timeout`: messages to and from it are lost.
     PeerLost { peer: u32 },
     /// The peer closed its world after everything it sent was acknowledged.
     PeerFinished { peer: u32 },
+}
+
+/// A fragment of an accepted rendezvous message, for the application to copy where the message
+/// goes: `bytes` are the message's bytes `[offset, offset + bytes.len())`.
+#[derive(Debug)]
+pub struct Placement<'a> {
+    pub peer: u32,
+    pub msg: u64,
+    pub offset: u64,
+    pub bytes: &'a [u8],
 }
 
 /// One packet [`Engine::poll_transmit`] wrote.
@@ -387,7 +422,19 @@ impl Engine {
     }
 
     /// Takes one received packet. An error says why it was dropped (it is also counted).
+    /// For an engine that never accepts a placement (without [`Config::receiver_places`]).
     pub fn handle(&mut self, now: Instant, packet: &[u8]) -> Result<(), Malformed> {
+        self.handle_placing(now, packet, &mut |_: Placement<'_>| {})
+    }
+
+    /// [`Engine::handle`], with the sink that places the fragments of accepted rendezvous
+    /// messages: called once for each new fragment (duplicates never reach it), in any order.
+    pub fn handle_placing(
+        &mut self,
+        now: Instant,
+        packet: &[u8],
+        place: &mut dyn FnMut(Placement<'_>),
+    ) -> Result<(), Malformed> {
         let repr = match Repr::parse(packet, self.token) {
             Ok(r) => r,
             Err(e) => {
@@ -413,7 +460,14 @@ impl Engine {
             p.counters.after_lost += 1;
             return Ok(());
         }
-        let r = p.handle(cfg, now, &repr.body, &mut self.events, &mut self.pool);
+        let r = p.handle(
+            cfg,
+            now,
+            &repr.body,
+            &mut self.events,
+            &mut self.pool,
+            place,
+        );
         if let Err(e) = r {
             p.counters.bad_field += 1;
             return Err(e);
@@ -461,6 +515,25 @@ impl Engine {
 
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// Makes room for announced message `msg` from `peer` (see [`Config::receiver_places`]): the
+    /// CTS goes out and its fragments go through the placement sink as they arrive. False when
+    /// no such message waits (already accepted, or the peer is lost).
+    pub fn accept(&mut self, peer: u32, msg: u64) -> bool {
+        self.peers
+            .get_mut(peer as usize)
+            .and_then(|p| p.as_mut())
+            .is_some_and(|p| !p.lost && p.accept(msg))
+    }
+
+    /// The application no longer wants announced or accepted message `msg` from `peer` (its
+    /// receive went away): it is still acknowledged, so the sender completes, but its bytes are
+    /// dropped and no [`Event::Placed`] comes. An announced one is accepted for that.
+    pub fn discard(&mut self, peer: u32, msg: u64) {
+        if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
+            p.discard(msg);
+        }
     }
 
     /// Gives back the credit of a consumed message: the sender may send more.

@@ -7,7 +7,7 @@
 //! buffer as they come, in any order; messages are handed out in the order they were sent.
 
 use crate::counters::PeerCounters;
-use crate::{unwrap32, Config, Credit, Event, Instant, Reliability};
+use crate::{unwrap32, Config, Credit, Event, Instant, Placement, Reliability};
 use std::collections::VecDeque;
 use volley_wire::{self as wire, AckRanges, Body, Malformed, Piggyback, Repr, Seq};
 
@@ -176,6 +176,8 @@ enum InState {
     Announced,
     /// Room made, CTS queued or sent.
     Accepted,
+    /// Accepted for nothing (see `Engine::discard`): its bytes are dropped as they come.
+    Discarded,
 }
 
 struct InMsg {
@@ -221,6 +223,9 @@ pub(crate) struct Peer {
     pub counters: PeerCounters,
     /// Bytes of reliable messages queued and not yet acknowledged.
     pub queued_bytes: u64,
+    /// Of those, bytes of rendezvous messages waiting for a CTS the receiving application gives
+    /// (`Config::receiver_places`): not held against the send budget.
+    parked_bytes: u64,
 
     // Sending.
     snd_una: u64,
@@ -273,6 +278,9 @@ pub(crate) struct Peer {
     rndv_outstanding: u64,
     /// Announced messages not yet accepted.
     announced: usize,
+    /// Rendezvous messages announced to the application (`Config::receiver_places`), by
+    /// number, until every byte is placed: behind `in_base`, out of the in-order window.
+    placing: VecDeque<(u64, InMsg)>,
     be_in: Option<BeIn>,
     be_delivered: Option<u64>,
 }
@@ -282,9 +290,9 @@ impl Peer {
     /// budget, and fewer messages than can be in flight at once (more would only wait here,
     /// each holding a buffer: a stream of small messages would allocate one per message).
     pub(crate) fn has_room(&self, cfg: &Config, len: usize) -> bool {
-        self.queued_bytes == 0
-            || (self.queued_bytes + len as u64 <= cfg.send_budget
-                && (self.out.len() as u64) < msg_window(cfg))
+        let queued = self.queued_bytes - self.parked_bytes;
+        queued == 0
+            || (queued + len as u64 <= cfg.send_budget && (self.out.len() as u64) < msg_window(cfg))
     }
 
     pub fn new(rank: u32, cfg: &Config, now: Instant) -> Peer {
@@ -294,6 +302,7 @@ impl Peer {
             bye_left: 0,
             counters: PeerCounters::default(),
             queued_bytes: 0,
+            parked_bytes: 0,
             snd_una: 0,
             snd_nxt: 0,
             sent: VecDeque::new(),
@@ -332,6 +341,7 @@ impl Peer {
             credit_advertised: cfg.pool_bytes,
             rndv_outstanding: 0,
             announced: 0,
+            placing: VecDeque::new(),
             be_in: None,
             be_delivered: None,
         }
@@ -434,6 +444,9 @@ impl Peer {
                 if len > cfg.rndv_threshold as u64 {
                     m.state = OutState::NeedRts;
                     self.counters.rendezvous_sent += 1;
+                    if cfg.receiver_places {
+                        self.parked_bytes += len;
+                    }
                 }
                 self.queued_bytes += len;
                 self.out.push_back(m);
@@ -472,6 +485,7 @@ impl Peer {
         body: &Body<'_>,
         events: &mut VecDeque<Event>,
         pool: &mut BufPool,
+        place: &mut dyn FnMut(Placement<'_>),
     ) -> Result<(), Malformed> {
         self.last_heard = now;
         self.counters.packets_received += 1;
@@ -527,14 +541,21 @@ impl Peer {
                 msg_len,
                 offset,
                 payload,
-            } => self.on_data(cfg, seq.msg, tag, context, msg_len, offset, payload, pool)?,
+            } => {
+                let m = unwrap32(self.in_base, seq.msg);
+                if m < self.in_base {
+                    self.on_placed_data(m, tag, context, msg_len, offset, payload, events, place)?
+                } else {
+                    self.on_data(cfg, seq.msg, tag, context, msg_len, offset, payload, pool)?
+                }
+            }
             Body::Rts {
                 seq,
                 tag,
                 context,
                 msg_len,
             } => self.on_rts(cfg, seq.msg, tag, context, msg_len, pool)?,
-            Body::Cts { seq } => self.on_cts(seq.msg)?,
+            Body::Cts { seq } => self.on_cts(cfg, seq.msg)?,
             Body::Ack { .. } => unreachable!(),
         }
         if self.rcv_map.len() <= i {
@@ -556,7 +577,7 @@ impl Peer {
         } else if self.ack_at.is_none() {
             self.ack_at = Some(now + cfg.ack_delay);
         }
-        self.deliver(events);
+        self.deliver(cfg, events);
         Ok(())
     }
 
@@ -609,7 +630,7 @@ impl Peer {
                     return Err(Malformed::Field);
                 }
             }
-            InState::Announced => return Err(Malformed::Field),
+            InState::Announced | InState::Discarded => return Err(Malformed::Field),
         }
         // The wire layer checked offset + len <= msg_len.
         let off = offset as usize;
@@ -649,7 +670,7 @@ impl Peer {
     /// a later message accepted first would hold budget that it cannot give back before the
     /// earlier one is delivered, and the two would wait for each other.
     fn accept_rendezvous(&mut self, cfg: &Config, pool: &mut BufPool) {
-        if self.announced == 0 {
+        if self.announced == 0 || cfg.receiver_places {
             return;
         }
         for idx in 0..self.in_msgs.len() {
@@ -657,7 +678,7 @@ impl Peer {
             match m.state {
                 // Not known yet: it may be a rendezvous too.
                 InState::Unseen => return,
-                InState::Eager | InState::Accepted => continue,
+                InState::Eager | InState::Accepted | InState::Discarded => continue,
                 InState::Announced => {}
             }
             if self.rndv_outstanding > 0 && self.rndv_outstanding + m.len > cfg.rndv_budget {
@@ -675,7 +696,7 @@ impl Peer {
         }
     }
 
-    fn on_cts(&mut self, msg: u32) -> Result<(), Malformed> {
+    fn on_cts(&mut self, cfg: &Config, msg: u32) -> Result<(), Malformed> {
         let m = unwrap32(self.out_base, msg);
         if m < self.out_base {
             return Err(Malformed::Field);
@@ -687,6 +708,9 @@ impl Peer {
             return Err(Malformed::Field);
         }
         o.state = OutState::Cleared;
+        if cfg.receiver_places {
+            self.parked_bytes -= o.len();
+        }
         Ok(())
     }
 
@@ -784,8 +808,30 @@ impl Peer {
         Ok(())
     }
 
-    fn deliver(&mut self, events: &mut VecDeque<Event>) {
-        while self.in_msgs.front().is_some_and(|m| m.complete()) {
+    fn deliver(&mut self, cfg: &Config, events: &mut VecDeque<Event>) {
+        loop {
+            let Some(front) = self.in_msgs.front() else {
+                break;
+            };
+            if cfg.receiver_places && front.state == InState::Announced {
+                // Its turn among the sender's messages: the application decides where it goes.
+                let m = self.in_msgs.pop_front().expect("front");
+                let msg = self.in_base;
+                self.in_base += 1;
+                self.announced -= 1;
+                events.push_back(Event::Announced {
+                    peer: self.rank,
+                    msg,
+                    tag: m.tag,
+                    context: m.context,
+                    len: m.len,
+                });
+                self.placing.push_back((msg, m));
+                continue;
+            }
+            if !front.complete() {
+                break;
+            }
             let m = self.in_msgs.pop_front().expect("front");
             self.in_base += 1;
             self.counters.messages_delivered += 1;
@@ -803,6 +849,78 @@ impl Peer {
                 how: Reliability::Reliable,
             });
         }
+    }
+
+    /// The application made room for announced message `msg`: send the CTS.
+    pub fn accept(&mut self, msg: u64) -> bool {
+        let Some((_, m)) = self.placing.iter_mut().find(|(id, _)| *id == msg) else {
+            return false;
+        };
+        if m.state != InState::Announced {
+            return false;
+        }
+        m.state = InState::Accepted;
+        self.ctl.push_back(msg);
+        true
+    }
+
+    /// The application gave up message `msg`: accept it if it was only announced (the sender
+    /// must be able to complete), and drop its bytes.
+    pub fn discard(&mut self, msg: u64) {
+        let Some(i) = self.placing.iter().position(|(id, _)| *id == msg) else {
+            return;
+        };
+        if self.placing[i].1.state == InState::Announced {
+            self.ctl.push_back(msg);
+        }
+        self.placing[i].1.state = InState::Discarded;
+    }
+
+    /// A fragment of a message announced to the application: through the sink, unless it was
+    /// discarded. The last byte placed ends the message.
+    #[allow(clippy::too_many_arguments)]
+    fn on_placed_data(
+        &mut self,
+        msg: u64,
+        tag: u32,
+        context: u32,
+        msg_len: u64,
+        offset: u64,
+        payload: &[u8],
+        events: &mut VecDeque<Event>,
+        place: &mut dyn FnMut(Placement<'_>),
+    ) -> Result<(), Malformed> {
+        let Some(i) = self.placing.iter().position(|(id, _)| *id == msg) else {
+            // Behind the window and not announced: no such message is being received.
+            return Err(Malformed::Field);
+        };
+        let m = &mut self.placing[i].1;
+        if m.len != msg_len || m.tag != tag || m.context != context {
+            return Err(Malformed::Field);
+        }
+        match m.state {
+            InState::Accepted => place(Placement {
+                peer: self.rank,
+                msg,
+                offset,
+                bytes: payload,
+            }),
+            InState::Discarded => {}
+            // Data before its CTS: the sender is broken or forged.
+            _ => return Err(Malformed::Field),
+        }
+        m.got += payload.len() as u64;
+        if m.got == m.len {
+            let (_, m) = self.placing.remove(i).expect("found");
+            if m.state == InState::Accepted {
+                self.counters.messages_delivered += 1;
+                events.push_back(Event::Placed {
+                    peer: self.rank,
+                    msg,
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn release(&mut self, cfg: &Config, c: Credit, pool: &mut BufPool) {
@@ -1029,7 +1147,9 @@ impl Peer {
         self.retx.clear();
         self.ctl.clear();
         self.in_msgs.clear();
+        self.placing.clear();
         self.queued_bytes = 0;
+        self.parked_bytes = 0;
     }
 
     // ---------------------------------------------------------------- transmitting

@@ -58,7 +58,25 @@ struct Expect {
     k: usize,
 }
 
+/// A rendezvous message announced to its receiving application (`Config::receiver_places`),
+/// placed into the application's own buffer.
+struct Placing {
+    r: usize,
+    peer: u32,
+    msg: u64,
+    e: Expect,
+    buf: Vec<u8>,
+    /// When the application accepts it (a receive is posted), or gives it up.
+    accept_at: u64,
+    accepted: bool,
+    discard: bool,
+}
+
 struct Sim {
+    placing: Vec<Placing>,
+    placed: usize,
+    /// Messages whose placements were given up (they still complete at the sender).
+    discarded: usize,
     rng: Rng,
     now: u64,
     engines: Vec<Engine>,
@@ -103,6 +121,9 @@ impl Sim {
             }
         }
         Sim {
+            placing: Vec::new(),
+            placed: 0,
+            discarded: 0,
             rng: Rng(seed),
             now: 0,
             engines,
@@ -286,12 +307,88 @@ impl Sim {
                         }
                         self.engines[r].recycle(data);
                     }
+                    Event::Announced {
+                        peer,
+                        msg,
+                        tag,
+                        context,
+                        len,
+                    } => {
+                        let src = peer as usize;
+                        let e = self.expect[src][r].pop_front().unwrap_or_else(|| {
+                            panic!("{src}->{r}: a message announced that was never sent (or twice)")
+                        });
+                        assert_eq!(
+                            (tag, context, len as usize),
+                            (e.tag, e.context, e.len),
+                            "{src}->{r}: announced message {} out of order or wrong",
+                            e.k
+                        );
+                        let later = self.rng.chance(self.hold);
+                        self.placing.push(Placing {
+                            r,
+                            peer,
+                            msg,
+                            e,
+                            buf: vec![0xEE; len as usize],
+                            accept_at: if later {
+                                self.now + self.rng.below(3 * MS)
+                            } else {
+                                self.now
+                            },
+                            accepted: false,
+                            discard: self.rng.chance(0.1),
+                        });
+                    }
+                    Event::Placed { peer, msg } => {
+                        let at = self
+                            .placing
+                            .iter()
+                            .position(|p| p.r == r && p.peer == peer && p.msg == msg)
+                            .unwrap_or_else(|| panic!("{peer}->{r}: message {msg} placed but never announced (or placed twice)"));
+                        let p = self.placing.swap_remove(at);
+                        assert!(
+                            p.accepted && !p.discard,
+                            "{peer}->{r}: message {msg} placed but not accepted"
+                        );
+                        for (i, b) in p.buf.iter().enumerate() {
+                            assert_eq!(
+                                *b,
+                                pattern(peer as usize, r, p.e.k, i),
+                                "{peer}->{r}: placed message {} ({} bytes) byte {i} wrong",
+                                p.e.k,
+                                p.e.len
+                            );
+                        }
+                        self.delivered += 1;
+                        self.placed += 1;
+                    }
                     Event::PeerLost { peer } => self.lost.push((r, peer, self.now)),
                     Event::PeerFinished { peer } => self.finished.push((r, peer)),
                 }
             }
         }
         let now = self.now;
+        let mut k = 0;
+        while k < self.placing.len() {
+            let p = &mut self.placing[k];
+            if p.accepted || p.accept_at > now {
+                k += 1;
+                continue;
+            }
+            if p.discard {
+                self.engines[p.r].discard(p.peer, p.msg);
+                self.placing.swap_remove(k);
+                self.discarded += 1;
+                continue;
+            }
+            assert!(
+                self.engines[p.r].accept(p.peer, p.msg),
+                "an announced message could not be accepted"
+            );
+            p.accepted = true;
+            k += 1;
+        }
         let mut k = 0;
         while k < self.held.len() {
             if self.held[k].0 <= now {
@@ -325,6 +422,15 @@ impl Sim {
         if let Some(t) = self.held.iter().map(|h| h.0).min() {
             next = next.min(t);
         }
+        if let Some(t) = self
+            .placing
+            .iter()
+            .filter(|p| !p.accepted)
+            .map(|p| p.accept_at)
+            .min()
+        {
+            next = next.min(t);
+        }
         if next == u64::MAX {
             return false;
         }
@@ -335,7 +441,19 @@ impl Sim {
             .is_some_and(|Reverse((t, ..))| *t <= self.now)
         {
             let Reverse((_, _, dst, pkt)) = self.flight.pop().expect("peeked");
-            let _ = self.engines[dst].handle(self.now, &pkt);
+            let placing = &mut self.placing;
+            let _ = self.engines[dst].handle_placing(self.now, &pkt, &mut |pl| {
+                let p = placing
+                    .iter_mut()
+                    .find(|p| p.r == dst && p.peer == pl.peer && p.msg == pl.msg)
+                    .expect("a fragment placed for a message the application did not accept");
+                assert!(
+                    p.accepted,
+                    "a fragment placed before its message was accepted"
+                );
+                let off = pl.offset as usize;
+                p.buf[off..off + pl.bytes.len()].copy_from_slice(pl.bytes);
+            });
         }
         for e in &mut self.engines {
             if e.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -351,6 +469,7 @@ impl Sim {
             || self.to_send.iter().any(|q| !q.is_empty())
             || !self.engines.iter().all(|e| e.all_acked())
             || !self.held.is_empty()
+            || !self.placing.is_empty()
         {
             if self.now >= limit {
                 let states: Vec<String> = self.engines.iter().map(|e| e.describe()).collect();
@@ -386,7 +505,8 @@ fn sim_config(rng: &mut Rng) -> Config {
     }
 }
 
-fn run_seed(seed: u64) {
+/// Runs one seed; returns how many rendezvous messages the applications placed and gave up.
+fn run_seed(seed: u64) -> (usize, usize) {
     let mut rng = Rng(seed ^ 0x5eed);
     let cfg = sim_config(&mut rng);
     let faults = Faults {
@@ -399,6 +519,12 @@ fn run_seed(seed: u64) {
         jitter: rng.below(20 * US),
     };
     let n = 2 + rng.below(2) as usize;
+    // Odd seeds: the receiving application places rendezvous messages itself, accepting them
+    // at once or later, or giving some up.
+    let cfg = Config {
+        receiver_places: seed % 2 == 1,
+        ..cfg
+    };
     let mut sim = Sim::new(seed, n, &cfg, faults.clone());
     sim.hold = [0.0, 0.3][rng.below(2) as usize];
     let msgs = 10 + rng.below(30) as usize;
@@ -427,29 +553,46 @@ fn run_seed(seed: u64) {
     if faults.corrupt == 0.0 && faults.junk == 0.0 {
         assert_eq!(c, 0, "drops with no corruption and no junk");
     }
+    (sim.placed, sim.discarded)
 }
 
 #[test]
 fn simulation_seeds() {
     if let Ok(s) = std::env::var("VOLLEY_SIM_SEED") {
         let seed: u64 = s.parse().expect("VOLLEY_SIM_SEED must be a number");
-        run_seed(seed);
+        let (placed, discarded) = run_seed(seed);
+        println!("seed {seed}: {placed} placed, {discarded} given up");
         return;
     }
     let n: u64 = std::env::var("VOLLEY_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
+    let (mut placed, mut discarded) = (0, 0);
     for seed in 0..n {
-        if let Err(e) = std::panic::catch_unwind(|| run_seed(seed)) {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("simulation seed {seed} failed: {msg}\nreplay: VOLLEY_SIM_SEED={seed} cargo test --release -p volley-proto --test sim simulation_seeds");
+        match std::panic::catch_unwind(|| run_seed(seed)) {
+            Ok((p, d)) => {
+                placed += p;
+                discarded += d;
+            }
+            Err(e) => {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("simulation seed {seed} failed: {msg}\nreplay: VOLLEY_SIM_SEED={seed} cargo test --release -p volley-proto --test sim simulation_seeds");
+            }
         }
     }
+    if n >= 100 {
+        // The odd seeds must have exercised placement, and giving placements up.
+        assert!(
+            placed > 0 && discarded > 0,
+            "{placed} placed, {discarded} given up"
+        );
+    }
+    println!("{placed} rendezvous messages placed by the application, {discarded} given up");
 }
 
 fn quiet_config() -> Config {
@@ -686,4 +829,112 @@ fn a_stream_of_rendezvous_messages_survives_one_percent_loss() {
         sim.plan(1, 0, 8, Reliability::Reliable);
         sim.run(60_000 * MS);
     }
+}
+
+/// Two engines over a perfect link, pumped until neither sends anything for a while; the events of
+/// the receiving one, with every fragment placed into `bufs` (by message number).
+fn pump_pair(
+    a: &mut Engine,
+    b: &mut Engine,
+    now: &mut u64,
+    bufs: &mut [(u64, Vec<u8>)],
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut pkt = vec![0u8; 70_000];
+    let mut quiet = 0;
+    for _ in 0..1_000_000 {
+        let mut moved = false;
+        while let Some(t) = a.poll_transmit(*now, &mut pkt) {
+            let _ = b.handle_placing(*now, &pkt[..t.len], &mut |pl| {
+                let (_, buf) = bufs
+                    .iter_mut()
+                    .find(|(m, _)| *m == pl.msg)
+                    .expect("placed only once accepted");
+                let off = pl.offset as usize;
+                buf[off..off + pl.bytes.len()].copy_from_slice(pl.bytes);
+            });
+            moved = true;
+        }
+        while let Some(t) = b.poll_transmit(*now, &mut pkt) {
+            let _ = a.handle(*now, &pkt[..t.len]);
+            moved = true;
+        }
+        while let Some(ev) = b.poll_event() {
+            events.push(ev);
+        }
+        *now += 10 * US;
+        for e in [&mut *a, &mut *b] {
+            if e.poll_timeout().is_some_and(|t| t <= *now) {
+                e.handle_timeout(*now);
+            }
+        }
+        // Quiet for 2 ms of virtual time (delayed acknowledgements come within 50 us).
+        quiet = if moved { 0 } else { quiet + 1 };
+        if quiet == 200 {
+            return events;
+        }
+    }
+    panic!("the pair never went quiet");
+}
+
+/// With `receiver_places`, rendezvous messages beyond the sender's budget are all announced
+/// (waiting for their CTS they hold no budget), a small message sent after them is delivered
+/// before any is accepted, and the receiver places them in the order it chooses: last first.
+#[test]
+fn the_receiver_places_announced_messages_in_the_order_it_accepts_them() {
+    let cfg = Config {
+        receiver_places: true,
+        send_budget: 1 << 20,
+        rndv_threshold: 1024,
+        ..quiet_config()
+    };
+    let (mut a, mut b) = (
+        Engine::new(cfg.clone(), 0, 77),
+        Engine::new(cfg.clone(), 1, 77),
+    );
+    a.add_peer(1, 0);
+    b.add_peer(0, 0);
+    let len = 800 << 10;
+    let mut now = 0;
+    for k in 0..3u8 {
+        a.send(
+            now,
+            1,
+            u32::from(k),
+            5,
+            vec![k + 1; len],
+            Reliability::Reliable,
+        )
+        .expect("a rendezvous waiting for its CTS holds no send budget");
+    }
+    a.send(now, 1, 9, 5, b"after".to_vec(), Reliability::Reliable)
+        .unwrap();
+    let evs = pump_pair(&mut a, &mut b, &mut now, &mut []);
+    let mut msgs = Vec::new();
+    for ev in &evs {
+        match ev {
+            Event::Announced {
+                msg, tag, len: l, ..
+            } => {
+                assert_eq!(*l, len as u64);
+                msgs.push((*msg, *tag));
+            }
+            Event::Message { tag, data, .. } => {
+                assert_eq!((*tag, &data[..]), (9, &b"after"[..]));
+                assert_eq!(msgs.len(), 3, "the small message overtook an announcement");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(msgs.iter().map(|m| m.1).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(evs.len(), 4);
+    for &(msg, tag) in msgs.iter().rev() {
+        let mut bufs = [(msg, vec![0u8; len])];
+        assert!(b.accept(0, msg));
+        assert!(!b.accept(0, msg), "accepted twice");
+        let evs = pump_pair(&mut a, &mut b, &mut now, &mut bufs);
+        assert_eq!(evs, vec![Event::Placed { peer: 0, msg }]);
+        assert!(bufs[0].1.iter().all(|&x| x == tag as u8 + 1));
+    }
+    assert!(a.all_acked());
 }
