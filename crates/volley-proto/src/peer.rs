@@ -809,10 +809,7 @@ impl Peer {
     }
 
     fn deliver(&mut self, cfg: &Config, events: &mut VecDeque<Event>) {
-        loop {
-            let Some(front) = self.in_msgs.front() else {
-                break;
-            };
+        while let Some(front) = self.in_msgs.front() {
             if cfg.receiver_places && front.state == InState::Announced {
                 // Its turn among the sender's messages: the application decides where it goes.
                 let m = self.in_msgs.pop_front().expect("front");
