@@ -101,7 +101,7 @@ impl Endpoint {
                 Step::Done(st) => return Ok(Some(st)),
                 // A receive posted earlier takes it: offer it there, then look again.
                 Step::Vetoed => continue,
-                Step::Started(..) => unreachable!("not incremental"),
+                Step::Started(..) | Step::Placing(..) => unreachable!("not incremental"),
             }
         }
     }
@@ -213,6 +213,10 @@ pub(crate) enum Step {
     Done(Status),
     /// The first fragments are in the buffer; the rest follow (see [`World::more_fragments`]).
     Started(Status, Gathering),
+    /// (Incremental only.) A large message from another host, matched and taken out of the
+    /// inbox, its data still with its sender (rank `.1`, message `.2`): the caller lends the
+    /// buffer to the network ([`crate::net::Net::place`]) and the data lands there.
+    Placing(Status, usize, u64),
 }
 
 impl World {
@@ -359,6 +363,18 @@ impl World {
             Found::Net => {
                 let net = self.inner.net.as_ref().expect("found on the network");
                 let m = net.borrow_mut().take_matching(pat).expect("found");
+                if let Some(a) = m.announced {
+                    // Its data is still with the sender: accepted now, it comes straight into
+                    // the caller's buffer.
+                    if incremental {
+                        return Ok(Step::Placing(st, m.src, a.msg));
+                    }
+                    self.place_blocking(pat.context, m.src, a.msg, out, waiter)?;
+                    let mut e = self.eng();
+                    e.count(Counter::MsgsRecvd, 1);
+                    e.count(Counter::BytesRecvd, st.len as u64);
+                    return Ok(Step::Done(st));
+                }
                 out.copy_from_slice(&m.data);
                 net.borrow_mut().recycle(m.data);
                 let mut e = self.eng();
@@ -370,6 +386,37 @@ impl World {
                 Ok(Step::Done(st))
             }
         }
+    }
+
+    /// Receives the announced message `msg` from `src` (another host) into `out`, waiting until
+    /// every byte is there: `out` is lent to the network for that long.
+    #[cold]
+    #[inline(never)]
+    fn place_blocking(
+        &self,
+        context: u32,
+        src: usize,
+        msg: u64,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+    ) -> Result<(), RecvError> {
+        let net = self.inner.net.as_ref().expect("a message from the network");
+        // The loan ends when the message is whole, or (on any error) when the scope's settle
+        // gives it up.
+        volley_sys::lend::scope(
+            || net.borrow_mut().abandon_placing(src, msg),
+            |l| {
+                net.borrow_mut().place(src, msg, l.lend_mut(out));
+                loop {
+                    if let Some(net) = self.net_poll() {
+                        if net.borrow_mut().take_placed(src, msg) {
+                            return Ok(());
+                        }
+                    }
+                    waiter.idle(self, context, Some(src))?;
+                }
+            },
+        )
     }
 
     /// One non-blocking attempt at a matched receive (`buf` Some) or a probe (`buf` None),

@@ -14,7 +14,8 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use volley_proto::{Config as ProtoConfig, Credit, Engine as Proto, Event, Reliability};
+use volley_proto::{Config as ProtoConfig, Credit, Engine as Proto, Event, Placement, Reliability};
+use volley_sys::lend::RawBufMut;
 use volley_sys::Exclusive;
 use volley_transport::eth::EthDevice;
 use volley_transport::fault::{FaultDevice, Faults};
@@ -136,6 +137,39 @@ pub(crate) struct NetMsg {
     pub tag: u32,
     pub data: Vec<u8>,
     credit: Credit,
+    /// A large message announced, its data still with the sender until a receive takes it.
+    pub announced: Option<Announced>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Announced {
+    /// The protocol's number for it, to accept it by.
+    pub msg: u64,
+    pub len: usize,
+    /// Being placed into a buffer of the network's own (a receive that takes messages whole,
+    /// not by envelope, reached it first).
+    filling: bool,
+}
+
+impl NetMsg {
+    pub fn len(&self) -> usize {
+        self.announced.map_or(self.data.len(), |a| a.len)
+    }
+}
+
+/// Where the fragments of an accepted rendezvous message go.
+enum Into {
+    /// The receive buffer that matched it: the data's one copy.
+    Lent(RawBufMut),
+    /// A buffer of our own, for a receive that lends messages in place.
+    Own(Vec<u8>),
+}
+
+struct Placing {
+    peer: u32,
+    msg: u64,
+    into: Into,
+    done: bool,
 }
 
 /// What `volley info` says about the network: what was found, chosen, and why not the others.
@@ -214,6 +248,8 @@ pub(crate) struct Net {
     /// Start the liveness thread (VOLLEY_LIVENESS_THREAD).
     pub keeper: bool,
     inbox: Vec<(u32, VecDeque<NetMsg>)>,
+    /// Rendezvous messages accepted and arriving, until their receive takes them.
+    placing: Vec<Placing>,
     /// Ranks that left: lost (Unreachable) or said goodbye (Finished).
     pub lost: Vec<(usize, crate::Fate)>,
     /// Reliable or best effort, per local port.
@@ -328,6 +364,8 @@ impl Net {
         let mut dev = open_device(&cfg).map_err(net_err)?;
         let mut proto_cfg = cfg.proto.clone();
         proto_cfg.max_packet = dev.max_packet();
+        // A matched receive takes a large message straight into its buffer.
+        proto_cfg.receiver_places = true;
         proto_cfg.validate().map_err(net_err)?;
 
         // The address exchange: our card out, everyone's back.
@@ -362,6 +400,7 @@ impl Net {
             owner_seen: Arc::new(AtomicU64::new(0)),
             keeper: cfg.keeper,
             inbox: Vec::new(),
+            placing: Vec::new(),
             lost: Vec::new(),
             remote,
         })
@@ -400,9 +439,25 @@ impl Net {
 
     fn pump_at(&mut self, now: u64) -> usize {
         let proto = &mut self.proto;
+        let placing = &mut self.placing;
+        let mut place = |pl: Placement<'_>| {
+            // The engine hands over fragments of accepted messages only, and we accept a message
+            // only once its placement is here.
+            if let Some(p) = placing
+                .iter_mut()
+                .find(|p| p.peer == pl.peer && p.msg == pl.msg)
+            {
+                let off = pl.offset as usize;
+                let to = match &mut p.into {
+                    Into::Lent(b) => b.as_mut_slice(),
+                    Into::Own(v) => &mut v[..],
+                };
+                to[off..off + pl.bytes.len()].copy_from_slice(pl.bytes);
+            }
+        };
         // A device error here is a broken socket; the engine will declare the peers lost.
         let _ = self.dev.receive(now, &mut |p| {
-            let _ = proto.handle(now, p);
+            let _ = proto.handle_placing(now, p, &mut place);
         });
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
@@ -427,13 +482,62 @@ impl Net {
                         tag,
                         data,
                         credit,
+                        announced: None,
                     };
-                    match self.inbox.iter_mut().find(|(p, _)| *p == context) {
-                        Some((_, q)) => q.push_back(m),
-                        None => self.inbox.push((context, VecDeque::from([m]))),
+                    self.queue_msg(context, m);
+                }
+                Event::Announced {
+                    peer,
+                    msg,
+                    tag,
+                    context,
+                    len,
+                } => {
+                    let m = NetMsg {
+                        src: peer as usize,
+                        tag,
+                        data: Vec::new(),
+                        credit: Credit::default(),
+                        announced: Some(Announced {
+                            msg,
+                            len: len as usize,
+                            filling: false,
+                        }),
+                    };
+                    self.queue_msg(context, m);
+                }
+                Event::Placed { peer, msg } => {
+                    let Some(i) = self
+                        .placing
+                        .iter()
+                        .position(|p| p.peer == peer && p.msg == msg)
+                    else {
+                        continue;
+                    };
+                    if matches!(self.placing[i].into, Into::Lent(_)) {
+                        // Its receive takes it (take_placed).
+                        self.placing[i].done = true;
+                        continue;
+                    }
+                    let Into::Own(data) = self.placing.swap_remove(i).into else {
+                        unreachable!("checked")
+                    };
+                    // Whole now: the message waits in the inbox like any other.
+                    if let Some(m) =
+                        self.inbox
+                            .iter_mut()
+                            .flat_map(|(_, q)| q.iter_mut())
+                            .find(|m| {
+                                m.src == peer as usize && m.announced.is_some_and(|a| a.msg == msg)
+                            })
+                    {
+                        m.data = data;
+                        m.announced = None;
                     }
                 }
                 Event::PeerLost { peer } => {
+                    // What was arriving from it never will: the loans end now.
+                    self.placing.retain(|p| p.peer != peer);
                     self.lost.push((peer as usize, crate::Fate::Unreachable))
                 }
                 Event::PeerFinished { peer } => {
@@ -442,6 +546,52 @@ impl Net {
             }
         }
         n
+    }
+
+    fn queue_msg(&mut self, context: u32, m: NetMsg) {
+        match self.inbox.iter_mut().find(|(p, _)| *p == context) {
+            Some((_, q)) => q.push_back(m),
+            None => self.inbox.push((context, VecDeque::from([m]))),
+        }
+    }
+
+    /// Accepts announced message `msg` from `peer`, taken out of the inbox by a matched receive:
+    /// its fragments go straight into `into` as they arrive; [`Net::take_placed`] says when it
+    /// is whole. A peer already lost: the buffer is given back at once and the receive learns
+    /// of the loss from the peer's fate.
+    pub fn place(&mut self, peer: usize, msg: u64, into: RawBufMut) {
+        let peer = peer as u32;
+        if self.proto.accept(peer, msg) {
+            self.placing.push(Placing {
+                peer,
+                msg,
+                into: Into::Lent(into),
+                done: false,
+            });
+        }
+    }
+
+    /// Whether message `msg` from `peer` is whole in its receive buffer; if so the loan ends.
+    pub fn take_placed(&mut self, peer: usize, msg: u64) -> bool {
+        let i = self
+            .placing
+            .iter()
+            .position(|p| p.peer == peer as u32 && p.msg == msg);
+        match i {
+            Some(i) if self.placing[i].done => {
+                self.placing.swap_remove(i);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The receive placing message `msg` from `peer` gives up (it failed): its loan ends now,
+    /// and the rest of the message is dropped as it comes.
+    pub fn abandon_placing(&mut self, peer: usize, msg: u64) {
+        let peer = peer as u32;
+        self.placing.retain(|p| !(p.peer == peer && p.msg == msg));
+        self.proto.discard(peer, msg);
     }
 
     fn transmit(&mut self, now: u64) {
@@ -559,7 +709,7 @@ impl Net {
 
     /// The next message for `port`, if one has arrived.
     pub fn take(&mut self, port: u32) -> Option<NetMsg> {
-        self.take_matching(&Pattern::port(port))
+        self.take_whole(&Pattern::port(port))
     }
 
     /// Length of the next message for `port`.
@@ -571,16 +721,22 @@ impl Net {
     /// Where the first message `pat` matches sits in the inbox of its context. Messages of one
     /// context wait in arrival order, which the protocol keeps per sender: the first match is
     /// the one MPI's ordering rule wants.
+    /// A message that is being placed into our own buffer is not there yet, and neither is
+    /// anything behind it that the same pattern accepts.
     fn find(&self, pat: &Pattern) -> Option<(usize, usize)> {
         let qi = self.inbox.iter().position(|(p, _)| *p == pat.context)?;
         let mi = self.inbox[qi]
             .1
             .iter()
             .position(|m| pat.accepts_from(m.src, m.tag))?;
+        if self.inbox[qi].1[mi].announced.is_some_and(|a| a.filling) {
+            return None;
+        }
         Some((qi, mi))
     }
 
-    /// The first message `pat` matches, taken out of the inbox (its credit goes back).
+    /// The first message `pat` matches, taken out of the inbox (its credit goes back). An
+    /// announced one comes without its data: the caller places it ([`Net::place`]).
     pub fn take_matching(&mut self, pat: &Pattern) -> Option<NetMsg> {
         let (qi, mi) = self.find(pat)?;
         let m = self.inbox[qi].1.remove(mi).expect("found");
@@ -588,20 +744,43 @@ impl Net {
         Some(m)
     }
 
+    /// The first message `pat` matches, whole: one still announced is accepted into a buffer
+    /// of our own first (for receives that lend messages in place rather than match).
+    fn take_whole(&mut self, pat: &Pattern) -> Option<NetMsg> {
+        let (qi, mi) = self.find(pat)?;
+        let m = &mut self.inbox[qi].1[mi];
+        let peer = m.src as u32;
+        if let Some(a) = &mut m.announced {
+            let msg = a.msg;
+            if self.proto.accept(peer, msg) {
+                a.filling = true;
+                let buf = self.proto.buffer(a.len);
+                self.placing.push(Placing {
+                    peer,
+                    msg,
+                    into: Into::Own(buf),
+                    done: false,
+                });
+            }
+            return None;
+        }
+        self.take_matching(pat)
+    }
+
     /// The envelope (source, tag, length) of the first message `pat` matches, left in place.
     pub fn peek_matching(&self, pat: &Pattern) -> Option<(usize, u32, usize)> {
         let (qi, mi) = self.find(pat)?;
         let m = &self.inbox[qi].1[mi];
-        Some((m.src, m.tag, m.data.len()))
+        Some((m.src, m.tag, m.len()))
     }
 
     /// A message for any port `wanted` says yes to (the active ports), if one has arrived.
     pub fn take_any(&mut self, wanted: impl Fn(u32) -> bool) -> Option<(u32, NetMsg)> {
-        for (p, q) in self.inbox.iter_mut() {
-            if wanted(*p) {
-                if let Some(m) = q.pop_front() {
-                    self.proto.release(m.credit);
-                    return Some((*p, m));
+        for qi in 0..self.inbox.len() {
+            let p = self.inbox[qi].0;
+            if wanted(p) && !self.inbox[qi].1.is_empty() {
+                if let Some(m) = self.take_whole(&Pattern::port(p)) {
+                    return Some((p, m));
                 }
             }
         }

@@ -179,20 +179,24 @@ impl Endpoint {
                                     envelope: None,
                                 });
                             }
-                            let m = net.borrow_mut().take(self.port).expect("peeked");
-                            buf[..len].copy_from_slice(&m.data);
-                            let src = Source {
-                                rank: m.src,
-                                port: m.tag,
-                            };
-                            net.borrow_mut().recycle(m.data);
-                            let mut e = w.eng();
-                            e.count(Counter::MsgsRecvd, 1);
-                            e.count(Counter::BytesRecvd, len as u64);
-                            e.count(Counter::StagingCopies, 1);
-                            drop(e);
-                            waiter.finish(w);
-                            return Ok((len, src));
+                            // A large message announced is accepted by this take and
+                            // arrives while we wait.
+                            let m = net.borrow_mut().take(self.port);
+                            if let Some(m) = m {
+                                buf[..len].copy_from_slice(&m.data);
+                                let src = Source {
+                                    rank: m.src,
+                                    port: m.tag,
+                                };
+                                net.borrow_mut().recycle(m.data);
+                                let mut e = w.eng();
+                                e.count(Counter::MsgsRecvd, 1);
+                                e.count(Counter::BytesRecvd, len as u64);
+                                e.count(Counter::StagingCopies, 1);
+                                drop(e);
+                                waiter.finish(w);
+                                return Ok((len, src));
+                            }
                         }
                     }
                     waiter.idle(w, self.port, None)?;

@@ -17,6 +17,7 @@
 
 use crate::backoff::Backoff;
 use crate::config::WaitMode;
+use crate::counters::Counter;
 use crate::endpoint::Endpoint;
 use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
@@ -227,6 +228,9 @@ enum Op {
     /// A receive into an unpacker, and one whose message is arriving.
     RecvUnpack(Pattern, Box<dyn crate::Unpacker>),
     GatherUnpack(Pattern, Box<dyn crate::Unpacker>, Status, Gathering),
+    /// A receive whose large message from another host (rank `.2`, message `.3`) is arriving
+    /// straight into its buffer, which the network holds meanwhile.
+    Placing(Pattern, Status, usize, u64),
     /// A receive taken out of its slot while a pass tries to match it.
     Matching,
     Done(Result<Status, RequestError>),
@@ -517,7 +521,8 @@ impl World {
                         op @ (Op::Recv(..)
                         | Op::Gathering(..)
                         | Op::RecvUnpack(..)
-                        | Op::GatherUnpack(..)),
+                        | Op::GatherUnpack(..)
+                        | Op::Placing(..)),
                     ) => {
                         slot.op = Some(Op::Matching);
                         (idx, op)
@@ -549,7 +554,29 @@ impl World {
                         }
                         Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
                         Ok(Step::Started(st, g)) => (Op::Gathering(pat, buf, st, g), false),
+                        Ok(Step::Placing(st, src, msg)) => {
+                            self.net().place(src, msg, buf);
+                            (Op::Placing(pat, st, src, msg), false)
+                        }
                         Err(e) => (Op::Done(Err(e.into())), true),
+                    }
+                }
+                Op::Placing(pat, st, src, msg) => {
+                    // The loan ends in take_placed (whole) or abandon_placing (failed).
+                    if self.net().take_placed(src, msg) {
+                        let mut e = self.eng();
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, st.len as u64);
+                        drop(e);
+                        (Op::Done(Ok(st)), true)
+                    } else {
+                        match self.dead_end(pat.context, Some(src)) {
+                            None => (Op::Placing(pat, st, src, msg), false),
+                            Some(e) => {
+                                self.net().abandon_placing(src, msg);
+                                (Op::Done(Err(e.into())), true)
+                            }
+                        }
                     }
                 }
                 Op::Gathering(pat, mut buf, st, mut g) => {
@@ -580,6 +607,9 @@ impl World {
                         }
                         Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
                         Ok(Step::Started(st, g)) => (Op::GatherUnpack(pat, u, st, g), false),
+                        Ok(Step::Placing(..)) => {
+                            unreachable!("unpacking receives are not incremental")
+                        }
                         Err(e) => (Op::Done(Err(e.into())), true),
                     }
                 }
@@ -624,6 +654,7 @@ impl World {
             | Op::Gathering(..)
             | Op::RecvUnpack(..)
             | Op::GatherUnpack(..)
+            | Op::Placing(..)
             | Op::Matching => Seen::Pending { send: false },
             Op::Send(s, st) => match s.check(self) {
                 Ok(true) => {
