@@ -395,6 +395,12 @@ impl Pmi {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) {
                 err(flavor, format!("the launcher did not answer within {} ms (VOLLEY_PMI_TIMEOUT_MS: is it a PMI launcher, and did every rank start?)", timeout.as_millis()))
+            } else if e.kind() == std::io::ErrorKind::ConnectionReset {
+                // A launcher that closes its end with our request unread resets the connection.
+                err(
+                    flavor,
+                    format!("the launcher closed the PMI connection ({e} while reading: did it die, or end the job?)"),
+                )
             } else {
                 err(flavor, format!("reading from the launcher failed: {e}"))
             }
