@@ -383,6 +383,33 @@ fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() 
     }
 }
 
+/// A large message arriving straight into a receive buffer (blocking, or a request's) when its
+/// sender dies: the receive fails with peer-lost within the timeout's bound, nothing crashes, and
+/// the request's scope (which waits for every loan to end) returns.
+#[test]
+fn a_sender_killed_while_its_message_is_placed_fails_the_receive_in_bounded_time() {
+    let h = Hosts::new(2, 1500);
+    for how in ["wait", "request"] {
+        let o = h.run(
+            2,
+            &[
+                ("VOLLEY_TRANSPORT", "udp"),
+                ("VOLLEY_PEER_TIMEOUT_MS", "1000"),
+            ],
+            &["--keep-going", CHECK, "lost-placing", how],
+        );
+        let (out, err) = text(&o);
+        let after: Vec<u64> = values(&out, "after_ms")
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(after.len(), 1, "{how}: no report:\n{out}\n{err}");
+        // Killed 100 ms after it started; the timeout is 1 s.
+        assert!(after[0] <= 4000, "{how}: peer-lost after {} ms", after[0]);
+        assert_eq!(values(&out, "rank"), vec!["1"], "{how}: {out}");
+    }
+}
+
 #[test]
 fn a_bad_launch_template_or_placement_is_a_clear_error() {
     let o = Command::new(VOLLEY)

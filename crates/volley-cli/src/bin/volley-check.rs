@@ -301,6 +301,50 @@ fn killed_peer(w: &World, exit: bool) -> R {
     }
 }
 
+/// Rank 1 (on another host) starts a large message to rank 0 and is killed while it is on its
+/// way; rank 0's receive of it (blocking, or a request) fails with peer-lost in bounded time,
+/// and the loan of its buffer ends (the request's scope returns).
+fn lost_while_placing(w: &World, request: bool) -> R {
+    if w.size() != 2 {
+        return Err("lost-placing needs exactly 2 ranks".into());
+    }
+    let ep = w.open(12)?;
+    let len = 128 << 20;
+    if w.rank() == 1 {
+        let mut r = ep.isend_tagged(0, 3, vec![7u8; len])?;
+        // Announced, accepted, under way for a while: then gone.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(100) {
+            r.test()?;
+        }
+        volley_sys::kill(std::process::id(), libc_sigkill())?;
+        return Err("still alive after SIGKILL".into());
+    }
+    let mut buf = vec![0u8; len];
+    let t = Instant::now();
+    let r = if request {
+        w.scope(|s| -> Result<volley::Status, volley::RequestError> {
+            let id = s.irecv(&ep, Some(1), Some(3), &mut buf)?;
+            w.wait(id)
+        })
+    } else {
+        ep.recv_matching(Some(1), Some(3), &mut buf)
+            .map_err(volley::RequestError::from)
+    };
+    match r {
+        Err(volley::RequestError::Recv(RecvError::PeerLost(l))) if l.rank == 1 => {
+            println!(
+                "result: placing-lost rank={} after_ms={} placed_some={}",
+                l.rank,
+                t.elapsed().as_millis(),
+                buf.contains(&7)
+            );
+            Ok(())
+        }
+        other => Err(format!("a receive whose sender died gave {other:?}").into()),
+    }
+}
+
 fn libc_sigkill() -> i32 {
     9
 }
@@ -1276,6 +1320,9 @@ fn main() {
         Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
         Some("killed-peer") => killed_peer(&world, args.get(1).map(String::as_str) == Some("exit")),
+        Some("lost-placing") => {
+            lost_while_placing(&world, args.get(1).map(String::as_str) == Some("request"))
+        }
         Some("active") => active(&world, num(1, 500)),
         Some("fd") => fd_wait(&world),
         Some("toosmall") => too_small(&world),
