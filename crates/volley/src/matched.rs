@@ -392,7 +392,7 @@ impl World {
     /// every byte is there: `out` is lent to the network for that long.
     #[cold]
     #[inline(never)]
-    fn place_blocking(
+    pub(crate) fn place_blocking(
         &self,
         context: u32,
         src: usize,
