@@ -118,6 +118,14 @@ impl Segment {
         fence(Ordering::SeqCst);
     }
 
+    /// Whether rank `me` is still armed: false once a sender took the flag to ring its doorbell.
+    #[inline]
+    pub fn is_armed(&self, me: usize) -> bool {
+        // Relaxed: a stale 1 only postpones noticing a ring to the next look (a spare wake-up),
+        // and a 0 is only ever written by a sender that rang, or by `me`.
+        self.rank(me).armed.load(Ordering::Relaxed) != 0
+    }
+
     /// Rank `me` spins or runs again: senders stop paying for wake-ups.
     #[inline]
     pub fn disarm(&self, me: usize) {

@@ -96,7 +96,7 @@ impl Waiter {
             }
         }
         let mut e = w.eng();
-        e.doorbell().drain();
+        e.drain_doorbell();
         // A sender that woke us cleared the flag; set it again before the next poll.
         e.arm();
         Ok(())

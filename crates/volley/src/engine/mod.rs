@@ -185,6 +185,9 @@ pub(crate) struct Engine {
     seen_epoch: u64,
     /// Whether our doorbell is armed (we are about to sleep or an fd user waits).
     armed: bool,
+    /// A sender rang the doorbell while we were armed: its count is still in the eventfd, which
+    /// stays readable until drained (a spent wake-up for a caller that polls the descriptor).
+    rung: bool,
     rr: usize,
     /// Assembly buffers returned by dropped messages, reused by the next large recv().
     spare: Option<Vec<u8>>,
@@ -524,6 +527,7 @@ impl Engine {
             fates: vec![None; n],
             seen_epoch: u64::MAX,
             armed: false,
+            rung: false,
             rr: 0,
             spare: None,
             single_copy,
@@ -1000,8 +1004,21 @@ impl Engine {
     /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings
     /// once more after this before sleeping.
     pub fn arm(&mut self) {
+        if self.armed && !self.seg.is_armed(self.me) {
+            self.rung = true;
+        }
+        if self.rung {
+            // Before arming: a ring that comes after this must stay visible.
+            self.drain_doorbell();
+        }
         self.seg.arm(self.me);
         self.armed = true;
+    }
+
+    /// Consumes the wake-ups the doorbell holds.
+    pub fn drain_doorbell(&mut self) {
+        self.doorbells[self.me].drain();
+        self.rung = false;
     }
 
     /// Back to spinning or running: senders stop paying for wake-ups.
@@ -1009,6 +1026,9 @@ impl Engine {
     pub fn disarm(&mut self) {
         if self.armed {
             self.armed = false;
+            if !self.seg.is_armed(self.me) {
+                self.rung = true;
+            }
             self.seg.disarm(self.me);
         }
     }
