@@ -101,6 +101,11 @@ impl Endpoint {
         self.tag_ignore.store(mask, Ordering::Relaxed);
     }
 
+    /// The default destination set by [`Endpoint::target`], if any: (rank, port).
+    pub fn target_of(&self) -> Option<(usize, u32)> {
+        self.dest().ok()
+    }
+
     pub(crate) fn dest(&self) -> Result<(usize, u32), SendError> {
         match self.target.load(Ordering::Relaxed) {
             NO_TARGET => Err(SendError::NoTarget { port: self.port }),

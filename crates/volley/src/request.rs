@@ -309,13 +309,32 @@ impl Endpoint {
     /// the caller's memory): no copy is made on the way to a rank of this host beyond the ring
     /// (or none at all by single copy). The loan ends when the request completes.
     pub fn isend_lent(&self, rank: usize, tag: u32, data: RawBuf) -> Result<RequestId, SendError> {
-        self.send_request(rank, tag, Payload::Lent(data))
+        self.send_request(rank, self.port, tag, Payload::Lent(data))
+    }
+
+    /// Starts sending the lent `data` to `rank`'s endpoint on `port`, as [`Endpoint::send_to`]
+    /// sends (a Directed-Point message: the source port in its envelope), without waiting and
+    /// without a copy on the caller's side (a C face's `volley_isend`). The loan ends when the
+    /// request completes.
+    pub fn isend_lent_to(
+        &self,
+        rank: usize,
+        port: u32,
+        data: RawBuf,
+    ) -> Result<RequestId, SendError> {
+        self.send_request(rank, port, self.port, Payload::Lent(data))
     }
 
     /// Starts sending `data` and files the send in the request table.
-    fn send_request(&self, rank: usize, tag: u32, data: Payload) -> Result<RequestId, SendError> {
+    fn send_request(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: Payload,
+    ) -> Result<RequestId, SendError> {
         let len = data.len();
-        let state = self.isend_env(rank, self.port, tag, data)?;
+        let state = self.isend_env(rank, context, tag, data)?;
         let status = Status {
             source: rank,
             tag,
@@ -352,7 +371,7 @@ impl Endpoint {
             p.pack(0, &mut v);
             Payload::Owned(v)
         };
-        self.send_request(rank, tag, data)
+        self.send_request(rank, self.port, tag, data)
     }
 
     /// Posts a receive of the first message from `source` with `tag` (as
