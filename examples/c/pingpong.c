@@ -1,0 +1,143 @@
+/* Ping-pong between ranks 0 and 1 through volley's C API, every byte checked.
+ * Sizes 0 B to 64 MiB (powers of 4 and their neighbours); each size goes by volley_send and
+ * comes back alternately received in place (volley_recv) and into a buffer (volley_recv_into),
+ * and once by volley_isend on the caller's buffer. Then one-way latency at 8 B and bandwidth at
+ * 8 MiB, timed (rank 0 prints them).
+ *
+ *   volley run -n 2 --cpus 0,1 examples/c/pingpong [max_bytes [notime]] */
+#include <volley.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        if (rc_ != VOLLEY_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
+                    volley_strerror(rc_), volley_last_error());                            \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 31u + seed * 7u + (i >> 12));
+}
+
+static int same(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 31u + seed * 7u + (i >> 12))) return 0;
+    return 1;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Receives one message of `n` bytes with `seed` into `in` (round decides how) and checks it. */
+static void take(volley_endpoint *ep, unsigned char *in, size_t n, unsigned seed, int round) {
+    if (round % 2 == 0) {
+        volley_message *m;
+        const void *data;
+        size_t len;
+        CHECK(volley_recv(ep, &m));
+        CHECK(volley_message_data(m, &data, &len));
+        if (len != n || !same(data, len, seed)) {
+            fprintf(stderr, "size %zu: wrong message received in place (%zu bytes)\n", n, len);
+            exit(1);
+        }
+        CHECK(volley_message_release(m));
+    } else {
+        size_t len, rank;
+        CHECK(volley_recv_into(ep, in, n, &len, &rank, NULL));
+        if (len != n || !same(in, len, seed)) {
+            fprintf(stderr, "size %zu: wrong message received into a buffer\n", n);
+            exit(1);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    size_t max = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)64 << 20;
+    int timing = !(argc > 2 && strcmp(argv[2], "notime") == 0);
+    volley_world *w;
+    volley_endpoint *ep;
+    size_t rank, size;
+    CHECK(volley_init(&w));
+    CHECK(volley_world_info(w, &rank, &size, NULL));
+    if (size != 2) {
+        fprintf(stderr, "pingpong needs 2 ranks (volley run -n 2), not %zu\n", size);
+        return 1;
+    }
+    CHECK(volley_open(w, 1, &ep));
+    CHECK(volley_target(ep, 1 - rank, 1));
+    if (timing && max < ((size_t)8 << 20)) max = (size_t)8 << 20;
+    unsigned char *out = malloc(max + 1), *in = malloc(max + 1);
+    if (!out || !in) return 1;
+    size_t sizes[64];
+    int ns = 0;
+    sizes[ns++] = 0;
+    for (size_t s = 1; s <= max && ns < 61; s *= 4) {
+        if (s > 1) sizes[ns++] = s - 1;
+        sizes[ns++] = s;
+        if (s < max) sizes[ns++] = s + 1;
+    }
+    for (int k = 0; k < ns; k++) {
+        size_t n = sizes[k];
+        for (int round = 0; round < 3; round++) {
+            unsigned seed = (unsigned)(k * 3 + round);
+            if (rank == 0) {
+                fill(out, n, seed);
+                if (round == 2) {
+                    volley_request req;
+                    CHECK(volley_isend(ep, out, n, &req));
+                    CHECK(volley_wait(w, &req));
+                } else {
+                    CHECK(volley_send(ep, out, n));
+                }
+                take(ep, in, n, seed + 1000, round);
+            } else {
+                take(ep, in, n, seed, round);
+                fill(out, n, seed + 1000);
+                CHECK(volley_send(ep, out, n));
+            }
+        }
+        if (rank == 0) printf("pingpong size=%zu ok\n", n);
+    }
+    /* Timing: 8 B latency and 8 MiB bandwidth, best of 5 runs of `iters` round trips. */
+    size_t timed[2] = {8, (size_t)8 << 20};
+    for (int t = 0; timing && t < 2; t++) {
+        size_t n = timed[t];
+        int iters = n < 4096 ? 20000 : 40;
+        double best = 1e30;
+        for (int run = 0; run < 5; run++) {
+            size_t len;
+            CHECK(volley_send(ep, out, 0)); /* line up */
+            CHECK(volley_recv_into(ep, in, max, &len, NULL, NULL));
+            double t0 = now();
+            for (int i = 0; i < iters; i++) {
+                if (rank == 0) {
+                    CHECK(volley_send(ep, out, n));
+                    CHECK(volley_recv_into(ep, in, max, &len, NULL, NULL));
+                } else {
+                    CHECK(volley_recv_into(ep, in, max, &len, NULL, NULL));
+                    CHECK(volley_send(ep, out, n));
+                }
+            }
+            double dt = (now() - t0) / iters / 2;
+            if (dt < best) best = dt;
+        }
+        if (rank == 0)
+            printf("timing size=%zu one_way_us=%.3f mb_per_s=%.1f\n", n, best * 1e6,
+                   n / best / 1e6);
+    }
+    free(out);
+    free(in);
+    CHECK(volley_close(ep));
+    CHECK(volley_finalize(w));
+    return 0;
+}
