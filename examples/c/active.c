@@ -4,21 +4,11 @@
  * in. Prints the totals.
  *
  *   volley run -n 4 examples/c/active [count] */
-#include <volley.h>
+#include "check.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != VOLLEY_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
-                    volley_strerror(rc_), volley_last_error());                            \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 struct tally {
     volley_endpoint *reply; /* to answer the senders */

@@ -5,22 +5,12 @@
  * 8 MiB, timed (rank 0 prints them).
  *
  *   volley run -n 2 --cpus 0,1 examples/c/pingpong [max_bytes [notime]] */
-#include <volley.h>
+#include "check.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != VOLLEY_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
-                    volley_strerror(rc_), volley_last_error());                            \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 31u + seed * 7u + (i >> 12));

@@ -3,23 +3,13 @@
  * would. Rank 0 sends `count` messages with pauses, so that rank 1 really sleeps.
  *
  *   volley run -n 2 examples/c/poll [count] */
-#include <volley.h>
+#include "check.h"
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != VOLLEY_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,             \
-                    volley_strerror(rc_), volley_last_error());                            \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 int main(int argc, char **argv) {
     unsigned count = argc > 1 ? (unsigned)atoi(argv[1]) : 20;

@@ -233,6 +233,32 @@ unsafe fn put<T>(p: *mut T, v: T) {
     }
 }
 
+/// Frees a handle made by [`hand_out`].
+///
+/// # Safety
+/// `p` is null or from `hand_out`, not yet freed; the caller does not use it afterwards.
+unsafe fn free<T>(p: *mut T, what: &str) -> Result<(), Fail> {
+    if p.is_null() {
+        return Err(invalid(&format!("{what} is NULL")));
+    }
+    // SAFETY: by the contract, from Box::into_raw in hand_out and not freed.
+    drop(unsafe { Box::from_raw(p) });
+    Ok(())
+}
+
+/// Writes a new handle for `v` to `*out`; `Err` (and `v` dropped) when `out` is null.
+///
+/// # Safety
+/// `out` is null or valid for writing a pointer.
+unsafe fn hand_out<T>(out: *mut *mut T, v: T, what: &str) -> Result<(), Fail> {
+    if out.is_null() {
+        return Err(invalid(&format!("{what} (the out-pointer) is NULL")));
+    }
+    // SAFETY: checked non-null, writable by the contract.
+    unsafe { out.write(Box::into_raw(Box::new(v))) };
+    Ok(())
+}
+
 /// The text of the last failure on this thread (empty if none): what went wrong and what to do.
 /// Valid until the next failing call on this thread.
 #[no_mangle]
@@ -275,14 +301,12 @@ pub unsafe extern "C" fn volley_init(world: *mut *mut volley_world) -> c_int {
         if world.is_null() {
             return Err(invalid("world (the out-pointer) is NULL"));
         }
-        let w = World::init()?;
-        let h = Box::new(volley_world {
-            world: w,
+        let h = volley_world {
+            world: World::init()?,
             counter_names: Vec::new(),
-        });
-        // SAFETY: checked non-null; the caller's contract makes it writable.
-        unsafe { world.write(Box::into_raw(h)) };
-        Ok(())
+        };
+        // SAFETY: by the contract.
+        unsafe { hand_out(world, h, "world") }
     })
 }
 
@@ -293,14 +317,8 @@ pub unsafe extern "C" fn volley_init(world: *mut *mut volley_world) -> c_int {
 /// `world` is null or from `volley_init`, not yet finalized; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn volley_finalize(world: *mut volley_world) -> c_int {
-    call(|| {
-        if world.is_null() {
-            return Err(invalid("world is NULL"));
-        }
-        // SAFETY: by the contract, made by Box::into_raw in volley_init and not freed.
-        drop(unsafe { Box::from_raw(world) });
-        Ok(())
-    })
+    // SAFETY: by the contract.
+    call(|| unsafe { free(world, "world") })
 }
 
 /// This process's rank, the number of ranks, and this process's rank among those on its host
@@ -414,10 +432,9 @@ pub unsafe extern "C" fn volley_open(
         if ep.is_null() {
             return Err(invalid("ep (the out-pointer) is NULL"));
         }
-        let e = w.open(port)?;
-        // SAFETY: checked non-null, writable by the contract.
-        unsafe { ep.write(Box::into_raw(Box::new(volley_endpoint { ep: e }))) };
-        Ok(())
+        let e = volley_endpoint { ep: w.open(port)? };
+        // SAFETY: by the contract.
+        unsafe { hand_out(ep, e, "ep") }
     })
 }
 
@@ -427,14 +444,8 @@ pub unsafe extern "C" fn volley_open(
 /// `ep` is null or from `volley_open`, not yet closed; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn volley_close(ep: *mut volley_endpoint) -> c_int {
-    call(|| {
-        if ep.is_null() {
-            return Err(invalid("ep is NULL"));
-        }
-        // SAFETY: by the contract, from Box::into_raw in volley_open and not freed.
-        drop(unsafe { Box::from_raw(ep) });
-        Ok(())
-    })
+    // SAFETY: by the contract.
+    call(|| unsafe { free(ep, "ep") })
 }
 
 /// Sets where `volley_send`, `volley_try_send` and `volley_isend` go: `port` of `rank`.
@@ -896,9 +907,8 @@ pub unsafe extern "C" fn volley_bind(
             // for the call.
             unsafe { (h.f)(h.user, data.as_ptr().cast(), data.len(), src.rank, src.port) }
         })?;
-        // SAFETY: checked non-null.
-        unsafe { out.write(Box::into_raw(Box::new(volley_active_port { _port: p }))) };
-        Ok(())
+        // SAFETY: by the contract.
+        unsafe { hand_out(out, volley_active_port { _port: p }, "out") }
     })
 }
 
@@ -908,12 +918,6 @@ pub unsafe extern "C" fn volley_bind(
 /// `port` is null or from `volley_bind`, not yet unbound; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn volley_unbind(port: *mut volley_active_port) -> c_int {
-    call(|| {
-        if port.is_null() {
-            return Err(invalid("port is NULL"));
-        }
-        // SAFETY: by the contract, from Box::into_raw in volley_bind and not freed.
-        drop(unsafe { Box::from_raw(port) });
-        Ok(())
-    })
+    // SAFETY: by the contract.
+    call(|| unsafe { free(port, "port") })
 }

@@ -29,7 +29,14 @@ fn built() -> &'static Path {
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out).unwrap();
         let src = repo().join("examples/c");
-        for f in ["Makefile", "pingpong.c", "active.c", "poll.c", "misuse.c"] {
+        for f in [
+            "Makefile",
+            "check.h",
+            "pingpong.c",
+            "active.c",
+            "poll.c",
+            "misuse.c",
+        ] {
             std::fs::copy(src.join(f), out.join(f)).unwrap();
         }
         let o = Command::new("make")
