@@ -77,6 +77,27 @@ int main(int argc, char **argv) {
     roundtrip(blk, a, 1, got, 6);
     CHECK(got[0] == 6 && got[1] == 7 && got[2] == 2 && got[4] == 9 && got[5] == 10);
 
+    /* Hindexed block: blocks of 2 ints at byte displacements; the constructor is what
+     * get_envelope reports (MPI-3.1 4.1.13), with its arguments back from get_contents. */
+    MPI_Datatype hblk;
+    MPI_Aint hbd[3] = {24, 8, 36};
+    OK(MPI_Type_create_hindexed_block(3, 2, hbd, MPI_INT, &hblk));
+    OK(MPI_Type_commit(&hblk));
+    roundtrip(hblk, a, 1, got, 6);
+    CHECK(got[0] == 6 && got[1] == 7 && got[2] == 2 && got[3] == 3 && got[4] == 9 && got[5] == 10);
+    {
+        int ni, na, nd, comb, hi[2];
+        MPI_Aint ha[3];
+        MPI_Datatype ht;
+        OK(MPI_Type_get_envelope(hblk, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_HINDEXED_BLOCK && ni == 2 && na == 3 && nd == 1);
+        OK(MPI_Type_get_contents(hblk, 2, 3, 1, hi, ha, &ht));
+        CHECK(hi[0] == 3 && hi[1] == 2 && ha[0] == 24 && ha[1] == 8 && ha[2] == 36 && ht == MPI_INT);
+        OK(MPI_Type_get_envelope(hidx, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_HINDEXED);
+    }
+    OK(MPI_Type_free(&hblk));
+
     /* A struct of (char, double, int), sent as itself. */
     struct s { char c; double d; int i; } sv[2] = {{'a', 1.5, 7}, {'b', 2.5, 8}}, sr[2];
     int sbl[3] = {1, 1, 1};

@@ -71,6 +71,7 @@ pub const COMBINER_HVECTOR: c_int = 305;
 pub const COMBINER_INDEXED: c_int = 306;
 pub const COMBINER_HINDEXED: c_int = 307;
 pub const COMBINER_INDEXED_BLOCK: c_int = 308;
+pub const COMBINER_HINDEXED_BLOCK: c_int = 309;
 pub const COMBINER_STRUCT: c_int = 310;
 pub const COMBINER_SUBARRAY: c_int = 311;
 pub const COMBINER_RESIZED: c_int = 316;

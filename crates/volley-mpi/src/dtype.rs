@@ -709,6 +709,17 @@ crate::mpi! {
         store(d, ints, vec![], vec![oldtype], newtype)
     }
 
+    fn MPI_Type_create_hindexed_block / PMPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const Aint, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: the array holds count entries.
+        let ds = unsafe { array(array_of_displacements, count)? };
+        let bl = count_of(blocklength, "blocklength")?;
+        let t = old(oldtype)?;
+        // Displacements in bytes (MPI-3.1 4.1.2).
+        let parts: Vec<Part> = ds.iter().map(|&d| Part { disp: d, count: bl, t: &t }).collect();
+        let d = build(&parts, abi::COMBINER_HINDEXED_BLOCK);
+        store(d, vec![count, blocklength], ds.to_vec(), vec![oldtype], newtype)
+    }
+
     fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const Aint, array_of_types: *const H, newtype: *mut H) {
         // SAFETY: MPI: the three arrays hold count entries.
         let (bls, ds, ts) = unsafe {
