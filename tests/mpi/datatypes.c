@@ -116,6 +116,22 @@ int main(int argc, char **argv) {
         CHECK(sr[1].c == 'b' && sr[1].d == 2.5 && sr[1].i == 8 && sr[0].i == 7);
     }
 
+    /* A struct of seven structs of three (unsigned) chars: nothing is padded, since every member aligns
+     * to 1 (MPI-3.1 4.1.6: the extent rounds up to the members' alignment, not a word's). */
+    {
+        MPI_Datatype c3, c3x7, c3t[3] = {MPI_CHAR, MPI_UNSIGNED_CHAR, MPI_CHAR};
+        int c3bl[3] = {1, 1, 1}, seven = 7;
+        MPI_Aint c3d[3] = {0, 1, 2}, zero = 0;
+        OK(MPI_Type_create_struct(3, c3bl, c3d, c3t, &c3));
+        OK(MPI_Type_create_struct(1, &seven, &zero, &c3, &c3x7));
+        OK(MPI_Type_get_extent(c3, &lb, &ext));
+        CHECK(lb == 0 && ext == 3);
+        OK(MPI_Type_get_extent(c3x7, &lb, &ext));
+        CHECK(lb == 0 && ext == 21);
+        OK(MPI_Type_free(&c3x7));
+        OK(MPI_Type_free(&c3));
+    }
+
     /* A 2x3 block at (1,2) of a 4x6 C array. */
     int sizes[2] = {4, 6}, subs[2] = {2, 3}, starts[2] = {1, 2};
     OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &sub));

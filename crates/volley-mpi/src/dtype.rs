@@ -73,6 +73,9 @@ pub struct Dtype {
     /// Whether MPI_LB / MPI_UB markers fixed the bounds (they then stay, MPI-1's sticky rule).
     pub lb_marked: bool,
     pub ub_marked: bool,
+    /// The alignment C gives a member of this type: its basic type's, or for a derived type the
+    /// strictest of its components' (used for a struct's extent, MPI-3.1 4.1.6).
+    pub align: usize,
 }
 
 /// Where a piecewise pack or unpack stands (see `Dtype::walk`): element, block in it, bytes of
@@ -117,6 +120,7 @@ impl Dtype {
             committed: true,
             lb_marked: false,
             ub_marked: false,
+            align: basic_alignment(basic),
         }
     }
 
@@ -473,6 +477,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
     let mut basic: Option<Option<Basic>> = None;
     let mut nbasic = 0;
     let mut runs: Option<Vec<(usize, usize)>> = Some(Vec::new());
+    let mut align = 1;
     for p in parts {
         let is_lb = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_LB";
         let is_ub = p.t.basic == Some(Basic::Marker) && p.t.name == "MPI_UB";
@@ -487,6 +492,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         if p.count == 0 {
             continue;
         }
+        align = align.max(p.t.align);
         let ext = p.t.extent();
         for i in 0..p.count {
             let base = p.disp + i as isize * ext;
@@ -566,6 +572,7 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         committed: false,
         lb_marked: mlb.is_some(),
         ub_marked: mub.is_some(),
+        align,
     }
 }
 
@@ -998,23 +1005,19 @@ pub extern "C" fn MPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
     PMPI_Aint_diff(addr1, addr2)
 }
 
-/// The alignment C gives a member of this type (its largest basic element, at most 16).
-fn alignment(t: &Dtype) -> usize {
+/// The alignment C gives a member of this basic type.
+fn basic_alignment(b: Basic) -> usize {
     use Basic::*;
-    match t.basic {
-        Some(I8 | U8 | Bool | Byte) => 1,
-        Some(I16 | U16) => 2,
-        Some(I32 | U32 | F32 | C32 | TwoInt | FloatInt | ShortInt) => 4,
-        Some(LongDouble | LongDoubleComplex | LongDoubleInt) => 16,
-        Some(Marker) => 1,
-        Some(_) => 8,
-        None => {
-            // A derived type of mixed members: the strictest of its named parts.
-            if t.size == 0 {
-                1
-            } else {
-                8.min(t.size.next_power_of_two())
-            }
-        }
+    match b {
+        I8 | U8 | Bool | Byte | Marker => 1,
+        I16 | U16 => 2,
+        I32 | U32 | F32 | C32 | TwoInt | FloatInt | ShortInt => 4,
+        LongDouble | LongDoubleComplex | LongDoubleInt => 16,
+        _ => 8,
     }
+}
+
+/// The alignment C gives a member of this type.
+fn alignment(t: &Dtype) -> usize {
+    t.align
 }
