@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use volley::{
@@ -233,29 +234,32 @@ unsafe fn put<T>(p: *mut T, v: T) {
     }
 }
 
-/// Frees a handle made by [`hand_out`].
+/// The place a required out-pointer names, checked before the call does anything (a NULL one
+/// fails with no side effect).
 ///
 /// # Safety
-/// `p` is null or from `hand_out`, not yet freed; the caller does not use it afterwards.
+/// `p` is null or valid for writing a `T` for `'a`.
+unsafe fn out_ptr<'a, T>(p: *mut T, what: &str) -> Result<&'a mut MaybeUninit<T>, Fail> {
+    // SAFETY: by the contract; MaybeUninit has T's layout and may be uninitialised.
+    unsafe { p.cast::<MaybeUninit<T>>().as_mut() }
+        .ok_or_else(|| invalid(&format!("{what} (the out-pointer) is NULL")))
+}
+
+/// A new handle owning `v`, freed by [`free`].
+fn handle<T>(v: T) -> *mut T {
+    Box::into_raw(Box::new(v))
+}
+
+/// Frees a handle made by [`handle`].
+///
+/// # Safety
+/// `p` is null or from `handle`, not yet freed; the caller does not use it afterwards.
 unsafe fn free<T>(p: *mut T, what: &str) -> Result<(), Fail> {
     if p.is_null() {
         return Err(invalid(&format!("{what} is NULL")));
     }
-    // SAFETY: by the contract, from Box::into_raw in hand_out and not freed.
+    // SAFETY: by the contract, from Box::into_raw in `handle` and not freed.
     drop(unsafe { Box::from_raw(p) });
-    Ok(())
-}
-
-/// Writes a new handle for `v` to `*out`; `Err` (and `v` dropped) when `out` is null.
-///
-/// # Safety
-/// `out` is null or valid for writing a pointer.
-unsafe fn hand_out<T>(out: *mut *mut T, v: T, what: &str) -> Result<(), Fail> {
-    if out.is_null() {
-        return Err(invalid(&format!("{what} (the out-pointer) is NULL")));
-    }
-    // SAFETY: checked non-null, writable by the contract.
-    unsafe { out.write(Box::into_raw(Box::new(v))) };
     Ok(())
 }
 
@@ -298,15 +302,13 @@ pub extern "C" fn volley_strerror(code: c_int) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn volley_init(world: *mut *mut volley_world) -> c_int {
     call(|| {
-        if world.is_null() {
-            return Err(invalid("world (the out-pointer) is NULL"));
-        }
-        let h = volley_world {
+        // SAFETY: by the contract.
+        let slot = unsafe { out_ptr(world, "world") }?;
+        slot.write(handle(volley_world {
             world: World::init()?,
             counter_names: Vec::new(),
-        };
-        // SAFETY: by the contract.
-        unsafe { hand_out(world, h, "world") }
+        }));
+        Ok(())
     })
 }
 
@@ -429,12 +431,10 @@ pub unsafe extern "C" fn volley_open(
     call(|| {
         // SAFETY: by the contract.
         let w = &unsafe { obj(world, "world") }?.world;
-        if ep.is_null() {
-            return Err(invalid("ep (the out-pointer) is NULL"));
-        }
-        let e = volley_endpoint { ep: w.open(port)? };
         // SAFETY: by the contract.
-        unsafe { hand_out(ep, e, "ep") }
+        let slot = unsafe { out_ptr(ep, "ep") }?;
+        slot.write(handle(volley_endpoint { ep: w.open(port)? }));
+        Ok(())
     })
 }
 
@@ -502,11 +502,8 @@ pub unsafe extern "C" fn volley_fd(ep: *const volley_endpoint, fd: *mut c_int) -
     call(|| {
         // SAFETY: by the contract.
         let e = &unsafe { obj(ep, "ep") }?.ep;
-        if fd.is_null() {
-            return Err(invalid("fd (the out-pointer) is NULL"));
-        }
-        // SAFETY: checked non-null.
-        unsafe { fd.write(e.as_raw_fd()) };
+        // SAFETY: by the contract.
+        unsafe { out_ptr(fd, "fd") }?.write(e.as_raw_fd());
         Ok(())
     })
 }
@@ -602,9 +599,8 @@ pub unsafe extern "C" fn volley_isend(
     call(|| {
         // SAFETY: by the contract.
         let e = &unsafe { obj(ep, "ep") }?.ep;
-        if req.is_null() {
-            return Err(invalid("req (the out-pointer) is NULL"));
-        }
+        // SAFETY: by the contract.
+        let slot = unsafe { out_ptr(req, "req") }?;
         if len > 0 && buf.is_null() {
             return Err(invalid("buf is NULL with a non-zero length"));
         }
@@ -614,9 +610,7 @@ pub unsafe extern "C" fn volley_isend(
         // SAFETY: the caller lends `len` readable bytes at `buf` until the request completes,
         // which is RawBuf's contract.
         let data = unsafe { RawBuf::new(buf.cast(), len) };
-        let id = e.isend_lent_to(rank, port, data)?;
-        // SAFETY: checked non-null.
-        unsafe { req.write(id.to_bits()) };
+        slot.write(e.isend_lent_to(rank, port, data)?.to_bits());
         Ok(())
     })
 }
@@ -691,10 +685,10 @@ fn lend(m: Message) -> *mut volley_message {
             h.msg = Some(m);
             p
         }
-        None => Box::into_raw(Box::new(volley_message {
+        None => handle(volley_message {
             magic: LIVE,
             msg: Some(m),
-        })),
+        }),
     }
 }
 
@@ -711,12 +705,9 @@ pub unsafe extern "C" fn volley_recv(
     call(|| {
         // SAFETY: by the contract.
         let e = &unsafe { obj(ep, "ep") }?.ep;
-        if msg.is_null() {
-            return Err(invalid("msg (the out-pointer) is NULL"));
-        }
-        let m = e.recv()?;
-        // SAFETY: checked non-null.
-        unsafe { msg.write(lend(m)) };
+        // SAFETY: by the contract.
+        let slot = unsafe { out_ptr(msg, "msg") }?;
+        slot.write(lend(e.recv()?));
         Ok(())
     })
 }
@@ -734,17 +725,12 @@ pub unsafe extern "C" fn volley_try_recv(
     call(|| {
         // SAFETY: by the contract.
         let e = &unsafe { obj(ep, "ep") }?.ep;
-        if msg.is_null() {
-            return Err(invalid("msg (the out-pointer) is NULL"));
-        }
-        match e.try_recv()? {
-            Some(m) => {
-                // SAFETY: checked non-null.
-                unsafe { msg.write(lend(m)) };
-                Ok(())
-            }
-            None => Err(Fail(VOLLEY_EAGAIN, "no message has arrived yet".into())),
-        }
+        // SAFETY: by the contract.
+        let slot = unsafe { out_ptr(msg, "msg") }?;
+        let m = e.try_recv()?;
+        let m = m.ok_or_else(|| Fail(VOLLEY_EAGAIN, "no message has arrived yet".into()))?;
+        slot.write(lend(m));
+        Ok(())
     })
 }
 
@@ -897,9 +883,8 @@ pub unsafe extern "C" fn volley_bind(
         // SAFETY: by the contract.
         let w = &unsafe { obj(world, "world") }?.world;
         let f = handler.ok_or_else(|| invalid("handler is NULL"))?;
-        if out.is_null() {
-            return Err(invalid("out (the out-pointer) is NULL"));
-        }
+        // SAFETY: by the contract.
+        let slot = unsafe { out_ptr(out, "out") }?;
         let h = CHandler { f, user };
         let p = w.bind(port, move |data, src| {
             let h = &h;
@@ -907,8 +892,8 @@ pub unsafe extern "C" fn volley_bind(
             // for the call.
             unsafe { (h.f)(h.user, data.as_ptr().cast(), data.len(), src.rank, src.port) }
         })?;
-        // SAFETY: by the contract.
-        unsafe { hand_out(out, volley_active_port { _port: p }, "out") }
+        slot.write(handle(volley_active_port { _port: p }));
+        Ok(())
     })
 }
 

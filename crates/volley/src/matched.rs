@@ -360,39 +360,58 @@ impl World {
                     Step::Started(st, g)
                 })
             }
-            Found::Net => {
-                let net = self.inner.net.as_ref().expect("found on the network");
-                let m = net.borrow_mut().take_matching(pat).expect("found");
-                if let Some(a) = m.announced {
-                    // Its data is still with the sender: accepted now, it comes straight into
-                    // the caller's buffer.
-                    if incremental {
-                        return Ok(Step::Placing(st, m.src, a.msg));
-                    }
-                    self.place_blocking(pat.context, m.src, a.msg, out, waiter)?;
-                    let mut e = self.eng();
-                    e.count(Counter::MsgsRecvd, 1);
-                    e.count(Counter::BytesRecvd, st.len as u64);
-                    return Ok(Step::Done(st));
-                }
-                out.copy_from_slice(&m.data);
-                net.borrow_mut().recycle(m.data);
-                let mut e = self.eng();
-                e.count(Counter::MsgsRecvd, 1);
-                e.count(Counter::BytesRecvd, st.len as u64);
-                // The protocol reassembled the message in a buffer of its own (a posted
-                // receive's buffer is not handed to the protocol).
-                e.count(Counter::StagingCopies, 1);
-                Ok(Step::Done(st))
-            }
+            Found::Net => self.take_from_net(pat, st, out, waiter, incremental),
         }
+    }
+
+    /// Moves the first network message `pat` accepts (its envelope `st`, just found) into `out`
+    /// (exactly its length). A large one, announced, its data still with the sender, is accepted
+    /// now and comes straight into `out` (`incremental`: [`Step::Placing`], for the caller to lend
+    /// its buffer); an eager one is copied out of the protocol's reassembly buffer.
+    pub(crate) fn take_from_net(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+        incremental: bool,
+    ) -> Result<Step, RecvError> {
+        let net = self.inner.net.as_ref().expect("found on the network");
+        let m = net.borrow_mut().take_matching(pat).expect("found");
+        if let Some(a) = m.announced {
+            if incremental {
+                return Ok(Step::Placing(st, m.src, a.msg));
+            }
+            self.place_blocking(pat.context, m.src, a.msg, out, waiter)?;
+            return Ok(Step::Done(st));
+        }
+        out.copy_from_slice(&m.data);
+        net.borrow_mut().recycle(m.data);
+        let mut e = self.eng();
+        e.count(Counter::MsgsRecvd, 1);
+        e.count(Counter::BytesRecvd, st.len as u64);
+        // The protocol reassembled the message in a buffer of its own.
+        e.count(Counter::StagingCopies, 1);
+        Ok(Step::Done(st))
+    }
+
+    /// Whether announced message `msg` from `src` is whole in the buffer lent for it (`len`
+    /// bytes); if so the loan ends and the message is counted as received.
+    pub(crate) fn take_placed(&self, src: usize, msg: u64, len: usize) -> bool {
+        if !self.net().take_placed(src, msg) {
+            return false;
+        }
+        let mut e = self.eng();
+        e.count(Counter::MsgsRecvd, 1);
+        e.count(Counter::BytesRecvd, len as u64);
+        true
     }
 
     /// Receives the announced message `msg` from `src` (another host) into `out`, waiting until
     /// every byte is there: `out` is lent to the network for that long.
     #[cold]
     #[inline(never)]
-    pub(crate) fn place_blocking(
+    fn place_blocking(
         &self,
         context: u32,
         src: usize,
@@ -403,15 +422,14 @@ impl World {
         let net = self.inner.net.as_ref().expect("a message from the network");
         // The loan ends when the message is whole, or (on any error) when the scope's settle
         // gives it up.
+        let len = out.len();
         volley_sys::lend::scope(
             || net.borrow_mut().abandon_placing(src, msg),
             |l| {
                 net.borrow_mut().place(src, msg, l.lend_mut(out));
                 loop {
-                    if let Some(net) = self.net_poll() {
-                        if net.borrow_mut().take_placed(src, msg) {
-                            return Ok(());
-                        }
+                    if self.net_poll().is_some() && self.take_placed(src, msg, len) {
+                        return Ok(());
                     }
                     waiter.idle(self, context, Some(src))?;
                 }

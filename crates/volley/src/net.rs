@@ -712,12 +712,6 @@ impl Net {
         self.take_whole(&Pattern::port(port))
     }
 
-    /// Length of the next message for `port`.
-    pub fn peek_len(&self, port: u32) -> Option<usize> {
-        self.peek_matching(&Pattern::port(port))
-            .map(|(_, _, len)| len)
-    }
-
     /// Where the first message `pat` matches sits in the inbox of its context. Messages of one
     /// context wait in arrival order, which the protocol keeps per sender: the first match is
     /// the one MPI's ordering rule wants.

@@ -6,7 +6,7 @@ use crate::endpoint::{wait_from_bits, Endpoint};
 use crate::engine::{Dest, Poll};
 use crate::error::RecvError;
 use crate::matched::Gathering;
-use crate::matching::Pattern;
+use crate::matching::{Pattern, Status};
 use crate::message::{Body, Message, Source};
 use crate::wait::Waiter;
 use std::sync::atomic::Ordering;
@@ -170,8 +170,9 @@ impl Endpoint {
             let (src, info) = match poll {
                 Poll::Nothing => {
                     if let Some(net) = w.net_poll() {
-                        let len = net.borrow_mut().peek_len(self.port);
-                        if let Some(len) = len {
+                        let pat = Pattern::port(self.port);
+                        let found = net.borrow_mut().peek_matching(&pat);
+                        if let Some((source, tag, len)) = found {
                             if len > buf.len() {
                                 waiter.finish(w);
                                 return Err(RecvError::BufferTooSmall {
@@ -180,42 +181,16 @@ impl Endpoint {
                                     envelope: None,
                                 });
                             }
-                            let m = net.borrow_mut().take_matching(&Pattern::port(self.port));
-                            if let Some((a, src, tag)) =
-                                m.as_ref().and_then(|m| Some((m.announced?, m.src, m.tag)))
-                            {
-                                // A large message, its data still with the sender: straight
-                                // into `buf`.
-                                let out = &mut buf[..len];
-                                w.place_blocking(self.port, src, a.msg, out, &mut waiter)?;
-                                let mut e = w.eng();
-                                e.count(Counter::MsgsRecvd, 1);
-                                e.count(Counter::BytesRecvd, len as u64);
-                                drop(e);
-                                waiter.finish(w);
-                                return Ok((
-                                    len,
-                                    Source {
-                                        rank: src,
-                                        port: tag,
-                                    },
-                                ));
-                            }
-                            if let Some(m) = m {
-                                buf[..len].copy_from_slice(&m.data);
-                                let src = Source {
-                                    rank: m.src,
-                                    port: m.tag,
-                                };
-                                net.borrow_mut().recycle(m.data);
-                                let mut e = w.eng();
-                                e.count(Counter::MsgsRecvd, 1);
-                                e.count(Counter::BytesRecvd, len as u64);
-                                e.count(Counter::StagingCopies, 1);
-                                drop(e);
-                                waiter.finish(w);
-                                return Ok((len, src));
-                            }
+                            let st = Status { source, tag, len };
+                            w.take_from_net(&pat, st, &mut buf[..len], &mut waiter, false)?;
+                            waiter.finish(w);
+                            return Ok((
+                                len,
+                                Source {
+                                    rank: source,
+                                    port: tag,
+                                },
+                            ));
                         }
                     }
                     waiter.idle(w, self.port, None)?;

@@ -17,7 +17,6 @@
 
 use crate::backoff::Backoff;
 use crate::config::WaitMode;
-use crate::counters::Counter;
 use crate::endpoint::Endpoint;
 use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
@@ -582,11 +581,7 @@ impl World {
                 }
                 Op::Placing(pat, st, src, msg) => {
                     // The loan ends in take_placed (whole) or abandon_placing (failed).
-                    if self.net().take_placed(src, msg) {
-                        let mut e = self.eng();
-                        e.count(Counter::MsgsRecvd, 1);
-                        e.count(Counter::BytesRecvd, st.len as u64);
-                        drop(e);
+                    if self.take_placed(src, msg, st.len) {
                         (Op::Done(Ok(st)), true)
                     } else {
                         match self.dead_end(pat.context, Some(src)) {

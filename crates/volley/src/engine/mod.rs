@@ -1004,9 +1004,7 @@ impl Engine {
     /// Says we are about to sleep: senders will ring our doorbell. The caller must poll the rings
     /// once more after this before sleeping.
     pub fn arm(&mut self) {
-        if self.armed && !self.seg.is_armed(self.me) {
-            self.rung = true;
-        }
+        self.note_ring();
         if self.rung {
             // Before arming: a ring that comes after this must stay visible.
             self.drain_doorbell();
@@ -1025,11 +1023,16 @@ impl Engine {
     #[inline]
     pub fn disarm(&mut self) {
         if self.armed {
+            self.note_ring();
             self.armed = false;
-            if !self.seg.is_armed(self.me) {
-                self.rung = true;
-            }
             self.seg.disarm(self.me);
+        }
+    }
+
+    /// Notes whether a sender rang the doorbell since we armed: it took our flag to do so.
+    fn note_ring(&mut self) {
+        if self.armed && !self.seg.is_armed(self.me) {
+            self.rung = true;
         }
     }
 
