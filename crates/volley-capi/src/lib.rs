@@ -601,15 +601,14 @@ pub unsafe extern "C" fn volley_isend(
         let e = &unsafe { obj(ep, "ep") }?.ep;
         // SAFETY: by the contract.
         let slot = unsafe { out_ptr(req, "req") }?;
-        if len > 0 && buf.is_null() {
-            return Err(invalid("buf is NULL with a non-zero length"));
-        }
+        // SAFETY: by the contract.
+        let bytes = unsafe { bytes(buf, len) }?;
         let (rank, port) = e
             .target_of()
             .ok_or(SendError::NoTarget { port: e.port() })?;
-        // SAFETY: the caller lends `len` readable bytes at `buf` until the request completes,
-        // which is RawBuf's contract.
-        let data = unsafe { RawBuf::new(buf.cast(), len) };
+        // SAFETY: the caller lends these bytes until the request completes, which is RawBuf's
+        // contract.
+        let data = unsafe { RawBuf::new(bytes.as_ptr(), bytes.len()) };
         slot.write(e.isend_lent_to(rank, port, data)?.to_bits());
         Ok(())
     })
