@@ -20,7 +20,7 @@ use std::os::raw::c_int;
 use std::sync::Arc;
 
 /// Agrees on a context id over `parent` (every member calls it).
-fn agree_cid(parent: &CommCore) -> R<u32> {
+pub(crate) fn agree_cid(parent: &CommCore) -> R<u32> {
     block_on(agree_cid_a(parent, parent.next_seq()))
 }
 
@@ -205,9 +205,20 @@ fn agree_inter(c: &CommCore, extra: u32) -> R<(u32, u32)> {
 /// Makes the communicator of `group` with context `cid` and stores it; its handle. Copies the
 /// parent's error handler.
 fn install(cid: u32, group: Arc<[usize]>, parent: H) -> R<H> {
+    install_topo(cid, group, parent, None)
+}
+
+/// `install`, with a process topology.
+pub(crate) fn install_topo(
+    cid: u32,
+    group: Arc<[usize]>,
+    parent: H,
+    topo: Option<Arc<crate::topo::Topo>>,
+) -> R<H> {
     let mut rt = rt()?;
     let eh = rt.comm_slot(parent)?.errhandler;
-    let core = rt.make_comm(cid, group)?;
+    let mut core = rt.make_comm(cid, group)?;
+    core.topo = topo;
     crate::state::ctx_take(cid, true);
     Ok(rt.add_comm(core, eh))
 }
@@ -411,8 +422,10 @@ crate::mpi! {
         let f = async move {
             let cid = agree_cid_a(&c, s).await?;
             let group = c.group.clone();
+            let topo = c.topo.clone();
             let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
-                let core = rt.make_comm(cid, group)?;
+                let mut core = rt.make_comm(cid, group)?;
+                core.topo = topo;
                 crate::state::ctx_take(cid, true);
                 let h = rt.add_comm(core, eh);
                 rt.comm_slot_mut(h)?.attrs = copied;
@@ -530,9 +543,9 @@ crate::mpi! {
         let mut rt = rt()?;
         let i = index(KIND_COMM, h).expect("checked by comm_slot");
         let slot = rt.comms[i].take().expect("checked by comm_slot");
-        let cid = slot.core.cid;
+        // Its context is free again when the last operation that holds it ends (CommCore's drop):
+        // a request still pending keeps the context's endpoints open (MPI-3.1 6.4.3).
         drop(slot);
-        crate::state::ctx_take(cid, false);
         drop(rt);
         // SAFETY: the caller's in-out argument.
         unsafe { put(comm, abi::COMM_NULL) }
@@ -569,14 +582,6 @@ crate::mpi! {
         // SAFETY: MPI: dims holds ndims entries.
         let d = unsafe { array_mut(dims, ndims)? };
         dims_create(nnodes, d)
-    }
-
-    fn MPI_Topo_test / PMPI_Topo_test(comm: H, status: *mut c_int) [comm] {
-        // No communicator has a topology yet (MPI_Cart_create and the others are the
-        // collectives issue's): MPI_UNDEFINED, as for any communicator without one.
-        rt()?.comm(comm)?;
-        // SAFETY: the caller's output argument.
-        unsafe { put(status, abi::UNDEFINED) }
     }
 
     fn MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: H, size: *mut c_int) [comm] {
@@ -937,6 +942,20 @@ fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
     if c.is_inter() {
         return split_inter(&c, comm, color, key, newcomm);
     }
+    let h = split_to(&c, comm, color, key, None)?;
+    // SAFETY: the caller's output argument.
+    unsafe { put(newcomm, h) }
+}
+
+/// MPI_Comm_split of intracommunicator `c` (handle `comm`): the new communicator's handle
+/// (MPI_COMM_NULL for MPI_UNDEFINED), with topology `topo`.
+pub(crate) fn split_to(
+    c: &CommCore,
+    comm: H,
+    color: c_int,
+    key: c_int,
+    topo: Option<Arc<crate::topo::Topo>>,
+) -> R<H> {
     if color < 0 && color != abi::UNDEFINED {
         return Err(fail(
             class::ARG,
@@ -945,11 +964,10 @@ fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
     }
     let mine: Vec<u8> = [color, key].iter().flat_map(|v| v.to_ne_bytes()).collect();
     let mut all = vec![0u8; 8 * c.size()];
-    allgather_bytes(&c, &mine, &mut all)?;
-    let cid = agree_cid(&c)?;
+    allgather_bytes(c, &mine, &mut all)?;
+    let cid = agree_cid(c)?;
     if color == abi::UNDEFINED {
-        // SAFETY: the caller's output argument.
-        return unsafe { put(newcomm, abi::COMM_NULL) };
+        return Ok(abi::COMM_NULL);
     }
     let mut members: Vec<(c_int, usize)> = Vec::new();
     for r in 0..c.size() {
@@ -961,9 +979,7 @@ fn split(comm: H, color: c_int, key: c_int, newcomm: *mut H) -> R {
     }
     members.sort();
     let group: Arc<[usize]> = members.iter().map(|&(_, r)| c.group[r]).collect();
-    let h = install(cid, group, comm)?;
-    // SAFETY: the caller's output argument.
-    unsafe { put(newcomm, h) }
+    install_topo(cid, group, comm, topo)
 }
 
 /// MPI_Comm_dup (and MPI_Comm_dup_with_info).
@@ -978,17 +994,15 @@ fn dup(comm: H, newcomm: *mut H) -> R {
         rt.add_comm(core, eh)
     } else {
         let cid = agree_cid(&c)?;
-        install(cid, c.group.clone(), comm)?
+        install_topo(cid, c.group.clone(), comm, c.topo.clone())?
     };
     if let Err(e) = copy_attrs(comm, h) {
         // A copy callback failed: no new communicator (MPI-3.1 section 6.7.2).
         let mut rt = rt()?;
-        if let Some(slot) = index(KIND_COMM, h)
+        let slot = index(KIND_COMM, h)
             .and_then(|i| rt.comms.get_mut(i))
-            .and_then(|s| s.take())
-        {
-            crate::state::ctx_take(slot.core.cid, false);
-        }
+            .and_then(|s| s.take());
+        drop(slot);
         drop(rt);
         // SAFETY: the caller's output argument.
         unsafe { put(newcomm, abi::COMM_NULL)? };

@@ -87,6 +87,8 @@ pub struct CommCore {
     pub remote: Option<(Arc<[usize]>, Vec<i32>)>,
     /// Collectives started on this communicator (see `nbc::Seq`).
     pub coll_seq: std::sync::atomic::AtomicU32,
+    /// Its process topology (MPI_Cart_create and the others), kept by MPI_Comm_dup.
+    pub topo: Option<Arc<crate::topo::Topo>>,
 }
 
 impl CommCore {
@@ -454,7 +456,17 @@ impl Rt {
             },
             remote,
             coll_seq: std::sync::atomic::AtomicU32::new(0),
+            topo: None,
         })
+    }
+}
+
+/// A communicator's context is free again once nothing holds the communicator: MPI_Comm_free
+/// marks it for deallocation, and a pending request or matched message keeps it (and its
+/// endpoints) until it completes.
+impl Drop for CommCore {
+    fn drop(&mut self) {
+        ctx_take(self.cid, false);
     }
 }
 
