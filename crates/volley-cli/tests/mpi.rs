@@ -225,6 +225,18 @@ fn nonblocking_collectives_with_more_ranks_than_cores() {
 }
 
 #[test]
+fn topologies_and_neighbourhood_collectives() {
+    passes("topo", 4);
+}
+
+#[test]
+fn neighbourhood_collectives_where_a_rank_is_its_own_neighbour() {
+    // Two ranks in a periodic ring, and a periodic dimension of size 1: the neighbours below
+    // and above are one rank (MPI-3.1 errata, mpi-forum/mpi-issues#153).
+    passes("topo", 2);
+}
+
+#[test]
 fn info_objects() {
     passes("info", 2);
 }

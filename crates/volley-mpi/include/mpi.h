@@ -235,12 +235,14 @@ enum {
     MPI_UNDEFINED = -32766
 };
 
-/* Topologies (MPI_Topo_test); volley's communicators have none yet. */
+/* Topologies (MPI_Topo_test). */
 enum {
     MPI_CART = 1,
     MPI_GRAPH = 2,
     MPI_DIST_GRAPH = 3
 };
+#define MPI_UNWEIGHTED    ((int *)2)
+#define MPI_WEIGHTS_EMPTY ((int *)3)
 
 enum {
     MPI_THREAD_SINGLE = 0,
@@ -373,6 +375,34 @@ P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
 P(int, Topo_test, (MPI_Comm comm, int *status)) \
+P(int, Cart_create, (MPI_Comm comm_old, int ndims, const int dims[], const int periods[], int reorder, MPI_Comm *comm_cart)) \
+P(int, Cartdim_get, (MPI_Comm comm, int *ndims)) \
+P(int, Cart_get, (MPI_Comm comm, int maxdims, int dims[], int periods[], int coords[])) \
+P(int, Cart_rank, (MPI_Comm comm, const int coords[], int *rank)) \
+P(int, Cart_coords, (MPI_Comm comm, int rank, int maxdims, int coords[])) \
+P(int, Cart_shift, (MPI_Comm comm, int direction, int disp, int *rank_source, int *rank_dest)) \
+P(int, Cart_sub, (MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm)) \
+P(int, Cart_map, (MPI_Comm comm, int ndims, const int dims[], const int periods[], int *newrank)) \
+P(int, Graph_create, (MPI_Comm comm_old, int nnodes, const int index[], const int edges[], int reorder, MPI_Comm *comm_graph)) \
+P(int, Graphdims_get, (MPI_Comm comm, int *nnodes, int *nedges)) \
+P(int, Graph_get, (MPI_Comm comm, int maxindex, int maxedges, int index[], int edges[])) \
+P(int, Graph_neighbors_count, (MPI_Comm comm, int rank, int *nneighbors)) \
+P(int, Graph_neighbors, (MPI_Comm comm, int rank, int maxneighbors, int neighbors[])) \
+P(int, Graph_map, (MPI_Comm comm, int nnodes, const int index[], const int edges[], int *newrank)) \
+P(int, Dist_graph_create_adjacent, (MPI_Comm comm_old, int indegree, const int sources[], const int *sourceweights, int outdegree, const int destinations[], const int *destweights, MPI_Info info, int reorder, MPI_Comm *comm_dist_graph)) \
+P(int, Dist_graph_create, (MPI_Comm comm_old, int n, const int sources[], const int degrees[], const int destinations[], const int *weights, MPI_Info info, int reorder, MPI_Comm *comm_dist_graph)) \
+P(int, Dist_graph_neighbors_count, (MPI_Comm comm, int *indegree, int *outdegree, int *weighted)) \
+P(int, Dist_graph_neighbors, (MPI_Comm comm, int maxindegree, int sources[], int *sourceweights, int maxoutdegree, int destinations[], int *destweights)) \
+P(int, Neighbor_allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Neighbor_allgatherv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Neighbor_alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Neighbor_alltoallv, (const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)) \
+P(int, Neighbor_alltoallw, (const void *sendbuf, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm)) \
+P(int, Ineighbor_allgather, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ineighbor_allgatherv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ineighbor_alltoall, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ineighbor_alltoallv, (const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)) \
+P(int, Ineighbor_alltoallw, (const void *sendbuf, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm, MPI_Request *request)) \
 P(int, Dims_create, (int nnodes, int ndims, int dims[])) \
 P(int, Comm_remote_size, (MPI_Comm comm, int *size)) \
 P(int, Comm_remote_group, (MPI_Comm comm, MPI_Group *group)) \

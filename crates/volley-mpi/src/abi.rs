@@ -154,8 +154,9 @@ pub mod class {
     pub const ROOT: c_int = 8;
     pub const GROUP: c_int = 9;
     pub const OP: c_int = 10;
-    pub const ARG: c_int = 13;
+    pub const TOPOLOGY: c_int = 11;
     pub const DIMS: c_int = 12;
+    pub const ARG: c_int = 13;
     pub const UNKNOWN: c_int = 14;
     pub const TRUNCATE: c_int = 15;
     pub const OTHER: c_int = 16;

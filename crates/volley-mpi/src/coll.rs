@@ -32,6 +32,10 @@ pub const TAG_ALLGATHERV: u32 = (1 << 30) | 11;
 pub const TAG_ALLTOALLV: u32 = (1 << 30) | 12;
 pub const TAG_SCAN: u32 = (1 << 30) | 13;
 pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
+/// Neighbourhood collectives (`topo`): a block sent towards a Cartesian neighbour below, or
+/// along a graph edge; and one sent towards the neighbour above.
+pub const TAG_NEIGHBOR: u32 = (1 << 30) | 16;
+pub const TAG_NEIGHBOR_UP: u32 = (1 << 30) | 48;
 /// MPI_Intercomm_create (on the peer communicator, with 20 bits of the program's tag),
 /// MPI_Intercomm_merge and the duplication of an intercommunicator.
 pub const TAG_ICREATE: u32 = (1 << 30) | (1 << 28);

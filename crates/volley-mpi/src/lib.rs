@@ -33,6 +33,7 @@ mod info;
 mod nbc;
 mod p2p;
 mod state;
+mod topo;
 
 pub use err::Fail;
 
