@@ -1,12 +1,41 @@
 /* The blocking collectives (MPI-3.1 chapter 5) with results every rank can check: Barrier,
  * Bcast, Reduce, Allreduce (predefined and user operations, a non-commutative one reduced in
  * rank order), Gather(v), Scatter(v), Allgather(v), Alltoall(v,w), Reduce_scatter(_block), Scan,
- * Exscan, Reduce_local, MPI_IN_PLACE where allowed, on a derived datatype too. */
+ * Exscan, Reduce_local, MPI_IN_PLACE where allowed, on a derived datatype too; reductions on
+ * long double keep its precision (MPI_LONG_DOUBLE, MPI_C_LONG_DOUBLE_COMPLEX, MPI_LONG_DOUBLE_INT). */
 #include "check.h"
 #include <stdlib.h>
 #include <string.h>
 
 /* 2x2 matrix product, not commutative: the result tells the order of the operands. */
+/* Long double: each rank adds 1 + rank * 2^-60, which a double cannot hold beside 1 on x86-64
+ * (where long double has a 64-bit mantissa): the sum must be the long double sum. */
+static void long_double(MPI_Comm w, int rank, int n) {
+    long double tiny = 1.0L / 1152921504606846976.0L; /* 2^-60 */
+    long double mine = 1.0L + rank * tiny, sum = 0, want = 0, mx[2];
+    for (int r = 0; r < n; r++)
+        want += 1.0L + r * tiny;
+    OK(MPI_Allreduce(&mine, &sum, 1, MPI_LONG_DOUBLE, MPI_SUM, w));
+    CHECK(sum == want);
+    OK(MPI_Allreduce(&mine, &mx[0], 1, MPI_LONG_DOUBLE, MPI_MAX, w));
+    CHECK(mx[0] == 1.0L + (n - 1) * tiny);
+    struct { long double v; int i; } p = {mine, rank}, best;
+    OK(MPI_Allreduce(&p, &best, 1, MPI_LONG_DOUBLE_INT, MPI_MINLOC, w));
+    CHECK(best.v == 1.0L && best.i == 0);
+    OK(MPI_Allreduce(&p, &best, 1, MPI_LONG_DOUBLE_INT, MPI_MAXLOC, w));
+    CHECK(best.v == mine + (n - 1 - rank) * tiny && best.i == n - 1);
+    /* Complex: the product of (0 + 1i) over the ranks is i^n. */
+    long double _Complex z = 1.0Li, prod;
+    OK(MPI_Allreduce(&z, &prod, 1, MPI_C_LONG_DOUBLE_COMPLEX, MPI_PROD, w));
+    long double _Complex iw = 1.0L;
+    for (int r = 0; r < n; r++)
+        iw *= 1.0Li;
+    CHECK(prod == iw);
+    long double a[2] = {1.5L, tiny}, b[2] = {2.0L, tiny};
+    OK(MPI_Reduce_local(a, b, 2, MPI_LONG_DOUBLE, MPI_SUM));
+    CHECK(b[0] == 3.5L && b[1] == 2 * tiny);
+}
+
 static void matmul(void *in, void *inout, int *len, MPI_Datatype *t) {
     (void)t;
     int *a = in, *b = inout;
@@ -204,6 +233,7 @@ int main(int argc, char **argv) {
     CHECK(hsum == want);
     OK(MPI_Comm_free(&half));
     OK(MPI_Type_free(&every2));
+    long_double(w, rank, n);
     pass("collectives");
     return 0;
 }

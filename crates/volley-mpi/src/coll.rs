@@ -377,6 +377,35 @@ pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &
             let bitwise = matches!(o, abi::BAND | abi::BOR | abi::BXOR);
             let loc = matches!(o, abi::MINLOC | abi::MAXLOC);
             match b {
+                LongDouble | LongDoubleComplex | LongDoubleInt => {
+                    let code = match (b, o) {
+                        (LongDoubleInt, abi::MINLOC) => LdOp::MinLoc,
+                        (LongDoubleInt, abi::MAXLOC) => LdOp::MaxLoc,
+                        (LongDoubleComplex, abi::SUM) => LdOp::CSum,
+                        (LongDoubleComplex, abi::PROD) => LdOp::CProd,
+                        (LongDouble, abi::SUM) => LdOp::Sum,
+                        (LongDouble, abi::PROD) => LdOp::Prod,
+                        (LongDouble, abi::MIN) => LdOp::Min,
+                        (LongDouble, abi::MAX) => LdOp::Max,
+                        (LongDouble, abi::LAND) => LdOp::Land,
+                        (LongDouble, abi::LOR) => LdOp::Lor,
+                        (LongDouble, abi::LXOR) => LdOp::Lxor,
+                        _ => return Err(unsupported()),
+                    };
+                    // SAFETY: both buffers hold `count` packed elements of the type, which is
+                    // what the C function reads and writes (by memcpy: no alignment needed).
+                    let r = unsafe {
+                        volley_long_double_op(
+                            code as c_int,
+                            input.as_ptr(),
+                            inout.as_mut_ptr(),
+                            count,
+                        )
+                    };
+                    if r != 0 {
+                        return Err(unsupported());
+                    }
+                }
                 I8 | U8 | I16 | U16 | I32 | U32 | I64 | U64 | Byte | Bool if bitwise => match b {
                     I8 | U8 | Byte | Bool => bits!(u8, o, inout, input),
                     I16 | U16 => bits!(u16, o, inout, input),
@@ -422,6 +451,27 @@ pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &
             Ok(())
         }
     }
+}
+
+/// The operations of src/long_double.c (its enum, in order).
+#[derive(Clone, Copy)]
+enum LdOp {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Land,
+    Lor,
+    Lxor,
+    MinLoc,
+    MaxLoc,
+    CSum,
+    CProd,
+}
+
+extern "C" {
+    /// inout[i] = in[i] op inout[i] on `n` packed long double elements (build.rs compiles it).
+    fn volley_long_double_op(op: c_int, input: *const u8, inout: *mut u8, n: usize) -> c_int;
 }
 
 fn complex_prod(single: bool, inout: &mut [u8], input: &[u8]) {
