@@ -286,6 +286,9 @@ enum {
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
 typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
 typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);
+typedef int (MPI_Grequest_query_function)(void *extra_state, MPI_Status *status);
+typedef int (MPI_Grequest_free_function)(void *extra_state);
+typedef int (MPI_Grequest_cancel_function)(void *extra_state, int complete);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
 typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
 
@@ -375,6 +378,8 @@ P(int, Comm_free, (MPI_Comm *comm)) \
 P(int, Comm_compare, (MPI_Comm comm1, MPI_Comm comm2, int *result)) \
 P(int, Comm_test_inter, (MPI_Comm comm, int *flag)) \
 P(int, Topo_test, (MPI_Comm comm, int *status)) \
+P(int, Grequest_start, (MPI_Grequest_query_function *query_fn, MPI_Grequest_free_function *free_fn, MPI_Grequest_cancel_function *cancel_fn, void *extra_state, MPI_Request *request)) \
+P(int, Grequest_complete, (MPI_Request request)) \
 P(int, Cart_create, (MPI_Comm comm_old, int ndims, const int dims[], const int periods[], int reorder, MPI_Comm *comm_cart)) \
 P(int, Cartdim_get, (MPI_Comm comm, int *ndims)) \
 P(int, Cart_get, (MPI_Comm comm, int maxdims, int dims[], int periods[], int coords[])) \

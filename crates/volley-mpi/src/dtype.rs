@@ -434,6 +434,19 @@ pub fn lookup(rt: &state::Rt, h: H) -> R<TypeRef> {
         .ok_or_else(|| bad_type(h))
 }
 
+/// The size of datatype `h`. A predefined type's is known without the face's state, so that a
+/// generalized request's query function (which MPI runs inside a wait, with the state held) can
+/// call MPI_Status_set_elements on one.
+pub fn size_of(h: H) -> R<usize> {
+    if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
+        return PREDEFINED[h - abi::DATATYPE_NULL]
+            .as_ref()
+            .map(|t| t.size)
+            .ok_or_else(|| bad_type(h));
+    }
+    Ok(lookup(&*state::rt()?, h)?.size)
+}
+
 /// The datatype `h` names, for communication: it must be committed.
 pub fn committed(rt: &state::Rt, h: H) -> R<TypeRef> {
     let t = lookup(rt, h)?;

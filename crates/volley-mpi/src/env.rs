@@ -319,7 +319,7 @@ crate::mpi! {
     }
 
     fn MPI_Status_set_elements / PMPI_Status_set_elements(status: *mut abi::Status, datatype: H, count: c_int) {
-        let size = { let rt = rt()?; crate::dtype::lookup(&rt, datatype)?.size };
+        let size = crate::dtype::size_of(datatype)?;
         // SAFETY: the caller's status.
         let mut st = unsafe { get(status)? };
         st.set_bytes((count.max(0) as u64) * size as u64);
@@ -328,7 +328,7 @@ crate::mpi! {
     }
 
     fn MPI_Status_set_elements_x / PMPI_Status_set_elements_x(status: *mut abi::Status, datatype: H, count: abi::Count) {
-        let size = { let rt = rt()?; crate::dtype::lookup(&rt, datatype)?.size };
+        let size = crate::dtype::size_of(datatype)?;
         // SAFETY: the caller's status.
         let mut st = unsafe { get(status)? };
         st.set_bytes((count.max(0) as u64) * size as u64);

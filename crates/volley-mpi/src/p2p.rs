@@ -136,6 +136,54 @@ pub struct Req {
     pub bsend: usize,
     /// A non-blocking collective (or MPI_Comm_idup) in flight: polled by every test and wait.
     pub nbc: Option<crate::nbc::Nbc>,
+    /// A generalized request's callbacks (MPI_Grequest_start): done when the program calls
+    /// MPI_Grequest_complete.
+    pub greq: Option<Greq>,
+}
+
+pub type GreqQueryFn = unsafe extern "C" fn(*mut c_void, *mut Status) -> c_int;
+pub type GreqFreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type GreqCancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// The program's callbacks of a generalized request (MPI-3.1 section 12.2), and its state.
+#[derive(Clone, Copy)]
+pub struct Greq {
+    pub query: Option<GreqQueryFn>,
+    pub free: Option<GreqFreeFn>,
+    pub cancel: Option<GreqCancelFn>,
+    pub extra: usize,
+}
+
+impl Greq {
+    /// The status the program's query function gives (the request completed).
+    fn query(&self) -> (Status, Option<Fail>) {
+        let mut st = Status::empty();
+        let Some(f) = self.query else {
+            return (st, None);
+        };
+        // SAFETY: the program's query function, called as MPI defines, with its extra state
+        // and a status to fill.
+        let rc = unsafe { f(self.extra as *mut c_void, &mut st) };
+        (st, callback_error(rc, "query"))
+    }
+
+    /// Runs the program's free function (the request is freed).
+    fn free(&self) -> Option<Fail> {
+        let f = self.free?;
+        // SAFETY: the program's free function, called once, with its extra state.
+        let rc = unsafe { f(self.extra as *mut c_void) };
+        callback_error(rc, "free")
+    }
+}
+
+/// The error a generalized request's callback returned (its code is the call's).
+fn callback_error(rc: c_int, which: &str) -> Option<Fail> {
+    (rc != 0).then(|| {
+        fail(
+            rc,
+            format!("the generalized request's {which} function returned error {rc}"),
+        )
+    })
 }
 
 impl Req {
@@ -154,6 +202,7 @@ impl Req {
             active: true,
             bsend: 0,
             nbc: None,
+            greq: None,
         }
     }
 }
@@ -308,6 +357,7 @@ fn start_send(
         active: true,
         bsend,
         nbc: None,
+        greq: None,
     })
 }
 
@@ -362,6 +412,7 @@ fn start_recv(
         active: true,
         bsend: 0,
         nbc: None,
+        greq: None,
     })
 }
 
@@ -451,6 +502,11 @@ pub fn reap_orphans(rt: &mut Rt) {
         _ => {
             if let Some(r) = rt.reqs.remove(i, g) {
                 rt.bsend_used -= r.bsend;
+                // A freed generalized request's free function runs once it completes; nobody
+                // is left to hear its error.
+                if let Some(q) = r.greq {
+                    let _ = q.free();
+                }
             }
             false
         }
@@ -505,6 +561,8 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
         if !r.active || r.done {
             continue;
         }
+        // A generalized request completes when the program says so: nothing to wait on here.
+        nbc_pending |= r.greq.is_some();
         for id in [r.core, r.ack].into_iter().flatten() {
             sc.ids.push(Some(id));
             sc.owners.push((i, g, id));
@@ -668,9 +726,20 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
     if !r.active {
         return (Status::empty(), None);
     }
-    let st = r.status;
+    let mut st = r.status;
     let comm = r.comm;
-    let e = r.err.take().map(|mut e| {
+    let mut err = r.err.take();
+    if let Some(q) = r.greq {
+        // A generalized request: its status from the query function, then it is freed.
+        let (qs, qe) = q.query();
+        let fe = q.free();
+        st = qs;
+        err = err.or(qe).or(fe);
+        if let Some(e) = &err {
+            st.error = e.class;
+        }
+    }
+    let e = err.map(|mut e| {
         e.comm = Some(comm);
         e
     });
@@ -1215,6 +1284,12 @@ crate::mpi! {
         if r.done || (r.persistent.is_some() && !r.active) {
             let r = rt.reqs.remove(i, g).expect("looked up");
             rt.bsend_used -= r.bsend;
+            if let Some(e) = r.greq.and_then(|q| q.free()) {
+                drop(rt);
+                // SAFETY: the caller's request.
+                unsafe { put(request, abi::REQUEST_NULL)? };
+                return Err(e);
+            }
         } else {
             // Completes in the background (MPI-3.1 section 3.7.3).
             r.persistent = None;
@@ -1231,7 +1306,17 @@ crate::mpi! {
             None => (true, Status::empty()),
             Some((i, g)) => {
                 let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
-                if !r.active { (true, Status::empty()) } else { (r.done, r.status) }
+                if !r.active {
+                    (true, Status::empty())
+                } else if let (true, Some(q)) = (r.done, r.greq) {
+                    let (st, e) = q.query();
+                    if let Some(e) = e {
+                        return Err(e);
+                    }
+                    (true, st)
+                } else {
+                    (r.done, r.status)
+                }
             }
         };
         // SAFETY: the caller's arguments.
@@ -1242,12 +1327,47 @@ crate::mpi! {
         Ok(())
     }
 
+    fn MPI_Grequest_start / PMPI_Grequest_start(query_fn: Option<GreqQueryFn>, free_fn: Option<GreqFreeFn>, cancel_fn: Option<GreqCancelFn>, extra_state: *mut c_void, request: *mut H) {
+        if request.is_null() {
+            return Err(fail(class::REQUEST, "the request argument is a null pointer"));
+        }
+        let mut rt = rt()?;
+        let mut req = Req::finished(abi::COMM_WORLD, Status::empty());
+        req.done = false;
+        req.greq = Some(Greq { query: query_fn, free: free_fn, cancel: cancel_fn, extra: extra_state as usize });
+        let h = store(&mut rt, req)?;
+        drop(rt);
+        // SAFETY: the caller's output argument (checked not null above).
+        unsafe { put(request, h) }
+    }
+
+    fn MPI_Grequest_complete / PMPI_Grequest_complete(request: H) {
+        let mut rt = rt()?;
+        let (i, g) = req_at(request).ok_or_else(|| fail(class::REQUEST, "MPI_Grequest_complete on MPI_REQUEST_NULL"))?;
+        let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
+        if r.greq.is_none() {
+            return Err(fail(class::REQUEST, "MPI_Grequest_complete needs a request made by MPI_Grequest_start"));
+        }
+        r.done = true;
+        // A request the program already freed goes now.
+        reap_orphans(&mut rt);
+        Ok(())
+    }
+
     fn MPI_Cancel / PMPI_Cancel(request: *mut H) {
         // SAFETY: the caller's request.
         let h = unsafe { get(request)? };
         let mut rt = rt()?;
         let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Cancel on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+        if let Some(q) = r.greq {
+            let Some(f) = q.cancel else { return Ok(()) };
+            let done = r.done as c_int;
+            // SAFETY: the program's cancel function, called as MPI defines: with its extra
+            // state and whether MPI_Grequest_complete was called.
+            let rc = unsafe { f(q.extra as *mut c_void, done) };
+            return callback_error(rc, "cancel").map_or(Ok(()), Err);
+        }
         // Only a receive no message has matched can be cancelled; a send completes normally
         // (MPI lets cancellation fail; MPI_Test_cancelled then says false).
         if r.target.is_some() {
