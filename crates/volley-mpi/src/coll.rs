@@ -700,8 +700,8 @@ fn run(op: R<Nbc>) -> R {
 }
 
 /// Starts a non-blocking collective: its request (MPI_Ibarrier and the other I-calls).
-fn start(op: R<Nbc>, comm: H, request: *mut H) -> R {
-    let f = op?;
+fn start(op: impl FnOnce() -> R<Nbc>, comm: H, request: *mut H) -> R {
+    let f = crate::nbc::starting(op)?;
     crate::p2p::start_nbc(f, comm, request)
 }
 
@@ -1359,7 +1359,7 @@ crate::mpi! {
     }
 
     fn MPI_Ibarrier / PMPI_Ibarrier(comm: H, request: *mut H) [comm] {
-        start(barrier_op(comm), comm, request)
+        start(|| barrier_op(comm), comm, request)
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) [comm] {
@@ -1367,7 +1367,7 @@ crate::mpi! {
     }
 
     fn MPI_Ibcast / PMPI_Ibcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(bcast_op(buffer, count_, datatype, root, comm), comm, request)
+        start(|| bcast_op(buffer, count_, datatype, root, comm), comm, request)
     }
 
     fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
@@ -1375,7 +1375,7 @@ crate::mpi! {
     }
 
     fn MPI_Ireduce / PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false), comm, request)
+        start(|| reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false), comm, request)
     }
 
     fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
@@ -1383,7 +1383,7 @@ crate::mpi! {
     }
 
     fn MPI_Iallreduce / PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        start(reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true), comm, request)
+        start(|| reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true), comm, request)
     }
 
     fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
@@ -1391,7 +1391,7 @@ crate::mpi! {
     }
 
     fn MPI_Igather / PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
+        start(|| gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
@@ -1399,7 +1399,7 @@ crate::mpi! {
     }
 
     fn MPI_Iscatter / PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
+        start(|| scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
@@ -1407,7 +1407,7 @@ crate::mpi! {
     }
 
     fn MPI_Iallgather / PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
+        start(|| allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
@@ -1415,7 +1415,7 @@ crate::mpi! {
     }
 
     fn MPI_Ialltoall / PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
+        start(|| alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
@@ -1423,7 +1423,7 @@ crate::mpi! {
     }
 
     fn MPI_Igatherv / PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm), comm, request)
+        start(|| gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
@@ -1431,7 +1431,7 @@ crate::mpi! {
     }
 
     fn MPI_Iscatterv / PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
-        start(scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
+        start(|| scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
@@ -1439,7 +1439,7 @@ crate::mpi! {
     }
 
     fn MPI_Iallgatherv / PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
+        start(|| allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
@@ -1447,7 +1447,7 @@ crate::mpi! {
     }
 
     fn MPI_Ialltoallv / PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
+        start(|| alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
@@ -1455,7 +1455,7 @@ crate::mpi! {
     }
 
     fn MPI_Ialltoallw / PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, request: *mut H) [comm] {
-        start(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
+        start(|| alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
     }
 
     fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H) [comm] {
@@ -1463,7 +1463,7 @@ crate::mpi! {
     }
 
     fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        start(reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm), comm, request)
+        start(|| reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm), comm, request)
     }
 
     fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
@@ -1471,7 +1471,7 @@ crate::mpi! {
     }
 
     fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        start(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
+        start(|| reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
     }
 
     fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
@@ -1479,7 +1479,7 @@ crate::mpi! {
     }
 
     fn MPI_Iscan / PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        start(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false), comm, request)
+        start(|| scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false), comm, request)
     }
 
     fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
@@ -1487,7 +1487,7 @@ crate::mpi! {
     }
 
     fn MPI_Iexscan / PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        start(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true), comm, request)
+        start(|| scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true), comm, request)
     }
 
 

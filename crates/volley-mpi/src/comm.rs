@@ -417,7 +417,7 @@ crate::mpi! {
         // communicator when it is made.
         let copied = copied_attrs(comm)?;
         let eh = rt()?.comm_slot(comm)?.errhandler;
-        let s = c.next_seq();
+        let s = crate::nbc::starting(|| c.next_seq());
         let out = crate::coll::P::new(newcomm);
         let f = async move {
             let cid = agree_cid_a(&c, s).await?;

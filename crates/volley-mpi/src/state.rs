@@ -85,8 +85,9 @@ pub struct CommCore {
     pub w2c: Option<Vec<i32>>,
     /// An intercommunicator's other group: its job ranks, and each job rank's rank in it.
     pub remote: Option<(Arc<[usize]>, Vec<i32>)>,
-    /// Collectives started on this communicator (see `nbc::Seq`).
+    /// Blocking and non-blocking collectives started on this communicator (see `nbc::Seq`).
     pub coll_seq: std::sync::atomic::AtomicU32,
+    pub nb_seq: std::sync::atomic::AtomicU32,
     /// Its process topology (MPI_Cart_create and the others), kept by MPI_Comm_dup.
     pub topo: Option<Arc<crate::topo::Topo>>,
 }
@@ -101,11 +102,14 @@ impl CommCore {
     }
 
     /// The sequence number of the collective this member starts now (every member starts the
-    /// communicator's collectives in the same order).
+    /// communicator's collectives in the same order): from the non-blocking count while one is
+    /// being set up (`nbc::starting`), else from the blocking count.
     pub fn next_seq(&self) -> crate::nbc::Seq {
+        let nb = crate::nbc::is_starting();
+        let counter = if nb { &self.nb_seq } else { &self.coll_seq };
         crate::nbc::Seq::new(
-            self.coll_seq
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            nb,
         )
     }
 
@@ -456,6 +460,7 @@ impl Rt {
             },
             remote,
             coll_seq: std::sync::atomic::AtomicU32::new(0),
+            nb_seq: std::sync::atomic::AtomicU32::new(0),
             topo: None,
         })
     }

@@ -581,8 +581,8 @@ fn run(op: R<Nbc>) -> R {
     block_on(op?).map(|_| ())
 }
 
-fn start(op: R<Nbc>, comm: H, request: *mut H) -> R {
-    crate::p2p::start_nbc(op?, comm, request)
+fn start(op: impl FnOnce() -> R<Nbc>, comm: H, request: *mut H) -> R {
+    crate::p2p::start_nbc(crate::nbc::starting(op)?, comm, request)
 }
 
 mpi! {
@@ -891,7 +891,7 @@ mpi! {
     }
 
     fn MPI_Ineighbor_allgather / PMPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
+        start(|| allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Neighbor_allgatherv / PMPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
@@ -899,7 +899,7 @@ mpi! {
     }
 
     fn MPI_Ineighbor_allgatherv / PMPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
+        start(|| allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
     }
 
     fn MPI_Neighbor_alltoall / PMPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
@@ -907,7 +907,7 @@ mpi! {
     }
 
     fn MPI_Ineighbor_alltoall / PMPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
+        start(|| alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Neighbor_alltoallv / PMPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
@@ -915,7 +915,7 @@ mpi! {
     }
 
     fn MPI_Ineighbor_alltoallv / PMPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        start(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
+        start(|| alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
     }
 
     fn MPI_Neighbor_alltoallw / PMPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const abi::Aint, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const abi::Aint, recvtypes: *const H, comm: H) [comm] {
@@ -923,6 +923,6 @@ mpi! {
     }
 
     fn MPI_Ineighbor_alltoallw / PMPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const abi::Aint, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const abi::Aint, recvtypes: *const H, comm: H, request: *mut H) [comm] {
-        start(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
+        start(|| alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
     }
 }
