@@ -1,7 +1,74 @@
 /* Intercommunicators (MPI-3.1 section 6.6): two halves of the world joined by
  * MPI_Intercomm_create; point-to-point ranks name the remote group; dup; MPI_Intercomm_merge
- * orders the groups by `high`. */
+ * orders the groups by `high`. Collectives on the intercommunicator (5.2.2): data goes between
+ * the groups, a rooted one's root passes MPI_ROOT and the rest of its group MPI_PROC_NULL. */
 #include "check.h"
+#include <stdlib.h>
+
+/* The world rank of remote rank r (the evens are color 0, the odds color 1). */
+static int far(int color, int r) { return 2 * r + (1 - color); }
+
+static void collectives(MPI_Comm inter, int color, int rank, int lrank, int rsize) {
+    OK(MPI_Barrier(inter));
+    /* Bcast from even rank 0 (local rank 0 of group 0) to the odds. */
+    int v = color == 0 && lrank == 0 ? 777 : -1;
+    int root = color == 0 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    OK(MPI_Bcast(&v, 1, MPI_INT, root, inter));
+    CHECK(v == (color == 1 || lrank == 0 ? 777 : -1));
+    /* Non-blocking, the other way. */
+    v = color == 1 && lrank == 0 ? 555 : -1;
+    root = color == 1 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    MPI_Request req;
+    OK(MPI_Ibcast(&v, 1, MPI_INT, root, inter, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(v == (color == 0 || lrank == 0 ? 555 : -1));
+
+    int *got = malloc(sizeof(int) * rsize), *out = malloc(sizeof(int) * rsize);
+    int *counts = malloc(sizeof(int) * rsize), *displs = malloc(sizeof(int) * rsize);
+    CHECK(got && out && counts && displs);
+    /* Allreduce: the sum over the other group. */
+    int sum = -1, want = 0;
+    for (int r = 0; r < rsize; r++)
+        want += far(color, r);
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, inter));
+    CHECK(sum == want);
+    /* Allgather: the other group's world ranks, in its rank order. */
+    OK(MPI_Allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, inter));
+    for (int r = 0; r < rsize; r++)
+        CHECK(got[r] == far(color, r));
+    /* Alltoall: block r to remote rank r. */
+    for (int r = 0; r < rsize; r++)
+        out[r] = 1000 * rank + r;
+    OK(MPI_Alltoall(out, 1, MPI_INT, got, 1, MPI_INT, inter));
+    for (int r = 0; r < rsize; r++)
+        CHECK(got[r] == 1000 * far(color, r) + lrank);
+    /* Gatherv at odd rank 1 (local rank 0 of group 1), placed in reverse order. */
+    for (int r = 0; r < rsize; r++)
+        counts[r] = 1, displs[r] = rsize - 1 - r, got[r] = -1;
+    root = color == 1 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    OK(MPI_Gatherv(&rank, 1, MPI_INT, got, counts, displs, MPI_INT, root, inter));
+    if (color == 1 && lrank == 0)
+        for (int r = 0; r < rsize; r++)
+            CHECK(got[rsize - 1 - r] == far(color, r));
+    /* Scatter from even rank 0: remote rank r gets 100 + r. */
+    for (int r = 0; r < rsize; r++)
+        out[r] = 100 + r;
+    int one = -1;
+    root = color == 0 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    OK(MPI_Scatter(out, 1, MPI_INT, &one, 1, MPI_INT, root, inter));
+    if (color == 1)
+        CHECK(one == 100 + lrank);
+    /* Reduce to odd rank 1: the largest even world rank. */
+    int mx = -1;
+    root = color == 1 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    OK(MPI_Reduce(&rank, &mx, 1, MPI_INT, MPI_MAX, root, inter));
+    if (color == 1 && lrank == 0)
+        CHECK(mx == far(color, rsize - 1));
+    free(got);
+    free(out);
+    free(counts);
+    free(displs);
+}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -104,6 +171,8 @@ int main(int argc, char **argv) {
     }
     OK(MPI_Group_free(&first));
     OK(MPI_Group_free(&lg));
+
+    collectives(inter, color, rank, lrank, rsize);
 
     /* Merge: the evens pass high = 0, so they come first. */
     OK(MPI_Intercomm_merge(inter, color, &merged));

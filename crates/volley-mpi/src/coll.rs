@@ -560,7 +560,7 @@ fn root_of(c: &CommCore, root: c_int) -> R<usize> {
     Ok(root as usize)
 }
 
-fn count(n: c_int) -> R<usize> {
+pub(crate) fn count(n: c_int) -> R<usize> {
     if n < 0 {
         return Err(fail(class::COUNT, format!("count {n} is negative")));
     }
@@ -568,14 +568,14 @@ fn count(n: c_int) -> R<usize> {
 }
 
 /// Packs count elements at p (or copies, when contiguous).
-fn packed(t: &Dtype, p: *const c_void, n: usize) -> Vec<u8> {
+pub(crate) fn packed(t: &Dtype, p: *const c_void, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n * t.size];
     // SAFETY: MPI: p holds n elements of the datatype.
     unsafe { t.pack(p as *const u8, n, &mut v) };
     v
 }
 
-fn unpacked(t: &Dtype, data: &[u8], p: *mut c_void, n: usize) {
+pub(crate) fn unpacked(t: &Dtype, data: &[u8], p: *mut c_void, n: usize) {
     // SAFETY: MPI: p holds n elements of the datatype.
     unsafe { t.unpack(data, p as *mut u8, n) };
 }
@@ -619,7 +619,7 @@ async fn reduce_scatter_a(
 }
 
 /// The address of element `i` of type `t` from `base`.
-fn at(base: *const c_void, i: isize, t: &Dtype) -> *const c_void {
+pub(crate) fn at(base: *const c_void, i: isize, t: &Dtype) -> *const c_void {
     (base as *const u8).wrapping_offset(i * t.extent()) as *const c_void
 }
 
@@ -690,7 +690,7 @@ async fn exchange_v(
 }
 
 /// A collective that finishes nothing beyond its data.
-fn done(f: impl std::future::Future<Output = R> + Send + 'static) -> Nbc {
+pub(crate) fn done(f: impl std::future::Future<Output = R> + Send + 'static) -> Nbc {
     Box::pin(async move { f.await.map(|()| None) })
 }
 
@@ -729,12 +729,18 @@ fn two_types(
 // when it starts; the future owns what it needs.
 
 fn barrier_op(comm: H) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::barrier(c);
+    }
     let c = intra(comm)?;
     let s = c.next_seq();
     Ok(done(async move { barrier_a(&c, s).await }))
 }
 
 fn bcast_op(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::bcast(c, buffer, count_, datatype, root);
+    }
     let (c, t) = args(comm, datatype)?;
     let n = count(count_)?;
     let root = root_of(&c, root)?;
@@ -765,6 +771,17 @@ fn reduce_op(
     comm: H,
     all: bool,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::reduce(
+            c,
+            sendbuf,
+            recvbuf,
+            count_,
+            datatype,
+            op,
+            (!all).then_some(root),
+        );
+    }
     let (c, t) = args(comm, datatype)?;
     let n = count(count_)?;
     let root = if all { 0 } else { root_of(&c, root)? };
@@ -801,6 +818,21 @@ fn gather_op(
     root: c_int,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::gather(
+            c,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            std::ptr::null(),
+            std::ptr::null(),
+            recvtype,
+            root,
+            false,
+        );
+    }
     let c = intra(comm)?;
     let root = root_of(&c, root)?;
     let is_root = c.rank == root;
@@ -870,6 +902,21 @@ fn scatter_op(
     root: c_int,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::scatter(
+            c,
+            sendbuf,
+            sendcount,
+            std::ptr::null(),
+            std::ptr::null(),
+            sendtype,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+            false,
+        );
+    }
     let c = intra(comm)?;
     let root = root_of(&c, root)?;
     let is_root = c.rank == root;
@@ -925,6 +972,20 @@ fn allgather_op(
     recvtype: H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::allgather(
+            c,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            std::ptr::null(),
+            std::ptr::null(),
+            recvtype,
+            false,
+        );
+    }
     let c = intra(comm)?;
     let (st_, rt_) = two_types(sendtype, recvtype, !in_place(sendbuf), true)?;
     let t = rt_.expect("receiver");
@@ -971,6 +1032,14 @@ fn alltoall_op(
     recvtype: H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        crate::inter::no_in_place(sendbuf, "MPI_Alltoall")?;
+        return crate::inter::alltoall(
+            c,
+            |m| crate::topo::regular(sendbuf, sendcount, sendtype, m, "send count"),
+            |m| crate::topo::regular(recvbuf, recvcount, recvtype, m, "receive count"),
+        );
+    }
     let c = intra(comm)?;
     let (st_, rt_) = two_types(sendtype, recvtype, !in_place(sendbuf), true)?;
     let t = rt_.expect("receiver");
@@ -1021,6 +1090,11 @@ fn gatherv_op(
     root: c_int,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::gather(
+            c, sendbuf, sendcount, sendtype, recvbuf, 0, recvcounts, displs, recvtype, root, true,
+        );
+    }
     let c = intra(comm)?;
     let root = root_of(&c, root)?;
     let is_root = c.rank == root;
@@ -1092,6 +1166,11 @@ fn scatterv_op(
     root: c_int,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::scatter(
+            c, sendbuf, 0, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, true,
+        );
+    }
     let c = intra(comm)?;
     let root = root_of(&c, root)?;
     let is_root = c.rank == root;
@@ -1149,6 +1228,11 @@ fn allgatherv_op(
     recvtype: H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return crate::inter::allgather(
+            c, sendbuf, sendcount, sendtype, recvbuf, 0, recvcounts, displs, recvtype, true,
+        );
+    }
     let c = intra(comm)?;
     let place = in_place(sendbuf);
     let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
@@ -1190,6 +1274,14 @@ fn alltoallv_op(
     recvtype: H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        crate::inter::no_in_place(sendbuf, "MPI_Alltoallv")?;
+        return crate::inter::alltoall(
+            c,
+            |m| crate::topo::varied(sendbuf, sendcounts, sdispls, sendtype, m),
+            |m| crate::topo::varied(recvbuf, recvcounts, rdispls, recvtype, m),
+        );
+    }
     let c = intra(comm)?;
     let place = in_place(sendbuf);
     let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
@@ -1229,6 +1321,14 @@ fn alltoallw_op(
     recvtypes: *const H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        crate::inter::no_in_place(sendbuf, "MPI_Alltoallw")?;
+        return crate::inter::alltoall(
+            c,
+            |m| crate::inter::typed(sendbuf, sendcounts, sdispls, sendtypes, m),
+            |m| crate::inter::typed(recvbuf, recvcounts, rdispls, recvtypes, m),
+        );
+    }
     let c = intra(comm)?;
     let n = c.size();
     let place = in_place(sendbuf);
@@ -1282,6 +1382,15 @@ fn reduce_scatter_op(
     op: H,
     comm: H,
 ) -> R<Nbc> {
+    if let Some(c) = crate::inter::of(comm)? {
+        return match counts {
+            Err(block) => crate::inter::reduce_scatter_block(c, sendbuf, recvbuf, block, datatype, op),
+            Ok(_) => Err(fail(
+                class::COMM,
+                "MPI_Reduce_scatter on an intercommunicator is not implemented in volley's MPI yet (MPI_Reduce_scatter_block is): merge it with MPI_Intercomm_merge first",
+            )),
+        };
+    }
     let (c, t) = args(comm, datatype)?;
     let n = c.size();
     let counts: Vec<usize> = match counts {

@@ -30,6 +30,7 @@ mod dtype;
 mod env;
 mod err;
 mod info;
+mod inter;
 mod nbc;
 mod p2p;
 mod state;

@@ -346,7 +346,7 @@ async fn exchange_blocks(c: &CommCore, tag: u32, blocks: &[Vec<u8>], got: &mut [
 
 /// One side of a neighbourhood collective: per neighbour, where its block is, its type and its
 /// element count.
-type Blocks = Vec<(P, TypeRef, usize)>;
+pub(crate) type Blocks = Vec<(P, TypeRef, usize)>;
 
 /// A neighbourhood collective as a future: `sends[k]` to out-neighbour k, `recvs[j]` from
 /// in-neighbour j (packed when it starts, unpacked when the step completes).
@@ -411,7 +411,7 @@ fn nonneg(n: c_int, what: &str) -> R<usize> {
 }
 
 /// `k` blocks of `n` elements of `t` one after the other from `base`.
-fn regular(base: *const c_void, n: c_int, t: H, k: usize, what: &str) -> R<Blocks> {
+pub(crate) fn regular(base: *const c_void, n: c_int, t: H, k: usize, what: &str) -> R<Blocks> {
     let n = nonneg(n, what)?;
     let t = type_of(t)?;
     let stride = t.extent() * n as isize;
@@ -427,7 +427,7 @@ fn regular(base: *const c_void, n: c_int, t: H, k: usize, what: &str) -> R<Block
 }
 
 /// `k` blocks with their counts and displacements (in elements of `t`).
-fn varied(
+pub(crate) fn varied(
     base: *const c_void,
     counts: *const c_int,
     displs: *const c_int,
