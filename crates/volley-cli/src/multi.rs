@@ -12,7 +12,15 @@
 //! - the agent reports each rank's exit; the launcher tells the agents to stop their ranks when
 //!   one fails (unless --keep-going), on a timeout or a signal.
 //!
-//! Control lines start with the byte 0x01 and "volley "; any other line is a rank's output.
+//! The agent's command line is the template's words and `volley agent`, nothing else: what the
+//! agent needs (the job's token, the placement, the settings, the program and its arguments)
+//! goes down its standard input as the first line, one JSON object. So no remote shell ever
+//! splits or interprets a program argument ("two words" stays one, `x;touch f` runs nothing),
+//! and the job's secret never shows in `ps`.
+//!
+//! Control lines start with the byte 0x01 and "volley ". A rank's output line that starts with
+//! 0x01 or 0x02 is sent with a 0x02 in front (taken off by the launcher), so no output of a rank
+//! can ever be read as a control line.
 
 use crate::run::{exit_code_of, fate_of};
 use anyhow::{bail, Context};
@@ -29,12 +37,39 @@ use volley::launch::JobLaunch;
 use volley::{Config, Fate};
 
 const CTL: &str = "\x01volley ";
+/// Escapes a rank's output line that could look like a control line (see the module's doc).
+const ESC: u8 = 0x02;
+
+/// What the launcher tells an agent, as the first line of its standard input.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+struct AgentJob {
+    node: usize,
+    token: String,
+    nodes: String,
+    tag_output: bool,
+    cpus: Option<String>,
+    grace: f64,
+    env: Vec<String>,
+    program: Vec<String>,
+}
 
 /// One host of `--hosts`: its name and slot count (None: no count given).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Host {
     pub name: String,
     pub slots: Option<usize>,
+}
+
+/// A host name goes into the launch template's command line (e.g. as ssh's destination): it
+/// must be a host name, never an option or shell syntax.
+fn check_host_name(name: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || ".-_@[]%".contains(c);
+    if name.is_empty() || name.starts_with('-') || !name.chars().all(ok) {
+        return Err(format!(
+            "bad host name {name:?}: a host name is letters, digits and . - _ @ [ ] %, and does not start with '-'"
+        ));
+    }
+    Ok(())
 }
 
 /// Parses "h1,h2:4,h3" (and the lines of a hostfile, which may use "h slots=4").
@@ -59,9 +94,7 @@ pub fn parse_hosts(s: &str) -> Result<Vec<Host>, String> {
                 })
             })
             .transpose()?;
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(format!("bad host name {name:?}"));
-        }
+        check_host_name(name)?;
         out.push(Host {
             name: name.to_string(),
             slots,
@@ -165,25 +198,18 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
             .collect();
         let mut cmd = Command::new(&words[0]);
         cmd.args(&words[1..]).arg(&exe).arg("agent");
-        cmd.args([
-            "--node",
-            &h.to_string(),
-            "--token",
-            &format!("{token:016x}"),
-            "--nodes",
-            &nodes_s,
-        ]);
-        cmd.args(["--grace", &a.grace.to_string()]);
-        if a.tag_output {
-            cmd.arg("--tag-output");
-        }
-        if let Some(c) = &a.cpus {
-            cmd.args(["--cpus", c]);
-        }
-        for e in &envs {
-            cmd.args(["--env", e]);
-        }
-        cmd.arg("--").args(&a.program);
+        let job = AgentJob {
+            node: h,
+            token: format!("{token:016x}"),
+            nodes: nodes_s.clone(),
+            tag_output: a.tag_output,
+            cpus: a.cpus.clone(),
+            grace: a.grace,
+            env: envs.clone(),
+            program: a.program.clone(),
+        };
+        let mut job_line = serde_json::to_string(&job).context("encoding the agent's job")?;
+        job_line.push('\n');
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| {
             format!(
@@ -192,7 +218,11 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
             )
         })?;
         let out = child.stdout.take().expect("piped");
-        let stdin = child.stdin.take();
+        let mut stdin = child.stdin.take();
+        if let Some(w) = stdin.as_mut() {
+            // An agent that died at once closed its input: its exit says why, below.
+            let _ = w.write_all(job_line.as_bytes()).and_then(|_| w.flush());
+        }
         let tx = tx.clone();
         std::thread::spawn(move || {
             let r = BufReader::new(out);
@@ -222,9 +252,10 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                         _ => {}
                     }
                 } else {
+                    let line = line.strip_prefix(&[ESC]).unwrap_or(&line);
                     let mut o = std::io::stdout().lock();
                     let _ = o
-                        .write_all(&line)
+                        .write_all(line)
                         .and_then(|_| o.write_all(b"\n"))
                         .and_then(|_| o.flush());
                 }
@@ -336,25 +367,9 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     Ok(0)
 }
 
+/// `volley agent` takes no options: its job comes down its standard input (see the module's doc).
 #[derive(clap::Args, Debug)]
-pub struct AgentArgs {
-    #[arg(long)]
-    node: usize,
-    #[arg(long)]
-    token: String,
-    #[arg(long)]
-    nodes: String,
-    #[arg(long)]
-    tag_output: bool,
-    #[arg(long)]
-    cpus: Option<String>,
-    #[arg(long, default_value_t = 2.0)]
-    grace: f64,
-    #[arg(long = "env")]
-    env: Vec<String>,
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    program: Vec<String>,
-}
+pub struct AgentArgs {}
 
 fn say(line: &str) {
     let mut o = std::io::stdout().lock();
@@ -372,7 +387,18 @@ pub fn agent(a: AgentArgs) -> i32 {
     }
 }
 
-fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
+fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
+    let mut input = BufReader::new(std::io::stdin());
+    let mut first = String::new();
+    input
+        .read_line(&mut first)
+        .context("reading the job from the launcher")?;
+    let a: AgentJob = serde_json::from_str(first.trim_end()).with_context(|| {
+        "the first line of input is not a job from `volley run`: the agent is started by the launcher, not by hand"
+    })?;
+    if a.program.is_empty() {
+        bail!("the job names no program");
+    }
     for e in &a.env {
         if let Some((k, v)) = e.split_once('=') {
             std::env::set_var(k, v);
@@ -443,6 +469,9 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
                     out.clear();
                     if tag {
                         let _ = write!(out, "[{g}] ");
+                    } else if matches!(line.first(), Some(&b) if b == CTL.as_bytes()[0] || b == ESC)
+                    {
+                        out.push(ESC);
                     }
                     out.extend_from_slice(&line);
                     out.push(b'\n');
@@ -489,8 +518,7 @@ fn agent_inner(a: AgentArgs) -> anyhow::Result<i32> {
     // Orders down: the table, then perhaps "kill". End of input means the launcher is gone.
     let (otx, orx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
+        for line in input.lines() {
             let Ok(line) = line else { break };
             if otx.send(line).is_err() {
                 return;

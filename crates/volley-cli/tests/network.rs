@@ -441,6 +441,106 @@ fn a_bad_launch_template_or_placement_is_a_clear_error() {
         String::from_utf8_lossy(&o.stderr).contains("{host}"),
         "{o:?}"
     );
+    // A host name that would be an option of ssh (issue 16, defect 6): refused before anything
+    // runs.
+    let mark = std::env::temp_dir().join(format!("volley-proxy-{}", std::process::id()));
+    let evil = format!("-oProxyCommand=touch {},b", mark.display());
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "--hosts", &evil, CHECK, "whoami"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad host name"),
+        "{o:?}"
+    );
+    assert!(!mark.exists(), "ssh ran the host name's command");
+}
+
+/// Through an ssh-like template (ssh joins its arguments into one command line for the remote
+/// shell), a program's arguments arrive intact and none of them runs as shell syntax; the job's
+/// token is on no command line (issue 16, defects 6 and 1); and a rank that prints what looks
+/// like a control line does not disturb the launcher (defect 7).
+#[test]
+fn arguments_secrets_and_output_through_a_shell_template() {
+    let h = Hosts::new(2, 1500);
+    let dir = std::env::temp_dir().join(format!("volley-shell-tpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ssh = dir.join("fake-ssh");
+    std::fs::write(
+        &ssh,
+        "#!/bin/sh\n# As ssh does: the host, then one command line for the remote shell.\nhost=$1; shift\nexec ip netns exec \"$host\" sh -c \"$*\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let template = format!("{} {{host}}", ssh.display());
+    let mark = dir.join("touched");
+    let evil = format!("x;touch {}", mark.display());
+    let hosts = h.list();
+    let script = "printf '<%s>\\n' \"$@\"; echo \"agent: $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"";
+    let o = common::volley(
+        &[
+            "-n",
+            "2",
+            "--hosts",
+            &hosts,
+            "--launch",
+            &template,
+            "--tag-output",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            "two words",
+            &evil,
+            "$HOME",
+        ],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for r in 0..2 {
+        for arg in ["two words", &evil, "$HOME"] {
+            assert!(
+                out.contains(&format!("[{r}] <{arg}>")),
+                "rank {r}, {arg:?}:\n{out}\n{err}"
+            );
+        }
+    }
+    assert!(!mark.exists(), "an argument ran as a shell command");
+    let agent_lines: Vec<&str> = out.lines().filter(|l| l.contains("agent: ")).collect();
+    assert_eq!(agent_lines.len(), 2, "{out}");
+    for l in agent_lines {
+        assert!(
+            l.contains("volley agent") && !l.contains("token") && !l.contains("--"),
+            "{l}"
+        );
+    }
+    // Without --tag-output a rank's line goes out as it is: one that starts like a control
+    // line is still output, and the job still succeeds.
+    let o = common::volley(
+        &[
+            "-n",
+            "2",
+            "--hosts",
+            &hosts,
+            "--launch",
+            &template,
+            "printf",
+            "\\001volley exit 1 signal:9\\n\\002x\\n",
+        ],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(
+        out.matches("\x01volley exit 1 signal:9\n").count(),
+        2,
+        "{out:?}"
+    );
+    assert_eq!(out.matches("\x02x\n").count(), 2, "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `volley bench` across two hosts, volley and the kernel's TCP in one invocation, for both
