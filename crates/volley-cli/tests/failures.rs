@@ -243,3 +243,91 @@ fn foreign_segment_and_bad_environment_are_clear_errors() {
         assert!(err.contains("volley run"), "must say what to do: {err}");
     }
 }
+
+/// A memory cgroup of `bytes`, removed on drop (cgroup v1's memory hierarchy or v2's unified
+/// one, whichever the machine has).
+struct MemCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemCgroup {
+    fn new(bytes: u64) -> MemCgroup {
+        let name = format!("volley-test-{}", std::process::id());
+        let (dir, limit_file) = if std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+            (
+                std::path::Path::new("/sys/fs/cgroup/memory").join(&name),
+                "memory.limit_in_bytes",
+            )
+        } else {
+            (
+                std::path::Path::new("/sys/fs/cgroup").join(&name),
+                "memory.max",
+            )
+        };
+        std::fs::create_dir(&dir).unwrap_or_else(|e| {
+            panic!("cannot create the memory cgroup {dir:?} (needs root): {e}")
+        });
+        let g = MemCgroup { dir };
+        std::fs::write(g.dir.join(limit_file), bytes.to_string())
+            .unwrap_or_else(|e| panic!("cannot limit {:?}: {e}", g.dir));
+        g
+    }
+
+    /// A shell command that joins this cgroup, then runs `cmd`.
+    fn run(&self, cmd: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        let procs = self.dir.join("cgroup.procs");
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("echo $$ > {} && exec \"$@\"", procs.display()))
+            .arg("sh")
+            .args(cmd)
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("run sh")
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // Its processes have ended; an empty cgroup is removed with rmdir.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A job whose shared memory would not fit the memory the machine or its memory cgroup allows
+/// is refused when it starts, with the size, the limit and what to change (issue 16, defect 2):
+/// in a 256 MiB cgroup, 64 ranks with 1 MiB rings (4 GiB), and 1,000 ranks with the default
+/// rings. Nothing is killed by the kernel, nothing is left in /dev/shm.
+#[test]
+fn a_segment_larger_than_the_memory_allowed_is_refused_at_once() {
+    let g = MemCgroup::new(256 << 20);
+    for (n, env) in [
+        ("64", &[("VOLLEY_SHM_RING_BYTES", "1048576")][..]),
+        ("1000", &[][..]),
+    ] {
+        let o = g.run(&[VOLLEY, "run", "-n", n, CHECK, "whoami"], env);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "-n {n}: {err}");
+        assert!(o.status.code().is_some(), "-n {n}: killed: {o:?}");
+        assert!(
+            err.contains("the job's shared memory would be")
+                && err.contains("memory cgroup")
+                && err.contains("VOLLEY_SHM_RING_BYTES")
+                && err.contains(&format!("{n} ranks on this host")),
+            "-n {n}: {err}"
+        );
+    }
+    // The same job in the cgroup with rings that fit runs.
+    let o = g.run(
+        &[VOLLEY, "run", "-n", "4", CHECK, "whoami"],
+        &[("VOLLEY_SHM_RING_BYTES", "65536")],
+    );
+    assert!(o.status.success(), "{o:?}");
+}

@@ -39,6 +39,20 @@ pub enum SegmentError {
         free: u64,
         needed: u64,
     },
+    #[error(
+        "the job's shared memory would be {} ({nranks} ranks on this host: \
+         {nranks} x {nranks} rings of {ring} bytes), more than {what} allows ({}); \
+         run fewer ranks per host, or set VOLLEY_SHM_RING_BYTES lower (at least 4096)",
+        human(*needed),
+        human(*limit)
+    )]
+    TooBig {
+        needed: u64,
+        nranks: usize,
+        ring: usize,
+        limit: u64,
+        what: String,
+    },
     #[error("could not create the job's shared memory in {where_}: {source}")]
     Create {
         where_: String,
@@ -90,6 +104,19 @@ impl Segment {
     ) -> Result<Arc<Segment>, SegmentError> {
         let layout = Layout::new(&params);
         let total = layout.total_bytes as u64;
+        // Refused before a byte is taken: a segment larger than the memory the host or the
+        // memory cgroup allows would get the job (or its neighbours) killed by the kernel.
+        if let Some((limit, what)) = memory_limit() {
+            if total > limit {
+                return Err(SegmentError::TooBig {
+                    needed: total,
+                    nranks: params.nranks,
+                    ring: params.ring_slots * SLOT,
+                    limit,
+                    what,
+                });
+            }
+        }
         if let Err(e) = volley_sys::fallocate(&fd, total) {
             if e.raw_os_error() == Some(libc_enospc()) || e.raw_os_error() == Some(libc_enomem()) {
                 let free = space_of(where_).unwrap_or(0);
@@ -228,6 +255,80 @@ fn libc_enospc() -> i32 {
 }
 fn libc_enomem() -> i32 {
     12
+}
+
+/// Bytes as a person reads them: "3.2 GiB".
+fn human(b: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let (mut v, mut u) = (b as f64, 0);
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} bytes")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// The memory a new segment may take: the least of what the host has available (MemAvailable)
+/// and what this process's memory cgroups (v2 `memory.max`, v1 `memory.limit_in_bytes`, the
+/// process's own and each ancestor's) leave unused; with what it is, for the error message.
+fn memory_limit() -> Option<(u64, String)> {
+    let mut best: Option<(u64, String)> = None;
+    let mut consider = |bytes: u64, what: String| {
+        if best.as_ref().is_none_or(|(b, _)| bytes < *b) {
+            best = Some((bytes, what));
+        }
+    };
+    if let Some(kib) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    }) {
+        consider(
+            kib * 1024,
+            "the memory available on this host (MemAvailable)".into(),
+        );
+    }
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in cgroups.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let (root, max_file, used_file) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max", "memory.current")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            )
+        } else {
+            continue;
+        };
+        // The process's cgroup and each ancestor: every level's limit applies.
+        let mut dir = std::path::PathBuf::from(root).join(path.trim_start_matches('/'));
+        loop {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+            if let Some(max) = read(max_file).and_then(|v| v.trim().parse::<u64>().ok()) {
+                let used = read(used_file)
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                consider(
+                    max.saturating_sub(used),
+                    format!(
+                        "the memory cgroup {} ({max_file} {max}, {used} in use)",
+                        dir.display()
+                    ),
+                );
+            }
+            if dir.as_os_str().len() <= root.len() || !dir.pop() {
+                break;
+            }
+        }
+    }
+    best
 }
 
 fn space_of(where_: &str) -> Option<u64> {

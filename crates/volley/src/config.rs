@@ -73,13 +73,17 @@ impl Config {
     /// Defaults for a job of `nranks` local ranks, overridden by the environment.
     pub fn from_env(nranks: usize) -> Result<Config, InitError> {
         // 1 MiB per ring keeps 16 records of 64 KiB in flight; beyond 16 local ranks shrink it so
-        // that the n*n rings stay within about 256 MiB.
+        // that the n*n rings stay within about 256 MiB, down to 8 KiB a ring (at 182 ranks and
+        // more; each ring also has a 4 KiB page of control). The segment is then about
+        // n * n * 12 KiB: 768 MiB at 256 ranks on a host. A segment larger than the memory the
+        // host or the memory cgroup allows is refused when the job starts (`SegmentError::TooBig`),
+        // never allocated.
         let default_ring = if nranks <= 16 {
             1 << 20
         } else {
-            ((256usize << 20) / (nranks * nranks))
+            ((256usize << 20) / nranks.saturating_mul(nranks))
                 .next_power_of_two()
-                .max(64 << 10)
+                .max(8 << 10)
         };
         let ring_bytes = env_usize("VOLLEY_SHM_RING_BYTES")?.unwrap_or(default_ring);
         if !(4096..=1 << 30).contains(&ring_bytes) {
