@@ -581,6 +581,10 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    // What a rank left running in its process group goes with the job (see run.rs).
+    for (_, c, _) in &children {
+        let _ = volley_sys::kill_group(c.id(), libc::SIGKILL);
+    }
     // Let the output threads finish their last lines.
     std::thread::sleep(Duration::from_millis(20));
     Ok(first_failure.map_or(0, exit_code_of))

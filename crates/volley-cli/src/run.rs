@@ -417,6 +417,12 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    // The job is over: what a rank left running in its process group (a background child)
+    // goes too. It would otherwise keep the job's memfd, and so the segment's memory, and the
+    // ranks' output pipes (issue 16, defect 8).
+    for r in &ranks {
+        let _ = volley_sys::kill_group(r.pid, libc::SIGKILL);
+    }
     // Output threads end when the ranks' pipes close; a grandchild holding a pipe open must not
     // keep us here, so give them a moment and move on.
     let t = Instant::now();

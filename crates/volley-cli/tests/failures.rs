@@ -331,3 +331,36 @@ fn a_segment_larger_than_the_memory_allowed_is_refused_at_once() {
     );
     assert!(o.status.success(), "{o:?}");
 }
+
+/// A rank that leaves a background child behind (`sleep 40 &`): when the job ends the child is
+/// gone too, so it holds neither the job's memory nor its output (issue 16, defect 8).
+#[test]
+fn a_ranks_background_child_does_not_outlive_the_job() {
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "2", "sh", "-c", "sleep 40 >/dev/null 2>&1 & echo child=$!"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    let pids: Vec<u32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("child="))
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{out}");
+    // Gone, or a zombie waiting for init to reap it: either way no longer running.
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    let t = Instant::now();
+    while pids.iter().any(|&p| running(p)) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in pids {
+        assert!(!running(p), "background child {p} outlived the job");
+    }
+}
