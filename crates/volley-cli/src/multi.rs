@@ -155,7 +155,8 @@ enum FromAgent {
     Exit(usize, Fate),
     /// A rank's published counters, in the order of volley's table.
     Counters(usize, Vec<u64>),
-    Gone,
+    /// The agent of host index `h` closed its output (it ended).
+    Gone(usize),
 }
 
 /// The launcher's side of a job over several hosts.
@@ -260,7 +261,7 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                         .and_then(|_| o.flush());
                 }
             }
-            let _ = tx.send(FromAgent::Gone);
+            let _ = tx.send(FromAgent::Gone(h));
         });
         agents.push((h, child, stdin));
     }
@@ -316,7 +317,32 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                 }
             }
             Ok(FromAgent::Counters(r, v)) if r < a.n => counters[r] = Some(v),
-            Ok(FromAgent::Gone) => gone += 1,
+            Ok(FromAgent::Gone(h)) => {
+                gone += 1;
+                // An agent that ends before every rank of its host reported an exit could not
+                // start them (a mistyped host, a failing template) or died: the job cannot
+                // complete, so it stops now rather than leave the other hosts' ranks waiting for
+                // the address table for ever (issue 16, defect 4a).
+                let lost: Vec<usize> = (0..a.n)
+                    .filter(|&r| nodes[r] == h && fates[r].is_none())
+                    .collect();
+                if !lost.is_empty() {
+                    for &r in &lost {
+                        fates[r] = Some(Fate::Unreachable);
+                    }
+                    if first_failure.is_none() && !stopped {
+                        eprintln!(
+                            "volley run: the agent on host {} ended before its {} rank(s) did: it could not start them, or it died (check the host name and --launch {:?}); stopping the job",
+                            hosts[h].name,
+                            lost.len(),
+                            template.join(" ")
+                        );
+                        first_failure = Some((lost[0], Fate::Unreachable));
+                        stop(&mut agents);
+                        stopped = true;
+                    }
+                }
+            }
             Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,

@@ -337,7 +337,14 @@ fn a_segment_larger_than_the_memory_allowed_is_refused_at_once() {
 #[test]
 fn a_ranks_background_child_does_not_outlive_the_job() {
     let o = Command::new(VOLLEY)
-        .args(["run", "-n", "2", "sh", "-c", "sleep 40 >/dev/null 2>&1 & echo child=$!"])
+        .args([
+            "run",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "sleep 40 >/dev/null 2>&1 & echo child=$!",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();

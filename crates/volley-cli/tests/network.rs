@@ -457,6 +457,38 @@ fn a_bad_launch_template_or_placement_is_a_clear_error() {
     assert!(!mark.exists(), "ssh ran the host name's command");
 }
 
+/// One host's agent cannot start (a mistyped host): the job stops with an error naming that
+/// host, instead of the other host's ranks waiting for the address table for ever (issue 16,
+/// defect 4a).
+#[test]
+fn a_host_whose_agent_cannot_start_stops_the_job() {
+    let h = Hosts::new(1, 1500);
+    let bogus = format!("nosuchns{}", std::process::id());
+    let hosts = format!("{bogus},{}", h.list());
+    let o = common::volley(
+        &[
+            "-n",
+            "2",
+            "--hosts",
+            &hosts,
+            "--launch",
+            "ip netns exec {host}",
+            CHECK,
+            "whoami",
+        ],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert_ne!(o.status.code(), Some(124), "timed out instead:\n{err}");
+    assert!(
+        err.contains(&format!(
+            "the agent on host {bogus} ended before its 1 rank(s) did"
+        )),
+        "{err}"
+    );
+}
+
 /// Through an ssh-like template (ssh joins its arguments into one command line for the remote
 /// shell), a program's arguments arrive intact and none of them runs as shell syntax; the job's
 /// token is on no command line (issue 16, defects 6 and 1); and a rank that prints what looks
