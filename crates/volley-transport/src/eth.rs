@@ -17,6 +17,8 @@ pub struct EthDevice {
     peers: Vec<Option<[u8; 6]>>,
     /// Frames of our EtherType too short to hold a volley header, or not for us.
     rx_runts: u64,
+    /// Frames dropped: not from the hardware address of the rank they name.
+    rx_foreign: u64,
     /// Frames dropped because the transmit ring was full (the protocol sends them again).
     tx_ring_full: u64,
 }
@@ -35,6 +37,7 @@ impl EthDevice {
             max_packet,
             peers: Vec::new(),
             rx_runts: 0,
+            rx_foreign: 0,
             tx_ring_full: 0,
         })
     }
@@ -68,7 +71,12 @@ impl Device for EthDevice {
                 break;
             };
             if frame.len() > ETH_HEADER && frame[12..14] == ETHERTYPE.to_be_bytes() {
-                f(&frame[ETH_HEADER..]);
+                let from: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+                if crate::from_its_rank(&self.peers, &frame[ETH_HEADER..], &from) {
+                    f(&frame[ETH_HEADER..]);
+                } else {
+                    self.rx_foreign += 1;
+                }
             } else {
                 self.rx_runts += 1;
             }
@@ -116,6 +124,7 @@ impl Device for EthDevice {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("eth_rx_runts", self.rx_runts),
+            ("eth_rx_foreign", self.rx_foreign),
             ("eth_tx_ring_full", self.tx_ring_full),
             ("eth_tx_wrong_format", self.ring.tx_wrong_format),
         ]

@@ -123,6 +123,16 @@ pub trait Device: Send {
     }
 }
 
+/// Whether a received packet came from the address recorded for the rank it names: a packet
+/// from anywhere else (another process on the host, another host) is not the job's, whatever
+/// its token says. Packets too short to name a rank go on to the parser, which drops them.
+pub(crate) fn from_its_rank<T: PartialEq>(peers: &[Option<T>], packet: &[u8], from: &T) -> bool {
+    match volley_wire::claimed_source(packet) {
+        None => true,
+        Some(r) => matches!(peers.get(r as usize), Some(Some(a)) if a == from),
+    }
+}
+
 /// Records `v` as rank `rank`'s address in a device's table of peers (indexed by rank).
 pub(crate) fn set_peer_slot<T: Clone>(peers: &mut Vec<Option<T>>, rank: u32, v: T) {
     let r = rank as usize;
@@ -143,6 +153,16 @@ pub(crate) fn wrong_address(rank: u32, kind: &str, addr: Addr) -> io::Error {
 /// (name, unit, description) of every counter a device may report, for volley's one table of
 /// counters. A device reports the ones that apply to it.
 pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
+    (
+        "udp_rx_foreign",
+        "packets",
+        "UDP packets dropped because they did not come from the address of the rank they name (forged, or from outside the job)",
+    ),
+    (
+        "eth_rx_foreign",
+        "frames",
+        "frames dropped because they did not come from the hardware address of the rank they name (forged, or from outside the job)",
+    ),
     (
         "udp_tx_full",
         "events",

@@ -23,6 +23,8 @@ pub struct UdpDevice {
     held: usize,
     /// Times the socket buffer stayed full and packets were held for the next call.
     tx_full: u64,
+    /// Packets dropped: not from the address of the rank they name.
+    rx_foreign: u64,
 }
 
 impl UdpDevice {
@@ -40,6 +42,7 @@ impl UdpDevice {
             rx: MmsgBatch::new(BATCH, max_packet.max(2048)),
             held: 0,
             tx_full: 0,
+            rx_foreign: 0,
         })
     }
 }
@@ -71,7 +74,12 @@ impl Device for UdpDevice {
         for _ in 0..4 {
             let n = self.rx.recv(self.fd.as_raw_fd())?;
             for i in 0..n {
-                f(self.rx.packet(i));
+                let p = self.rx.packet(i);
+                if crate::from_its_rank(&self.peers, p, &self.rx.source(i)) {
+                    f(p);
+                } else {
+                    self.rx_foreign += 1;
+                }
             }
             total += n;
             if n < self.rx.capacity() {
@@ -140,6 +148,9 @@ impl Device for UdpDevice {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("udp_tx_full", self.tx_full)]
+        vec![
+            ("udp_tx_full", self.tx_full),
+            ("udp_rx_foreign", self.rx_foreign),
+        ]
     }
 }

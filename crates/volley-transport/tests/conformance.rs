@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use volley_transport::fault::FaultDevice;
 use volley_transport::loopback::{Hub, QUEUE_PACKETS};
 use volley_transport::udp::UdpDevice;
-use volley_transport::{Device, DEVICE_COUNTERS};
+use volley_transport::{Addr, Device, DEVICE_COUNTERS};
 
 type Dev = Box<dyn Device>;
 
@@ -164,6 +164,17 @@ fn packet(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
 }
 
+/// A raw packet from rank `from`: its header's source field (bytes 16..20) names the sender, as
+/// every volley packet's does; a device drops a packet that names another rank than the one at
+/// the address it came from.
+fn raw(from: u32, i: usize, len: usize) -> Vec<u8> {
+    let mut p = packet(i, len);
+    if len >= 20 {
+        p[16..20].copy_from_slice(&from.to_be_bytes());
+    }
+    p
+}
+
 #[test]
 fn addresses_round_trip_through_text() {
     for_each_kind(|name, make, _, _| {
@@ -184,7 +195,7 @@ fn packets_of_every_size_arrive_intact() {
         let pkts: Vec<Vec<u8>> = [1, 7, 100, 1000, max - 1, max]
             .iter()
             .enumerate()
-            .map(|(i, &n)| packet(i, n))
+            .map(|(i, &n)| raw(0, i, n))
             .collect();
         assert_eq!(send(&mut a, 1, &pkts), pkts.len(), "{name}: a few packets");
         let mut got = receive(&mut b, &mut a, pkts.len());
@@ -197,12 +208,9 @@ fn packets_of_every_size_arrive_intact() {
         }
         assert_eq!(got, want, "{name}: 0 -> 1");
         // And back.
-        assert_eq!(send(&mut b, 0, &pkts[..2]), 2, "{name}");
-        assert_eq!(
-            receive(&mut a, &mut b, 2),
-            pkts[..2].to_vec(),
-            "{name}: 1 -> 0"
-        );
+        let back: Vec<Vec<u8>> = (0..2).map(|i| raw(1, i, [1, 7][i])).collect();
+        assert_eq!(send(&mut b, 0, &back), 2, "{name}");
+        assert_eq!(receive(&mut a, &mut b, 2), back, "{name}: 1 -> 0");
     });
 }
 
@@ -215,7 +223,7 @@ fn the_descriptor_is_readable_exactly_while_packets_wait() {
             !volley_sys::poll_readable(b.fd(), Duration::ZERO),
             "{name}: readable with nothing sent"
         );
-        send(&mut a, 1, &[packet(0, 64)]);
+        send(&mut a, 1, &[raw(0, 0, 64)]);
         assert!(
             volley_sys::poll_readable(b.fd(), Duration::from_secs(2)),
             "{name}: not readable after a packet was sent"
@@ -237,6 +245,48 @@ fn a_rank_without_an_address_is_an_error_not_a_panic() {
     });
 }
 
+/// A packet that names a rank other than the one whose address it came from is not the job's
+/// (forged by another process, or sent from outside): UDP and Ethernet drop it and count it,
+/// and the genuine packets around it arrive (issue 16, defect 1).
+#[test]
+fn a_packet_not_from_the_rank_it_names_is_dropped_and_counted() {
+    for_each_kind(|name, make, _, _| {
+        if name == "loopback" {
+            return;
+        }
+        let (mut a, mut b) = make();
+        let pkts = vec![raw(0, 0, 64), raw(7, 1, 64), raw(1, 2, 64), raw(0, 3, 64)];
+        assert_eq!(send(&mut a, 1, &pkts), 4, "{name}");
+        let mut got = receive(&mut b, &mut a, 2);
+        // Give a dropped packet the time to have arrived, had it not been dropped.
+        std::thread::sleep(Duration::from_millis(50));
+        b.receive(0, &mut |p| got.push(p.to_vec())).unwrap();
+        got.sort();
+        let mut want = vec![pkts[0].clone(), pkts[3].clone()];
+        want.sort();
+        assert_eq!(got, want, "{name}");
+        let c: BTreeMap<_, _> = b.counters().into_iter().collect();
+        let foreign = c
+            .iter()
+            .find(|(k, _)| k.ends_with("_rx_foreign"))
+            .map(|(_, &v)| v);
+        assert_eq!(foreign, Some(2), "{name}: {c:?}");
+    });
+    // A plain UDP socket of another process, sending a packet that names rank 0.
+    let (_a, mut b) = udp();
+    let Addr::Udp(to) = b.local_addr() else {
+        unreachable!("a UDP device")
+    };
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.send_to(&raw(0, 9, 100), to).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut got = 0;
+    b.receive(0, &mut |_| got += 1).unwrap();
+    assert_eq!(got, 0, "a stranger's packet was delivered");
+    let c: BTreeMap<_, _> = b.counters().into_iter().collect();
+    assert_eq!(c.get("udp_rx_foreign"), Some(&1), "{c:?}");
+}
+
 #[test]
 fn a_full_device_takes_fewer_packets_and_loses_none_it_took() {
     for_each_kind(|name, make, lossless, _| {
@@ -244,7 +294,7 @@ fn a_full_device_takes_fewer_packets_and_loses_none_it_took() {
             return;
         }
         let (mut a, mut b) = make();
-        let pkts: Vec<Vec<u8>> = (0..4 * QUEUE_PACKETS).map(|i| packet(i, 200)).collect();
+        let pkts: Vec<Vec<u8>> = (0..4 * QUEUE_PACKETS).map(|i| raw(0, i, 200)).collect();
         let took = send(&mut a, 1, &pkts);
         assert!(
             took < pkts.len(),

@@ -72,6 +72,14 @@ mod field {
     pub const ACK_NRANGES: Field = 42..44;
 }
 
+/// The rank a packet says it comes from, read without any other check (a device compares it
+/// with the address the packet came from before the packet is parsed); None when the buffer
+/// is too short to hold a common header's source field.
+pub fn claimed_source(buf: &[u8]) -> Option<u32> {
+    buf.get(field::SRC)
+        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+}
+
 /// What a packet is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
