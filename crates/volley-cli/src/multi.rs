@@ -481,9 +481,13 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
                 parent: me,
             },
         );
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {:?} for rank {g}", a.program[0]))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start {:?} for rank {g}: {e}; {}",
+                a.program[0],
+                crate::run::spawn_advice(&e, mine.len())
+            )
+        })?;
         drop(theirs);
         let tag = a.tag_output;
         if let Some(o) = child.stdout.take() {

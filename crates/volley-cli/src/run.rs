@@ -311,7 +311,11 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("volley run: cannot start {:?} for rank {rank}: {e}; check the program path and permissions", a.program[0]);
+                eprintln!(
+                    "volley run: cannot start {:?} for rank {rank}: {e}; {}",
+                    a.program[0],
+                    spawn_advice(&e, a.n)
+                );
                 for r in &ranks {
                     let _ = volley_sys::kill_group(r.pid, libc::SIGKILL);
                 }
@@ -446,6 +450,22 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
         return Ok(exit_code_of(f));
     }
     Ok(0)
+}
+
+/// What to do when a rank cannot be started, by the cause: a missing or unusable program, or
+/// a limit of the launcher's (descriptors, processes, memory).
+pub(crate) fn spawn_advice(e: &std::io::Error, n: usize) -> String {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) | Some(libc::ENFILE) => format!(
+            "the launcher ran out of file descriptors (it holds a few per rank, more with --tag-output): raise the limit (`ulimit -n`, now {}) or start fewer than {n} ranks",
+            volley_sys::fd_limit().map_or("unknown".into(), |l| l.to_string())
+        ),
+        Some(libc::EAGAIN) => format!(
+            "the system refused another process (`ulimit -u`, or the pids cgroup's pids.max): raise the limit or start fewer than {n} ranks"
+        ),
+        Some(libc::ENOMEM) => "not enough memory to start another process: start fewer ranks".into(),
+        _ => "check the program path and permissions".into(),
+    }
 }
 
 /// The table `--counters` prints: one row per counter of volley's table (the network's only

@@ -348,3 +348,26 @@ fn a_bad_setting_says_to_correct_it() {
     );
     assert!(!err.contains("Start the program with"), "{err}");
 }
+
+/// Running out of file descriptors while starting ranks says so, with the limit and what to
+/// change, not "check the program path" (issue 16, defect 9).
+#[test]
+fn running_out_of_descriptors_says_so() {
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 50 && exec \"$@\"",
+            "sh",
+            VOLLEY,
+            "run",
+            "-n",
+            "40",
+        ])
+        .args(["--tag-output", CHECK, "whoami"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("ulimit -n"), "{err}");
+    assert!(!err.contains("program path"), "{err}");
+}

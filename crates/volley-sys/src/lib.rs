@@ -311,6 +311,17 @@ pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// This process's limit on open file descriptors (the soft RLIMIT_NOFILE), if known.
+pub fn fd_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    ok.then_some(r.rlim_cur)
+}
+
 /// 64 random bits from the kernel (getrandom); used for job tokens and unique names.
 pub fn random_u64() -> u64 {
     let mut v: u64 = 0;
