@@ -40,6 +40,18 @@ const CTL: &str = "\x01volley ";
 /// Escapes a rank's output line that could look like a control line (see the module's doc).
 const ESC: u8 = 0x02;
 
+/// Whether a rank's network address (its card, e.g. `udp:127.0.0.1:4000`) is on a loopback
+/// interface, which only its own host can reach.
+fn on_loopback(card: &str) -> bool {
+    if let Some(a) = card.strip_prefix("udp:") {
+        return a
+            .parse::<std::net::SocketAddrV4>()
+            .is_ok_and(|a| a.ip().is_loopback());
+    }
+    // The loopback interface's hardware address is all zeros.
+    card == "eth:00:00:00:00:00:00"
+}
+
 /// What the launcher tells an agent, as the first line of its standard input.
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
 struct AgentJob {
@@ -289,6 +301,17 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     while gone < used.len() {
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(FromAgent::Card(r, addr)) if r < a.n => {
+                if used.len() > 1 && on_loopback(&addr) && first_failure.is_none() && !stopped {
+                    // Other hosts cannot reach it: the job would wait for the peer timeout and
+                    // then blame the peer (issue 16, defect 9).
+                    eprintln!(
+                        "volley run: rank {r} (on {}) has the address {addr}, on the loopback interface, which the other hosts cannot reach: set VOLLEY_NET_IF to an interface the hosts share (or leave it unset to pick one); stopping the job",
+                        hosts[nodes[r]].name
+                    );
+                    first_failure = Some((r, Fate::Unreachable));
+                    stop(&mut agents);
+                    stopped = true;
+                }
                 cards[r] = Some(addr);
                 if !table_sent && cards.iter().all(Option::is_some) {
                     let t: Vec<String> = cards

@@ -457,6 +457,22 @@ fn a_bad_launch_template_or_placement_is_a_clear_error() {
     assert!(!mark.exists(), "ssh ran the host name's command");
 }
 
+/// VOLLEY_NET_IF=lo across hosts: the launcher sees loopback addresses and stops the job at once
+/// saying so, instead of the ranks waiting for the peer timeout and blaming the peer (issue 16,
+/// defect 9).
+#[test]
+fn a_loopback_address_across_hosts_is_a_clear_error() {
+    let h = Hosts::new(2, 1500);
+    let o = h.run(2, &[("VOLLEY_NET_IF", "lo")], &[CHECK, "whoami"]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("on the loopback interface") && err.contains("VOLLEY_NET_IF"),
+        "{err}"
+    );
+    assert!(!err.contains("stopped answering"), "{err}");
+}
+
 /// One host's agent cannot start (a mistyped host): the job stops with an error naming that
 /// host, instead of the other host's ranks waiting for the address table for ever (issue 16,
 /// defect 4a).
