@@ -43,6 +43,8 @@ const ESC: u8 = 0x02;
 /// Whether a rank's network address (its card, e.g. `udp:127.0.0.1:4000`) is on a loopback
 /// interface, which only its own host can reach.
 fn on_loopback(card: &str) -> bool {
+    // Rank 0's card also carries the job's network key after '|'.
+    let card = card.split('|').next().unwrap_or(card);
     if let Some(a) = card.strip_prefix("udp:") {
         return a
             .parse::<std::net::SocketAddrV4>()

@@ -76,6 +76,32 @@ fn matched_receives_keep_order_across_hosts_and_shared_memory() {
     }
 }
 
+/// Every packet between hosts carries a tag under the job's key by default; VOLLEY_NET_AUTH=0
+/// turns the tags off (a trusted dedicated network) and messages still arrive; a bad value is
+/// refused by name (issue 16, defect 1).
+#[test]
+fn packets_are_authenticated_by_default_and_can_be_left_bare() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        for auth in ["1", "0"] {
+            let out = ok(h.run(
+                2,
+                &[("VOLLEY_TRANSPORT", t), ("VOLLEY_NET_AUTH", auth)],
+                &[CHECK, "match", "20"],
+            ));
+            assert_eq!(
+                values(&out, "received"),
+                vec!["20"],
+                "{t} auth={auth}: {out}"
+            );
+        }
+    }
+    let o = h.run(2, &[("VOLLEY_NET_AUTH", "yes")], &[CHECK, "whoami"]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}{err}");
+    assert!(err.contains("VOLLEY_NET_AUTH"), "{err}");
+}
+
 /// Requests on the caller's buffers behave the same with senders on other hosts: posting order,
 /// wildcards, wait any/some/all, cancel, large receives posted before and after arrival.
 #[test]

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod eth;
 pub mod fault;
 pub mod loopback;
@@ -153,6 +154,11 @@ pub(crate) fn wrong_address(rank: u32, kind: &str, addr: Addr) -> io::Error {
 /// (name, unit, description) of every counter a device may report, for volley's one table of
 /// counters. A device reports the ones that apply to it.
 pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
+    (
+        "auth_rx_rejected",
+        "packets",
+        "packets dropped because their tag under the job's key was missing or wrong (forged, altered, or from another job)",
+    ),
     (
         "udp_rx_foreign",
         "packets",

@@ -344,6 +344,66 @@ fn the_protocol_delivers_every_message_over_each_device() {
     });
 }
 
+/// Authenticated devices (the job's key, VOLLEY_NET_AUTH): the whole protocol runs over them,
+/// with faults too (a corrupted packet now fails its tag before its CRC); a packet without the
+/// right tag, from a device that has no key or another job's key, is dropped and counted, and
+/// only the genuine ones arrive (issue 16, defect 1).
+#[test]
+fn authenticated_devices_carry_the_protocol_and_drop_what_is_not_the_jobs() {
+    use volley_transport::auth::AuthDevice;
+    let key = [0x5a; 32];
+    let (a, b) = udp();
+    let (a, b): (Dev, Dev) = (
+        Box::new(AuthDevice::new(a, key)),
+        Box::new(AuthDevice::new(b, key)),
+    );
+    protocol_over("udp+auth", a, b);
+    let (a, b) = udp();
+    let (a, b): (Dev, Dev) = (
+        Box::new(FaultDevice::new(
+            Box::new(AuthDevice::new(a, key)),
+            "loss=0.05,dup=0.05,reorder=0.1,corrupt=0.02,seed=4"
+                .parse()
+                .unwrap(),
+        )),
+        Box::new(FaultDevice::new(
+            Box::new(AuthDevice::new(b, key)),
+            "loss=0.05,dup=0.05,reorder=0.1,corrupt=0.02,seed=5"
+                .parse()
+                .unwrap(),
+        )),
+    );
+    protocol_over("udp+auth with faults", a, b);
+
+    // Over an in-memory hub (no address check): rank 0 sends with no key, then with another
+    // job's key, then with the job's key; rank 1 takes only the last.
+    for (sender_key, delivered) in [(None, false), (Some([1u8; 32]), false), (Some(key), true)] {
+        let hub = Hub::new();
+        let raw0: Dev = Box::new(hub.device(1400).unwrap());
+        let mut b: Dev = Box::new(AuthDevice::new(Box::new(hub.device(1400).unwrap()), key));
+        let mut a: Dev = match sender_key {
+            None => raw0,
+            Some(k) => Box::new(AuthDevice::new(raw0, k)),
+        };
+        a.set_peer(1, b.local_addr()).unwrap();
+        b.set_peer(0, a.local_addr()).unwrap();
+        let mut p = raw(0, 0, 200);
+        p[4..6].copy_from_slice(&200u16.to_be_bytes());
+        let pkts = vec![p];
+        assert_eq!(send(&mut a, 1, &pkts), 1);
+        let mut got = Vec::new();
+        b.receive(0, &mut |x| got.push(x.to_vec())).unwrap();
+        let c: BTreeMap<_, _> = b.counters().into_iter().collect();
+        if delivered {
+            assert_eq!(got, pkts, "the job's key");
+            assert_eq!(c.get("auth_rx_rejected"), Some(&0));
+        } else {
+            assert!(got.is_empty(), "{sender_key:?}: delivered");
+            assert_eq!(c.get("auth_rx_rejected"), Some(&1), "{sender_key:?}");
+        }
+    }
+}
+
 fn protocol_over(name: &str, a: Dev, b: Dev) {
     use volley_proto::{Config, Engine, Event, Reliability};
     let cfg = Config {

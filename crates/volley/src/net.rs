@@ -43,6 +43,9 @@ pub struct NetConfig {
     pub proto: ProtoConfig,
     /// Run the liveness thread (see `Keeper`). VOLLEY_LIVENESS_THREAD, default on.
     pub keeper: bool,
+    /// Authenticate every packet with the job's key (`volley_transport::auth`).
+    /// VOLLEY_NET_AUTH, default on; 0 on a trusted, dedicated network.
+    pub auth: bool,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -121,12 +124,24 @@ impl NetConfig {
                 })
             }
         };
+        let auth = match env("VOLLEY_NET_AUTH").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(o) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NET_AUTH",
+                    value: o.into(),
+                    why: "must be 1 (the default: every packet carries a tag under the job's key) or 0 (no tags, for a trusted dedicated network)".into(),
+                })
+            }
+        };
         Ok(NetConfig {
             transport,
             interface: env("VOLLEY_NET_IF"),
             faults,
             proto,
             keeper,
+            auth,
         })
     }
 }
@@ -257,6 +272,43 @@ pub(crate) struct Net {
     pub remote: Vec<usize>,
 }
 
+/// The job's network key, hex, that rank 0 adds to its card after this separator (the other
+/// ranks read it from the table; it travels only through the launcher's pipes or key-value
+/// space, never on a command line).
+const KEY_SEP: &str = "|k=";
+
+/// A fresh 32-byte key from the kernel's random source.
+fn new_key() -> [u8; 32] {
+    let mut k = [0u8; 32];
+    for c in k.chunks_mut(8) {
+        c.copy_from_slice(&volley_sys::random_u64().to_ne_bytes());
+    }
+    k
+}
+
+fn key_hex(k: &[u8; 32]) -> String {
+    k.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn key_from_hex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(k)
+}
+
+/// Splits a card of the table into the address and, on rank 0's, the job's key.
+fn split_card(card: &str) -> (&str, Option<&str>) {
+    match card.split_once(KEY_SEP) {
+        Some((a, k)) => (a, Some(k)),
+        None => (card, None),
+    }
+}
+
 fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
     let ifc = volley_transport::pick_interface(cfg.interface.as_deref())?;
     let dev: Box<dyn Device> = match cfg.transport {
@@ -281,10 +333,21 @@ fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
             )
         }
     };
-    Ok(match &cfg.faults {
+    Ok(dev)
+}
+
+/// The device as the engine uses it: authenticated with `key` (when the job has one), then
+/// wrapped by the fault injector (VOLLEY_FAULTS), whose junk and damage must meet the
+/// protocol's own checks.
+fn finish_device(dev: Box<dyn Device>, key: Option<[u8; 32]>, cfg: &NetConfig) -> Box<dyn Device> {
+    let dev: Box<dyn Device> = match key {
+        Some(k) => Box::new(volley_transport::auth::AuthDevice::new(dev, k)),
+        None => dev,
+    };
+    match &cfg.faults {
         Some(f) => Box::new(FaultDevice::new(dev, f.clone())),
         None => dev,
-    })
+    }
 }
 
 /// Why the network engine did not take a message.
@@ -335,7 +398,8 @@ pub(crate) fn pmi_exchange<'a>(
         pmi.fence()?;
         (0..info.size)
             .map(|r| {
-                if info.nodes[r] == info.node_id {
+                // Rank 0's card is read on every host: it carries the job's network key.
+                if info.nodes[r] == info.node_id && r != 0 {
                     return Ok("-".to_string());
                 }
                 let v = pmi.get(&format!("volley-card-{r}"))?;
@@ -361,15 +425,26 @@ impl Net {
             why,
         };
         let cfg = NetConfig::from_env()?;
-        let mut dev = open_device(&cfg).map_err(net_err)?;
+        let raw = open_device(&cfg).map_err(net_err)?;
         let mut proto_cfg = cfg.proto.clone();
-        proto_cfg.max_packet = dev.max_packet();
+        proto_cfg.max_packet = raw.max_packet()
+            - if cfg.auth {
+                volley_transport::auth::TAG_LEN
+            } else {
+                0
+            };
         // A matched receive takes a large message straight into its buffer.
         proto_cfg.receiver_places = true;
         proto_cfg.validate().map_err(net_err)?;
 
-        // The address exchange: our card out, everyone's back.
-        let table = exchange(&dev.local_addr().to_string())?;
+        // The address exchange: our card out, everyone's back. Rank 0's card carries the job's
+        // key when packets are authenticated.
+        let mut card = raw.local_addr().to_string();
+        if cfg.auth && info.rank == 0 {
+            card.push_str(KEY_SEP);
+            card.push_str(&key_hex(&new_key()));
+        }
+        let table = exchange(&card)?;
         if table.len() != info.size {
             return Err(net_err(format!(
                 "the address exchange gave {} addresses for {} ranks (did the job start?)",
@@ -377,6 +452,27 @@ impl Net {
                 info.size
             )));
         }
+        let key = match (cfg.auth, split_card(&table[0]).1) {
+            (true, Some(k)) => Some(key_from_hex(k).ok_or_else(|| {
+                net_err("rank 0's network key is malformed".into())
+            })?),
+            (false, None) => None,
+            (true, None) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NET_AUTH",
+                    value: "1".into(),
+                    why: "rank 0 authenticates no packets (it has VOLLEY_NET_AUTH=0): every rank of a job must have the same VOLLEY_NET_AUTH".into(),
+                })
+            }
+            (false, Some(_)) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NET_AUTH",
+                    value: "0".into(),
+                    why: "rank 0 authenticates its packets: every rank of a job must have the same VOLLEY_NET_AUTH".into(),
+                })
+            }
+        };
+        let mut dev = finish_device(raw, key, &cfg);
         let t0 = std::time::Instant::now();
         let mut proto = Proto::new(proto_cfg, info.rank as u32, info.token);
         let mut remote = Vec::new();
@@ -384,7 +480,7 @@ impl Net {
             if info.nodes[r] == info.node_id {
                 continue;
             }
-            let addr: Addr = a.parse().map_err(net_err)?;
+            let addr: Addr = split_card(a).0.parse().map_err(net_err)?;
             dev.set_peer(r as u32, addr).map_err(|e| {
                 net_err(format!(
                     "rank {r}: {e} (do all ranks use the same VOLLEY_TRANSPORT?)"
