@@ -76,6 +76,145 @@ fn matched_receives_keep_order_across_hosts_and_shared_memory() {
     }
 }
 
+/// Forged packets from other processes (issue 16, defect 1's acceptance): while two ranks on two
+/// hosts stay quiet, a process on each host sends rank 0 well-formed packets with the job's
+/// token that claim to come from rank 1 (best-effort and reliable data with sprayed sequence
+/// numbers, and BYE). None is delivered, the BYE ends nothing, the ranks then trade a genuine
+/// message, and rank 0 counts every forged packet as dropped.
+#[test]
+fn forged_packets_from_other_processes_are_dropped_and_end_nothing() {
+    use std::io::{BufRead, BufReader};
+    use volley_wire::{AckRanges, Body, Repr, Seq};
+    let h = Hosts::new(2, 1500);
+    let hosts = h.list();
+    let mut job = Command::new(VOLLEY)
+        .args([
+            "run",
+            "--timeout",
+            "120",
+            "-n",
+            "2",
+            "--hosts",
+            &hosts,
+            "--launch",
+            "ip netns exec {host}",
+            "--tag-output",
+            "--counters",
+            CHECK,
+            "quiet",
+            "4000",
+        ])
+        .env("VOLLEY_TRANSPORT", "udp")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
+    let mut out = String::new();
+    let mut token = None;
+    let mut ready = 0;
+    while ready < 2 {
+        let l = lines
+            .next()
+            .expect("the job ended before both ranks were ready")
+            .unwrap();
+        out.push_str(&l);
+        out.push('\n');
+        if let Some(t) = l.split("quiet ready token=").nth(1) {
+            token = Some(u64::from_str_radix(t.trim(), 16).unwrap());
+            ready += 1;
+        }
+    }
+    let token = token.unwrap();
+    // Rank 0's port, as any local user sees it.
+    let ss = Command::new("ip")
+        .args(["netns", "exec", &h.names[0], "ss", "-Hunl"])
+        .output()
+        .unwrap();
+    let ss = String::from_utf8_lossy(&ss.stdout);
+    let port: u16 = ss
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{}:", h.addrs[0]))?.parse().ok())
+        .unwrap_or_else(|| panic!("no UDP socket on {} in:\n{ss}", h.addrs[0]));
+    let mut forged: Vec<Vec<u8>> = Vec::new();
+    let mut emit = |body: Body<'_>| {
+        let r = Repr {
+            token,
+            src: 1,
+            dst: 0,
+            body,
+        };
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        forged.push(b);
+    };
+    for i in 0..40u32 {
+        emit(Body::Data {
+            seq: Seq {
+                seq: i,
+                piggyback: None,
+                best_effort: i % 2 == 0,
+                msg: i,
+            },
+            tag: 3,
+            context: 3,
+            msg_len: 6,
+            offset: 0,
+            payload: b"forged",
+        });
+    }
+    for cum in [0, 1, 1000] {
+        emit(Body::Ack {
+            cum,
+            credit: 1 << 20,
+            want_ack: false,
+            bye: true,
+            ranges: AckRanges::Slice(&[]),
+        });
+    }
+    let hex: Vec<String> = forged
+        .iter()
+        .map(|p| p.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let script = "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor h in sys.argv[3:]:\n    s.sendto(bytes.fromhex(h), (sys.argv[1], int(sys.argv[2])))\n";
+    // From a process on rank 1's host (the address rank 1 has, another port), and from one on
+    // rank 0's own host.
+    for ns in &h.names {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "python3",
+                "-c",
+                script,
+                &h.addrs[0],
+                &port.to_string(),
+            ])
+            .args(&hex)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "python3: {o:?}");
+    }
+    for l in lines {
+        out.push_str(&l.unwrap());
+        out.push('\n');
+    }
+    let st = job.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(st.success(), "{out}\n{err}");
+    assert_eq!(out.matches("result: quiet ok").count(), 2, "{out}\n{err}");
+    // Every forged packet dropped at the device, none as far as the protocol.
+    let row = out
+        .lines()
+        .chain(err.lines())
+        .find(|l| l.contains("udp_rx_foreign"))
+        .unwrap_or_else(|| panic!("no udp_rx_foreign counter:\n{out}\n{err}"));
+    let total: u64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert_eq!(total, 2 * forged.len() as u64, "{row}");
+}
+
 /// Every packet between hosts carries a tag under the job's key by default; VOLLEY_NET_AUTH=0
 /// turns the tags off (a trusted dedicated network) and messages still arrive; a bad value is
 /// refused by name (issue 16, defect 1).

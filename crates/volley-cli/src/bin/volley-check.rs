@@ -748,6 +748,31 @@ fn send_with(w: &World) -> R {
 }
 
 /// Prints who this process is; with "self", also sends a message to itself.
+/// Two ranks say they are ready, stay quiet for `ms` (while the test sends forged packets at
+/// them), then trade one message on port 3: it must be the genuine one, and neither rank may
+/// have been told the other left.
+fn quiet(w: &World, ms: u64) -> R {
+    let ep = w.open(3)?;
+    println!("result: quiet ready token={:016x}", w.token());
+    std::io::Write::flush(&mut std::io::stdout())?;
+    std::thread::sleep(Duration::from_millis(ms));
+    if w.rank() == 0 {
+        ep.send_to(1, 3, b"genuine")?;
+        let m = ep.recv()?;
+        if &*m != b"genuine" || m.source().rank != 1 {
+            return Err(format!("rank 0 got {:?} from {:?}", &*m, m.source()).into());
+        }
+    } else if w.rank() == 1 {
+        let m = ep.recv()?;
+        if &*m != b"genuine" || m.source().rank != 0 {
+            return Err(format!("rank 1 got {:?} from {:?}", &*m, m.source()).into());
+        }
+        ep.send_to(0, 3, &m)?;
+    }
+    println!("result: quiet ok");
+    Ok(())
+}
+
 fn whoami(w: &World, selfsend: bool) -> R {
     println!(
         "result: rank={} size={} local_rank={} node={} token={:016x}",
@@ -1339,6 +1364,7 @@ fn main() {
             }
         }
         Some("ports") => ports(&world),
+        Some("quiet") => quiet(&world, num(1, 3000)),
         Some("idle") => idle(&world, num(1, 2000)),
         Some("send-with") => send_with(&world),
         Some("overlap") => overlap(
