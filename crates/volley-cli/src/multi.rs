@@ -141,27 +141,11 @@ pub fn place(hosts: &[Host], n: usize) -> Result<Vec<usize>, String> {
 }
 
 fn fate_code(f: Fate) -> String {
-    match f {
-        Fate::Finished => "finished".into(),
-        Fate::Exited(c) => format!("exit:{c}"),
-        Fate::Killed(s) => format!("signal:{s}"),
-        Fate::Unreachable => "unreachable".into(),
-        Fate::Vanished => "vanished".into(),
-    }
+    f.code()
 }
 
 fn parse_fate(s: &str) -> Fate {
-    if let Some(c) = s.strip_prefix("exit:") {
-        return Fate::Exited(c.parse().unwrap_or(255));
-    }
-    if let Some(c) = s.strip_prefix("signal:") {
-        return Fate::Killed(c.parse().unwrap_or(9));
-    }
-    match s {
-        "finished" => Fate::Finished,
-        "vanished" => Fate::Vanished,
-        _ => Fate::Unreachable,
-    }
+    Fate::from_code(s).unwrap_or(Fate::Unreachable)
 }
 
 enum FromAgent {
@@ -293,6 +277,13 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
     let mut stopped = false;
     let mut timed_out = false;
     let mut gone = 0;
+    let tell = |agents: &mut Vec<(usize, Child, Option<std::process::ChildStdin>)>, line: &str| {
+        for (_, _, s) in agents.iter_mut() {
+            if let Some(s) = s.as_mut() {
+                let _ = s.write_all(line.as_bytes()).and_then(|_| s.flush());
+            }
+        }
+    };
     let stop = |agents: &mut Vec<(usize, Child, Option<std::process::ChildStdin>)>| {
         for (_, _, s) in agents.iter_mut() {
             if let Some(s) = s.as_mut() {
@@ -331,6 +322,11 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
             }
             Ok(FromAgent::Exit(r, f)) if r < a.n => {
                 fates[r] = Some(f);
+                if f.is_failure() {
+                    // Every host hears of it now: ranks there waiting on it get peer-lost at
+                    // once, not after the peer timeout (issue 16, defect 5).
+                    tell(&mut agents, &format!("lost {r} {}\n", fate_code(f)));
+                }
                 if f.is_failure() && first_failure.is_none() && !stopped {
                     first_failure = Some((r, f));
                     eprintln!("volley run: rank {r} (on {}) {f}", hosts[nodes[r]].name);
@@ -354,6 +350,7 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
                 if !lost.is_empty() {
                     for &r in &lost {
                         fates[r] = Some(Fate::Unreachable);
+                        tell(&mut agents, &format!("lost {r} unreachable\n"));
                     }
                     if first_failure.is_none() && !stopped {
                         eprintln!(
@@ -587,7 +584,7 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
     let mut first_failure: Option<Fate> = None;
     loop {
         while let Ok(order) = orx.try_recv() {
-            if order.starts_with("table ") {
+            if order.starts_with("table ") || order.starts_with("lost ") {
                 for b in boots.iter_mut() {
                     let _ = b
                         .write_all(order.as_bytes())

@@ -538,13 +538,45 @@ fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() 
             1,
             "{t}: survivor did not report:\n{out}\n{err}"
         );
-        // The timeout is 1 s; heartbeats and timers add at most a fraction of it.
+        // The timeout is 1 s; heartbeats and timers add at most a fraction of it. The launcher
+        // forwards the death too: whichever comes first says it.
         assert!(
             after[0] <= 3000,
             "{t}: peer-lost came {} ms after the last exchange",
             after[0]
         );
-        assert!(out.contains("fate=Unreachable"), "{out}");
+        assert!(
+            out.contains("fate=Unreachable") || out.contains("fate=Killed(9)"),
+            "{out}"
+        );
+    }
+}
+
+/// A rank killed on one host: the launcher forwards its death to every host, so the survivor
+/// on the other host gets peer-lost with the real fate (killed by signal 9) long before the
+/// peer timeout (10 s by default) would have said "stopped answering" (issue 16, defect 5).
+#[test]
+fn a_remote_death_reaches_the_survivors_through_the_launcher() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let o = h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", t)],
+            &["--keep-going", CHECK, "killed-peer"],
+        );
+        let (out, err) = text(&o);
+        let after: Vec<u64> = values(&out, "after_ms")
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(
+            after.len(),
+            1,
+            "{t}: survivor did not report:\n{out}\n{err}"
+        );
+        assert!(out.contains("fate=Killed(9)"), "{t}: {out}");
+        // Half the peer timeout: heard from the launcher, not from the silence.
+        assert!(after[0] < 5000, "{t}: peer-lost after {} ms", after[0]);
     }
 }
 

@@ -304,6 +304,17 @@ impl Engine {
         self.peer(rank).is_some_and(|p| p.lost)
     }
 
+    /// Takes peer `rank` for lost on someone else's word (the launcher saw its process end):
+    /// as when its timer runs out, what was queued for it goes and `Event::PeerLost` follows.
+    /// Nothing happens to a peer already lost or unknown.
+    pub fn declare_lost(&mut self, rank: u32) {
+        if let Some(Some(p)) = self.peers.get_mut(rank as usize) {
+            if !p.lost {
+                p.lose(&mut self.events);
+            }
+        }
+    }
+
     /// The engine's own counters, in the order of [`ENGINE_COUNTERS`].
     pub fn engine_counters(&self) -> [u64; ENGINE_COUNTERS.len()] {
         [self.pool.allocs]

@@ -46,6 +46,34 @@ impl Fate {
     pub fn is_failure(&self) -> bool {
         !matches!(self, Fate::Finished | Fate::Exited(0))
     }
+
+    /// The fate as one word, for the launcher's and agents' line protocols: `finished`,
+    /// `exit:N`, `signal:N`, `unreachable`, `vanished`.
+    pub fn code(&self) -> String {
+        match *self {
+            Fate::Finished => "finished".into(),
+            Fate::Exited(c) => format!("exit:{c}"),
+            Fate::Killed(s) => format!("signal:{s}"),
+            Fate::Unreachable => "unreachable".into(),
+            Fate::Vanished => "vanished".into(),
+        }
+    }
+
+    /// The fate a `code` names; None for anything else.
+    pub fn from_code(s: &str) -> Option<Fate> {
+        if let Some(c) = s.strip_prefix("exit:") {
+            return c.parse().ok().map(Fate::Exited);
+        }
+        if let Some(c) = s.strip_prefix("signal:") {
+            return c.parse().ok().map(Fate::Killed);
+        }
+        match s {
+            "finished" => Some(Fate::Finished),
+            "unreachable" => Some(Fate::Unreachable),
+            "vanished" => Some(Fate::Vanished),
+            _ => None,
+        }
+    }
 }
 
 /// A peer an operation depends on is gone.

@@ -270,6 +270,8 @@ pub(crate) struct Net {
     /// Reliable or best effort, per local port.
     /// The remote ranks.
     pub remote: Vec<usize>,
+    /// Deaths the launcher forwarded (`AgentLink::watch`).
+    pub notices: Arc<Notices>,
 }
 
 /// The job's network key, hex, that rank 0 adds to its card after this separator (the other
@@ -363,20 +365,28 @@ pub(crate) enum Refused {
     UnknownPeer,
 }
 
-/// The address exchange through the node's agent (jobs `volley run` started on several hosts):
-/// one line out, the table of every rank's card back.
-pub(crate) fn agent_exchange(
-    boot: OwnedFd,
+/// The link to this node's agent (jobs `volley run` started on several hosts): the address
+/// exchange (one line out, the table of every rank's card back), then, for the rest of the job,
+/// the deaths the launcher forwards ("lost <rank> <fate>"), read by a watcher thread.
+pub(crate) struct AgentLink {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
     rank: usize,
-) -> impl FnMut(&str) -> Result<Vec<String>, InitError> {
-    let mut s = UnixStream::from(boot);
-    move |card: &str| {
-        s.write_all(format!("card {rank} {card}\n").as_bytes())
+}
+
+impl AgentLink {
+    pub fn new(boot: OwnedFd, rank: usize) -> Result<AgentLink, InitError> {
+        let w = UnixStream::from(boot);
+        let r = BufReader::new(w.try_clone().map_err(InitError::Agent)?);
+        Ok(AgentLink { w, r, rank })
+    }
+
+    pub fn exchange(&mut self, card: &str) -> Result<Vec<String>, InitError> {
+        self.w
+            .write_all(format!("card {} {card}\n", self.rank).as_bytes())
             .map_err(InitError::Agent)?;
         let mut line = String::new();
-        BufReader::new(&s)
-            .read_line(&mut line)
-            .map_err(InitError::Agent)?;
+        self.r.read_line(&mut line).map_err(InitError::Agent)?;
         Ok(line
             .trim()
             .strip_prefix("table ")
@@ -384,6 +394,64 @@ pub(crate) fn agent_exchange(
             .split(' ')
             .map(String::from)
             .collect())
+    }
+
+    /// Watches the link for the rest of the job: each death the launcher forwards goes into
+    /// `notices`, and `bell` (this rank's doorbell) wakes the rank if it sleeps, so that a
+    /// rank waiting on a peer on another host hears of its end at once instead of after the
+    /// peer timeout (issue 16, defect 5). The thread ends when the agent closes the link.
+    pub fn watch(self, notices: Arc<Notices>, bell: volley_sys::EventFd) -> std::io::Result<()> {
+        let mut r = self.r;
+        std::thread::Builder::new()
+            .name("volley-agent-link".into())
+            .spawn(move || {
+                let _keep = self.w;
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    let mut w = line.split_whitespace();
+                    if let (Some("lost"), Some(rank), Some(fate)) = (w.next(), w.next(), w.next()) {
+                        if let (Ok(rank), Some(fate)) = (rank.parse(), crate::Fate::from_code(fate))
+                        {
+                            notices.post(rank, fate);
+                            bell.notify();
+                        }
+                    }
+                }
+            })?;
+        Ok(())
+    }
+}
+
+/// Deaths of ranks on other hosts that the launcher forwarded, waiting for the next pump. The
+/// flag is all a pump reads when there are none (one load, no lock).
+#[derive(Default)]
+pub(crate) struct Notices {
+    any: AtomicBool,
+    list: std::sync::Mutex<Vec<(usize, crate::Fate)>>,
+}
+
+impl Notices {
+    fn post(&self, rank: usize, fate: crate::Fate) {
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((rank, fate));
+        // SYNC: Release; pairs with the Acquire in `take`: the list's entry is seen with it.
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> Vec<(usize, crate::Fate)> {
+        // A plain load on every pump (no write, so the cache line stays shared); the swap only
+        // when something came. SYNC: Acquire; pairs with the Release in `post`.
+        if !self.any.load(Ordering::Acquire) || !self.any.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -499,6 +567,7 @@ impl Net {
             placing: Vec::new(),
             lost: Vec::new(),
             remote,
+            notices: Arc::default(),
         })
     }
 
@@ -534,6 +603,14 @@ impl Net {
     }
 
     fn pump_at(&mut self, now: u64) -> usize {
+        // Deaths the launcher forwarded: each such peer is lost now, with its real fate.
+        for (r, fate) in self.notices.take() {
+            if self.remote.contains(&r) && !self.lost.iter().any(|&(l, _)| l == r) {
+                self.lost.push((r, fate));
+                self.placing.retain(|p| p.peer != r as u32);
+                self.proto.declare_lost(r as u32);
+            }
+        }
         let proto = &mut self.proto;
         let placing = &mut self.placing;
         let mut place = |pl: Placement<'_>| {

@@ -129,8 +129,12 @@ impl World {
         let net = if !attached.info.is_multi_node() {
             None
         } else if let Some(boot) = attached.boot.take() {
-            let mut ex = crate::net::agent_exchange(boot, attached.info.rank);
-            Some(crate::net::Net::open(&attached.info, &mut ex)?)
+            let mut link = crate::net::AgentLink::new(boot, attached.info.rank)?;
+            let n = crate::net::Net::open(&attached.info, &mut |c| link.exchange(c))?;
+            let bell = eng.doorbell().try_clone().map_err(InitError::Agent)?;
+            link.watch(n.notices.clone(), bell)
+                .map_err(InitError::ProgressThread)?;
+            Some(n)
         } else if let Some(pmi) = attached.pmi.as_mut() {
             let mut ex = crate::net::pmi_exchange(pmi, &attached.info);
             Some(crate::net::Net::open(&attached.info, &mut ex)?)
