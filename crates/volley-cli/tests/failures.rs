@@ -65,18 +65,20 @@ impl Drop for Reaper {
 /// Starts `volley run ... volley-check hold`, waits for every rank to report, and returns the
 /// launcher, the ranks' pids and the job token.
 fn start_holding_job(n: usize, env: &[(&str, &str)]) -> (std::process::Child, Vec<u32>, String) {
+    start_holding(n, env, &[CHECK, "hold"])
+}
+
+/// Like `start_holding_job`, with the program line given (e.g. through a wrapper).
+fn start_holding(
+    n: usize,
+    env: &[(&str, &str)],
+    program: &[&str],
+) -> (std::process::Child, Vec<u32>, String) {
     let mut c = Command::new(VOLLEY);
-    c.args([
-        "run",
-        "--timeout",
-        "300",
-        "-n",
-        &n.to_string(),
-        CHECK,
-        "hold",
-    ])
-    .stdout(Stdio::piped())
-    .stdin(Stdio::null());
+    c.args(["run", "--timeout", "300", "-n", &n.to_string()])
+        .args(program)
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -159,6 +161,34 @@ fn nothing_left_after_kill_9_of_every_rank_and_the_launcher() {
 fn kill_9_of_the_launcher_alone_takes_the_ranks_down() {
     let (mut launcher, pids, token) = start_holding_job(2, &[]);
     let _reaper = Reaper(pids.iter().copied().chain([launcher.id()]).collect());
+    volley_sys::kill(launcher.id(), 9).unwrap();
+    launcher.wait().unwrap();
+    wait_gone(&pids);
+    assert!(!segment_alive(&token));
+}
+
+/// The ranks run through a wrapper (a shell that starts the real program as its child), so only
+/// the wrapper is the launcher's child: kill -9 of the launcher still takes the real programs
+/// down (each watches the launcher), and nothing of the job is left (issue 16, defect 4b).
+#[test]
+fn kill_9_of_the_launcher_takes_down_ranks_started_through_a_wrapper() {
+    let script = format!("{CHECK} hold; echo the wrapper outlived its rank");
+    let (mut launcher, pids, token) = start_holding(2, &[], &["sh", "-c", &script]);
+    let _reaper = Reaper(pids.iter().copied().chain([launcher.id()]).collect());
+    // The real programs are not the launcher's children.
+    for p in &pids {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+        let ppid: u32 = stat
+            .rsplit(") ")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_ne!(ppid, launcher.id(), "rank {p} is the launcher's own child");
+    }
     volley_sys::kill(launcher.id(), 9).unwrap();
     launcher.wait().unwrap();
     wait_gone(&pids);

@@ -345,6 +345,13 @@ pub fn yield_now() {
     unsafe { libc::sched_yield() };
 }
 
+/// Ends this process at once with SIGKILL (as the parent-death signal would): no destructor,
+/// no atexit handler, nothing of the process outlives the call.
+pub fn kill_self_now() {
+    // SAFETY: plain syscall on our own pid.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}
+
 /// The name of a signal ("SIGKILL"), or "signal N".
 pub fn signal_name(sig: i32) -> String {
     let name = match sig {

@@ -201,6 +201,7 @@ pub(crate) fn attach(mut pmi: Pmi) -> Result<Attached, InitError> {
         boot: None,
         pmi: Some(pmi),
         watcher: Some(watcher),
+        launcher_watch: None,
     })
 }
 

@@ -34,6 +34,9 @@ const ENV_SHM_FD: &str = "VOLLEY_SHM_FD";
 const ENV_WAKE_FDS: &str = "VOLLEY_WAKE_FDS";
 pub const ENV_RANK_NODES: &str = "VOLLEY_RANK_NODES";
 pub const ENV_BOOT_FD: &str = "VOLLEY_BOOT_FD";
+/// The process that started the ranks (`volley run`, or a host's agent): when it is gone, so
+/// is the job.
+const ENV_LAUNCHER_PID: &str = "VOLLEY_LAUNCHER_PID";
 
 /// Every variable a launcher sets for its ranks. A launcher removes them all from what its ranks
 /// inherit before it sets its own: a stale one (from an outer job, or a shell that exported it)
@@ -49,6 +52,7 @@ pub const OWNED_VARS: &[&str] = &[
     ENV_WAKE_FDS,
     ENV_RANK_NODES,
     ENV_BOOT_FD,
+    ENV_LAUNCHER_PID,
 ];
 
 /// Who this process is in its job.
@@ -115,6 +119,58 @@ pub(crate) struct Attached {
     pub pmi: Option<crate::pmi::Pmi>,
     /// Watches the other ranks of this host (jobs Hydra or Slurm started).
     pub watcher: Option<crate::boot_pmi::Watcher>,
+    /// Ends this process when the launcher ends (jobs `volley run` started).
+    pub launcher_watch: Option<LauncherWatch>,
+}
+
+/// Ends the process when the process that started the job's ranks ends (`volley run`, or the
+/// host's agent). A rank the launcher started directly dies with it anyway (the parent-death
+/// signal); one started through a wrapper (a shell script, `env`, `nice`) is the launcher's
+/// grandchild, and without this it would outlive a launcher killed by SIGKILL, holding the
+/// job's memory and waiting for ever on ranks that are gone (issue 16, defect 4b).
+pub(crate) struct LauncherWatch {
+    stop: EventFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LauncherWatch {
+    fn start(pid: u32) -> Result<LauncherWatch, InitError> {
+        let pidfd = volley_sys::unix::pidfd_open(pid).map_err(|e| InitError::Env {
+            var: ENV_LAUNCHER_PID,
+            value: pid.to_string(),
+            why: format!("cannot watch the launcher (process {pid}): {e}; it has ended, or the variable is stale"),
+        })?;
+        let stop = EventFd::new().map_err(InitError::Memfd)?;
+        let stop_fd = stop.try_clone().map_err(InitError::Memfd)?;
+        let thread = std::thread::Builder::new()
+            .name("volley-launcher-watch".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                use std::os::fd::AsRawFd;
+                let fds = [stop_fd.raw(), pidfd.as_raw_fd()];
+                let Ok(ready) = volley_sys::unix::poll_any(&fds, None) else {
+                    return;
+                };
+                if ready.contains(&1) && !ready.contains(&0) {
+                    // The launcher is gone: nothing of the job may outlive it.
+                    volley_sys::kill_self_now();
+                }
+            })
+            .map_err(InitError::ProgressThread)?;
+        Ok(LauncherWatch {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for LauncherWatch {
+    fn drop(&mut self) {
+        self.stop.notify();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -253,6 +309,16 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         .iter()
         .map(|&fd| EventFd::adopt(fd).map_err(|e| InitError::Doorbell { fd, source: e }))
         .collect::<Result<_, _>>()?;
+    let launcher_watch = match var(ENV_LAUNCHER_PID) {
+        None => None,
+        Some(p) => Some(LauncherWatch::start(p.parse().map_err(|_| {
+            InitError::Env {
+                var: ENV_LAUNCHER_PID,
+                value: p.clone(),
+                why: "not a process id".into(),
+            }
+        })?)?),
+    };
     let info = JobInfo {
         rank,
         size,
@@ -270,6 +336,7 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
         boot,
         pmi: None,
         watcher: None,
+        launcher_watch,
     }))
 }
 
@@ -294,6 +361,7 @@ pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
         boot: None,
         pmi: None,
         watcher: None,
+        launcher_watch: None,
     })
 }
 
@@ -381,6 +449,7 @@ impl JobLaunch {
             (ENV_TOKEN, format!("{:016x}", self.token)),
             (ENV_SHM_FD, self.seg.fd().to_string()),
             (ENV_WAKE_FDS, wake.join(",")),
+            (ENV_LAUNCHER_PID, std::process::id().to_string()),
         ]
     }
 
@@ -434,6 +503,293 @@ impl JobLaunch {
         self.seg.set_rank_state(rank, state);
         for d in &self.doorbells {
             d.notify();
+        }
+    }
+}
+
+/// Fuzzing the bootstrap environment on stable Rust (issue 16, defect 11): proptest properties
+/// with a fixed budget of cases (`VOLLEY_FUZZ_CASES`, `VOLLEY_FUZZ_SEED` change it), run by
+/// `cargo test --release -p volley --lib bootstrap::fuzz`.
+///
+/// The pure parsers are tested in this process. `attach_from_env` reads `std::env` and adopts
+/// descriptors, so it runs in a child process (this test binary again, running only
+/// `env_child`) with an environment of its own: the test process's environment is never set.
+/// The child's environment starts from what `volley run` gives a real rank (a real segment,
+/// doorbells and agent socket, inherited) and is then mutated: variables removed, set to random
+/// text, edge numbers, other descriptors of the job, lists, bytes that are not UTF-8.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use proptest::test_runner::RngSeed;
+    use std::ffi::OsString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStringExt;
+    use std::process::{Command, Stdio};
+
+    /// Set in the child: run `env_child` for real.
+    const CHILD: &str = "VOLLEY_FUZZ_ENV_CHILD";
+
+    fn config(cases: u32) -> ProptestConfig {
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        ProptestConfig {
+            cases: env("VOLLEY_FUZZ_CASES").map_or(cases, |c| c as u32),
+            rng_seed: RngSeed::Fixed(env("VOLLEY_FUZZ_SEED").unwrap_or(0x766f_6c6c_6579)),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// The child's half: reads its environment as a rank does and says what it made of it.
+    /// Whatever it accepts must be a valid configuration, owning each descriptor once. Does
+    /// nothing in an ordinary test run.
+    #[test]
+    fn env_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        match attach_from_env() {
+            Ok(None) => println!("RESULT none"),
+            Err(e) => println!("RESULT err {e}"),
+            Ok(Some(a)) => {
+                let i = &a.info;
+                assert!(i.size > 0 && i.rank < i.size, "{i:?}");
+                assert_eq!(i.nodes.len(), i.size, "{i:?}");
+                assert_eq!(i.nodes[i.rank], i.node_id, "{i:?}");
+                let local = i.local_ranks();
+                assert_eq!(local.len(), i.local_size, "{i:?}");
+                assert_eq!(local.get(i.local_rank), Some(&i.rank), "{i:?}");
+                assert_eq!(a.seg.nranks(), i.local_size);
+                assert_eq!(a.doorbells.len(), i.local_size);
+                assert!(!i.is_multi_node() || a.boot.is_some(), "{i:?}");
+                let mut fds = vec![a.seg.fd()];
+                fds.extend(a.doorbells.iter().map(|d| d.raw()));
+                fds.extend(a.boot.as_ref().map(|b| b.as_raw_fd()));
+                let mut distinct = fds.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(
+                    distinct.len(),
+                    fds.len(),
+                    "descriptors {fds:?} owned more than once (each closes when dropped)"
+                );
+                println!(
+                    "RESULT ok rank={} size={} local={}/{} node={} token={:016x} nodes={:?}",
+                    i.rank, i.size, i.local_rank, i.local_size, i.node_id, i.token, i.nodes
+                );
+            }
+        }
+    }
+
+    /// A real job as `volley run` sets one up for a rank, and the environment it gives it.
+    struct Job {
+        _launch: JobLaunch,
+        _agent: Option<(
+            std::os::unix::net::UnixStream,
+            std::os::unix::net::UnixStream,
+        )>,
+        env: Vec<(&'static str, String)>,
+        fds: Vec<RawFd>,
+        want: String,
+    }
+
+    fn job(nodes: &[usize], rank: Index) -> Job {
+        let rank = rank.index(nodes.len());
+        let node_id = nodes[rank];
+        let local: Vec<usize> = (0..nodes.len()).filter(|&r| nodes[r] == node_id).collect();
+        let local_rank = local.iter().position(|&r| r == rank).expect("its own node");
+        let cfg = Config::from_env(local.len()).expect("config");
+        let launch = JobLaunch::create(local.len(), &cfg).expect("job segment");
+        let mut fds = launch.inherited_fds();
+        let (env, agent, nodes) = if local.len() == nodes.len() {
+            (launch.env_for(rank), None, vec![0; nodes.len()])
+        } else {
+            let agent = std::os::unix::net::UnixStream::pair().expect("socketpair");
+            fds.push(agent.0.as_raw_fd());
+            let env = launch.env_for_node(local_rank, rank, nodes, node_id, agent.0.as_raw_fd());
+            (env, Some(agent), nodes.to_vec())
+        };
+        let want = format!(
+            "RESULT ok rank={rank} size={} local={local_rank}/{} node={} token={:016x} nodes={nodes:?}",
+            nodes.len(),
+            local.len(),
+            nodes[rank],
+            launch.token(),
+        );
+        Job {
+            _launch: launch,
+            _agent: agent,
+            env,
+            fds,
+            want,
+        }
+    }
+
+    /// What a mutation sets a variable to.
+    #[derive(Clone, Debug)]
+    enum Value {
+        Remove,
+        Text(String),
+        Number(String),
+        /// The value it had, with blanks around it.
+        Padded,
+        /// One of the job's real descriptors (segment, doorbells, agent socket).
+        Fd(Index),
+        /// A comma-separated list of small numbers, or of the job's descriptors.
+        List(Vec<u8>, bool),
+        /// The value it had, twice, comma-separated.
+        Twice,
+        NotUtf8(Vec<u8>),
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let edge = prop_oneof![
+            (-3i64..12).prop_map(|n| n.to_string()),
+            Just(i32::MAX.to_string()),
+            Just((i32::MAX as i64 + 1).to_string()),
+            Just(u32::MAX.to_string()),
+            Just(usize::MAX.to_string()),
+            Just(format!("{}0", usize::MAX)),
+            Just("0x10".to_string()),
+            Just("+3".to_string()),
+            Just(String::new()),
+            any::<u64>().prop_map(|n| format!("{n:016x}")),
+            any::<u16>().prop_map(|n| n.to_string()),
+        ];
+        prop_oneof![
+            2 => Just(Value::Remove),
+            2 => "[ -~]{0,12}".prop_map(Value::Text),
+            3 => edge.prop_map(Value::Number),
+            1 => Just(Value::Padded),
+            3 => any::<Index>().prop_map(Value::Fd),
+            2 => (proptest::collection::vec(0u8..6, 0..6), any::<bool>()).prop_map(|(l, fds)| Value::List(l, fds)),
+            1 => Just(Value::Twice),
+            1 => proptest::collection::vec(1u8..=255, 1..6).prop_map(|mut b| {
+                b[0] = 0xff;
+                Value::NotUtf8(b)
+            }),
+        ]
+    }
+
+    /// Runs the child with the job's environment, edited; returns its RESULT line.
+    fn run_child(job: &Job, edits: &[(usize, Value)]) -> String {
+        let mut env: Vec<(&'static str, Option<OsString>)> = OWNED_VARS
+            .iter()
+            .map(|&k| {
+                let v = job.env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.into());
+                (k, v)
+            })
+            .collect();
+        for (var, v) in edits {
+            let (name, cur) = &mut env[*var % OWNED_VARS.len()];
+            let old = cur
+                .as_ref()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            *cur = match v {
+                Value::Remove => None,
+                Value::Text(s) | Value::Number(s) => Some(s.into()),
+                Value::Padded => Some(format!(" {old}\t").into()),
+                Value::Fd(i) => Some(job.fds[i.index(job.fds.len())].to_string().into()),
+                Value::List(l, fds) => Some(
+                    l.iter()
+                        .map(|&x| {
+                            if *fds {
+                                job.fds[x as usize % job.fds.len()].to_string()
+                            } else {
+                                x.to_string()
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                        .into(),
+                ),
+                Value::Twice => Some(format!("{old},{old}").into()),
+                Value::NotUtf8(b) => Some(OsString::from_vec(b.clone())),
+            };
+            let _ = name;
+        }
+        let exe = std::env::current_exe().expect("test binary");
+        let mut c = Command::new(exe);
+        c.args([
+            "--exact",
+            "bootstrap::fuzz::env_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_clear()
+        .env(CHILD, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        for (k, v) in &env {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        volley_sys::prepare_child(
+            &mut c,
+            volley_sys::ChildSetup {
+                inherit: job.fds.clone(),
+                cpu: None,
+                parent: std::process::id(),
+            },
+        );
+        let out = c.output().expect("start the child");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let result = text.lines().find(|l| l.starts_with("RESULT"));
+        assert!(
+            out.status.success() && result.is_some(),
+            "the child failed ({}) with environment {env:?}\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        result.unwrap_or_default().to_string()
+    }
+
+    proptest! {
+        #![proptest_config(config(300))]
+
+        /// The launcher's variables as `volley run` sets them give exactly the rank's place in
+        /// the job; mutated, they give an error or a valid configuration that owns each
+        /// descriptor once, never a panic or an abort.
+        #[test]
+        fn launcher_variables_give_an_error_or_a_valid_configuration(
+            nodes in proptest::collection::vec(0usize..3, 1..6),
+            rank in any::<Index>(),
+            edits in proptest::collection::vec((0usize..32, value()), 0..4),
+        ) {
+            let job = job(&nodes, rank);
+            if edits.is_empty() {
+                prop_assert_eq!(run_child(&job, &edits), job.want.clone());
+            } else {
+                run_child(&job, &edits);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(5000))]
+
+        /// The numbers and descriptors in the variables: any text gives a value or an error
+        /// naming the variable, never a panic; what a launcher writes reads back exactly.
+        #[test]
+        fn numbers_and_descriptors(s in ".{0,24}", n in any::<usize>(), fd in any::<i32>()) {
+            match parse::<usize>(ENV_RANK, &s) {
+                Ok(v) => prop_assert_eq!(Ok(v), s.trim().parse::<usize>()),
+                Err(InitError::Env { var, value, .. }) => {
+                    prop_assert_eq!(var, ENV_RANK);
+                    prop_assert_eq!(value, s.clone());
+                }
+                Err(e) => prop_assert!(false, "{e}"),
+            }
+            match job_fd(ENV_SHM_FD, &s) {
+                Ok(v) => prop_assert!(v > 2),
+                Err(e) => prop_assert!(e.to_string().contains(ENV_SHM_FD), "{e}"),
+            }
+            prop_assert_eq!(parse::<usize>(ENV_SIZE, &format!(" {n}\n")).ok(), Some(n));
+            prop_assert_eq!(job_fd(ENV_BOOT_FD, &fd.to_string()).ok(), (fd > 2).then_some(fd));
         }
     }
 }

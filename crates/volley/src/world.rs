@@ -76,6 +76,7 @@ pub(crate) struct Inner {
     /// Watches the other ranks of this host when no volley launcher does (held for its drop,
     /// which stops it).
     pub(crate) _watcher: Option<crate::boot_pmi::Watcher>,
+    pub(crate) _launcher_watch: Option<crate::bootstrap::LauncherWatch>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -175,6 +176,7 @@ impl World {
                 nposted: Default::default(),
                 nactive: Default::default(),
                 _watcher: attached.watcher,
+                _launcher_watch: attached.launcher_watch,
             }),
         };
         if world.inner.cfg.progress_thread {
