@@ -735,18 +735,24 @@ pub fn parse_mapping(v: &str, size: usize) -> Option<Vec<usize>> {
         let [start, count, per] = n[..] else {
             return None;
         };
-        blocks.push((start, count, per));
+        start.checked_add(count)?;
+        // A block of no nodes or no ranks places nobody: skipped, so that each pass below
+        // places at least one rank per block it visits.
+        if count > 0 && per > 0 {
+            blocks.push((start, count, per));
+        }
     }
     let mut nodes = Vec::with_capacity(size);
     while nodes.len() < size {
         let before = nodes.len();
         for &(start, count, per) in &blocks {
-            for node in start..start.checked_add(count)? {
-                for _ in 0..per {
-                    if nodes.len() < size {
-                        nodes.push(node);
-                    }
+            // Stop as soon as every rank has its node: a block may claim far more nodes and
+            // ranks than the job has (a hang, when the loops ran to its end regardless).
+            for node in start..start + count {
+                if nodes.len() == size {
+                    break;
                 }
+                nodes.extend(std::iter::repeat_n(node, per.min(size - nodes.len())));
             }
         }
         if nodes.len() == before {
@@ -795,5 +801,391 @@ mod tests {
         );
         assert_eq!(parse_mapping("(vector,(0,0,1))", 3), None);
         assert_eq!(parse_mapping("garbage", 3), None);
+    }
+}
+
+/// Fuzzing the PMI client's parsers on stable Rust (issue 16, defect 11): proptest properties
+/// with a fixed budget of cases (`VOLLEY_FUZZ_CASES`, `VOLLEY_FUZZ_SEED` change it), run by
+/// `cargo test --release -p volley --lib pmi::fuzz`. Replies start from real PMI-1 lines and
+/// PMI-2 length-prefixed commands and are then mutated, or are random bytes; they reach the
+/// client through a real socket, as a launcher's do.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use proptest::test_runner::RngSeed;
+    use std::net::Shutdown;
+
+    fn config(cases: u32) -> ProptestConfig {
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        ProptestConfig {
+            cases: env("VOLLEY_FUZZ_CASES").map_or(cases, |c| c as u32),
+            rng_seed: RngSeed::Fixed(env("VOLLEY_FUZZ_SEED").unwrap_or(0x766f_6c6c_6579)),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// A client whose launcher has said `replies` and then closed its sending side (what the
+    /// client sends is taken and never read, so no call blocks).
+    fn scripted(flavor: Flavor, replies: Vec<u8>) -> (Pmi, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        ours.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut w = theirs.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || {
+            let _ = w.write_all(&replies);
+            let _ = w.shutdown(Shutdown::Write);
+        });
+        let p = Pmi {
+            flavor,
+            conn: BufReader::new(Conn::Unix(ours)),
+            rank: 0,
+            size: 1,
+            appnum: 0,
+            kvs: "kvs_1".into(),
+            val_max: 1024,
+            key_max: 64,
+            finalized: false,
+            timeout: Duration::from_secs(5),
+        };
+        writer.join().expect("writer");
+        (p, theirs)
+    }
+
+    /// A reply as a launcher writes it.
+    fn encode(flavor: Flavor, f: &[(String, String)]) -> Vec<u8> {
+        match flavor {
+            Flavor::Pmi1 => {
+                let words: Vec<String> = f.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{}\n", words.join(" ")).into_bytes()
+            }
+            Flavor::Pmi2 => {
+                let body: String = f
+                    .iter()
+                    .map(|(k, v)| format!("{}={};", k.replace(';', ";;"), v.replace(';', ";;")))
+                    .collect();
+                format!("{:<6}{body}", body.len()).into_bytes()
+            }
+        }
+    }
+
+    fn flavor() -> impl Strategy<Value = Flavor> {
+        prop_oneof![Just(Flavor::Pmi1), Just(Flavor::Pmi2)]
+    }
+
+    /// Fields of a valid reply: `cmd` first, then keys without `=` (nor whitespace in PMI-1,
+    /// nor `;` in PMI-2: its `;;` escape cannot tell an escaped `;` at the start of a word from
+    /// a separator followed by one, and no launcher's key has one) and values without
+    /// whitespace in PMI-1, anything printable in PMI-2.
+    fn reply(flavor: Flavor) -> impl Strategy<Value = Vec<(String, String)>> {
+        let (key, val) = match flavor {
+            Flavor::Pmi1 => ("[!-<>-~]{1,12}", "[!-~]{0,40}"),
+            Flavor::Pmi2 => ("[ -:<>-~]{1,12}", "[ -~]{0,40}"),
+        };
+        ("[a-z_-]{1,20}", proptest::collection::vec((key, val), 0..8)).prop_map(|(cmd, rest)| {
+            let mut f = vec![("cmd".to_string(), cmd)];
+            f.extend(rest);
+            f
+        })
+    }
+
+    #[derive(Clone, Debug)]
+    enum Mutation {
+        Flip(Index),
+        Truncate(Index),
+        Splice(Index, Vec<u8>),
+        Overwrite(Index, Vec<u8>),
+        Append(Vec<u8>),
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        let junk = || proptest::collection::vec(any::<u8>(), 0..16);
+        prop_oneof![
+            any::<Index>().prop_map(Mutation::Flip),
+            any::<Index>().prop_map(Mutation::Truncate),
+            (any::<Index>(), junk()).prop_map(|(i, j)| Mutation::Splice(i, j)),
+            (any::<Index>(), junk()).prop_map(|(i, j)| Mutation::Overwrite(i, j)),
+            junk().prop_map(Mutation::Append),
+        ]
+    }
+
+    fn mutate(b: &mut Vec<u8>, m: &Mutation) {
+        match m {
+            Mutation::Flip(i) if !b.is_empty() => {
+                let bit = i.index(b.len() * 8);
+                b[bit / 8] ^= 1 << (bit % 8);
+            }
+            Mutation::Flip(_) => {}
+            Mutation::Truncate(i) => b.truncate(i.index(b.len() + 1)),
+            Mutation::Splice(i, j) => {
+                let at = i.index(b.len() + 1);
+                b.splice(at..at, j.iter().copied());
+            }
+            Mutation::Overwrite(i, j) => {
+                let at = i.index(b.len() + 1);
+                let end = (at + j.len()).min(b.len());
+                b[at..end].copy_from_slice(&j[..end - at]);
+            }
+            Mutation::Append(j) => b.extend_from_slice(j),
+        }
+    }
+
+    /// Reads replies until an error (the launcher closed at the end of the script, at the
+    /// latest): none may panic, and every one taken names its command.
+    fn read_all(flavor: Flavor, bytes: Vec<u8>) -> Vec<Vec<(String, String)>> {
+        let (mut p, _theirs) = scripted(flavor, bytes);
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            match p.recv() {
+                Ok(f) => {
+                    assert!(field(&f, "cmd").is_some(), "a reply without cmd: {f:?}");
+                    got.push(f);
+                }
+                Err(e) => {
+                    assert!(!e.to_string().is_empty());
+                    return got;
+                }
+            }
+        }
+        panic!("100 replies from a script of at most a few")
+    }
+
+    /// A launcher's side of the handshake, `get` of `value` under key `k` and the process
+    /// mapping, as real replies.
+    fn transcript(flavor: Flavor, value: &[u8], mapping: &str) -> Vec<u8> {
+        let r = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let v = escape(value);
+        let mut out = Vec::new();
+        match flavor {
+            Flavor::Pmi1 => {
+                for f in [
+                    r(&[
+                        ("cmd", "response_to_init"),
+                        ("pmi_version", "1"),
+                        ("pmi_subversion", "1"),
+                        ("rc", "0"),
+                    ]),
+                    r(&[
+                        ("cmd", "maxes"),
+                        ("kvsname_max", "256"),
+                        ("keylen_max", "64"),
+                        ("vallen_max", "1024"),
+                    ]),
+                    r(&[("cmd", "appnum"), ("appnum", "0")]),
+                    r(&[("cmd", "my_kvsname"), ("kvsname", "kvs_42_0")]),
+                    r(&[("cmd", "get_result"), ("rc", "0"), ("value", &v)]),
+                    r(&[("cmd", "get_result"), ("rc", "0"), ("value", mapping)]),
+                ] {
+                    out.extend(encode(flavor, &f));
+                }
+            }
+            Flavor::Pmi2 => {
+                // The first reply is a PMI-1 line, whichever protocol (see `init2`).
+                out.extend(encode(
+                    Flavor::Pmi1,
+                    &r(&[
+                        ("cmd", "response_to_init"),
+                        ("pmi_version", "2"),
+                        ("pmi_subversion", "0"),
+                        ("rc", "0"),
+                    ]),
+                ));
+                for f in [
+                    r(&[
+                        ("cmd", "fullinit-response"),
+                        ("rc", "0"),
+                        ("rank", "0"),
+                        ("size", "1"),
+                        ("appnum", "0"),
+                    ]),
+                    r(&[
+                        ("cmd", "job-getid-response"),
+                        ("rc", "0"),
+                        ("jobid", "job;7"),
+                    ]),
+                    r(&[
+                        ("cmd", "kvs-get-response"),
+                        ("rc", "0"),
+                        ("found", "TRUE"),
+                        ("value", &v),
+                    ]),
+                    r(&[
+                        ("cmd", "info-getjobattr-response"),
+                        ("rc", "0"),
+                        ("found", "TRUE"),
+                        ("value", mapping),
+                    ]),
+                ] {
+                    out.extend(encode(flavor, &f));
+                }
+            }
+        }
+        out
+    }
+
+    /// The calls a rank makes over the transcript: every one answers Ok or Err, never a panic.
+    fn converse(flavor: Flavor, bytes: Vec<u8>) -> Result<(Vec<u8>, Option<String>), InitError> {
+        let (mut p, _theirs) = scripted(flavor, bytes);
+        match flavor {
+            Flavor::Pmi1 => p.init1(None)?,
+            Flavor::Pmi2 => p.init2()?,
+        }
+        let v = p.get("k")?;
+        Ok((v, p.process_mapping()))
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        /// A valid reply of either protocol parses to exactly its fields.
+        #[test]
+        fn valid_replies_parse_exactly(
+            (flavor, f) in flavor().prop_flat_map(|fl| (Just(fl), reply(fl)))
+        ) {
+            let got = read_all(flavor, encode(flavor, &f));
+            prop_assert_eq!(got, vec![f]);
+        }
+
+        /// Random bytes, and valid replies with bits flipped, cut short, bytes spliced in or
+        /// written over or added, never make the client panic (or hang: the launcher closes).
+        #[test]
+        fn mutated_replies_never_panic(
+            (flavor, f) in flavor().prop_flat_map(|fl| (Just(fl), reply(fl))),
+            more in proptest::collection::vec(mutation(), 1..4),
+            random in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut b = encode(flavor, &f);
+            b.extend(encode(flavor, &f));
+            for m in &more {
+                mutate(&mut b, m);
+            }
+            read_all(flavor, b);
+            read_all(flavor, random.clone());
+            // A length prefix followed by anything.
+            let mut b = format!("{:<6}", random.len()).into_bytes();
+            b.extend(&random);
+            read_all(Flavor::Pmi2, b);
+        }
+
+        /// The whole conversation a rank has with its launcher (init, a get, the process
+        /// mapping): a valid transcript gives back exactly the value stored; a mutated one
+        /// gives Ok or an error, never a panic.
+        #[test]
+        fn conversations_with_a_launcher(
+            flavor in flavor(),
+            value in proptest::collection::vec(any::<u8>(), 0..200),
+            blocks in proptest::collection::vec((0usize..4, 1usize..4, 1usize..4), 1..4),
+            muts in proptest::collection::vec(mutation(), 0..4),
+        ) {
+            let mapping = format!(
+                "(vector,{})",
+                blocks.iter().map(|(s, c, p)| format!("({s},{c},{p})")).collect::<Vec<_>>().join(",")
+            );
+            let t = transcript(flavor, &value, &mapping);
+            let (v, m) = converse(flavor, t.clone()).expect("a valid transcript");
+            prop_assert_eq!(v, value.clone());
+            prop_assert_eq!(m.as_deref(), Some(mapping.as_str()));
+            let mut t = t;
+            for m in &muts {
+                mutate(&mut t, m);
+            }
+            if let Err(e) = converse(flavor, t) {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+
+        /// Splitting fields never panics on any text; PMI-2's `;;` escape round-trips.
+        #[test]
+        fn fields_of_any_text(
+            s in ".{0,200}",
+            f in proptest::collection::vec(("[^=;]{1,10}", ".{0,20}"), 0..8),
+        ) {
+            fields(Flavor::Pmi1, &s);
+            fields(Flavor::Pmi2, &s);
+            let enc: String = f
+                .iter()
+                .map(|(k, v)| format!("{}={};", k.replace(';', ";;"), v.replace(';', ";;")))
+                .collect();
+            prop_assert_eq!(fields(Flavor::Pmi2, &enc), f);
+            let _ = trunc(&s);
+        }
+
+        /// Values survive the wire whatever their bytes; unescaping any text never panics.
+        #[test]
+        fn escape_round_trips(v in proptest::collection::vec(any::<u8>(), 0..300), s in ".{0,100}") {
+            let e = escape(&v);
+            prop_assert!(e.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:/+-%".contains(&b)));
+            prop_assert_eq!(unescape(&e), Some(v));
+            if let Some(u) = unescape(&s) {
+                prop_assert!(u.len() <= s.len());
+            }
+        }
+
+        /// A process mapping of any text and any numbers never panics, and comes back at once
+        /// even when a block claims more nodes and ranks than exist; a valid one places every
+        /// rank as its blocks say, repeating them.
+        #[test]
+        fn process_mappings(
+            s in ".{0,60}",
+            nums in proptest::collection::vec(
+                prop_oneof![0usize..5, Just(usize::MAX), any::<usize>(), (0usize..64).prop_map(|d| usize::MAX - d)],
+                3..9,
+            ),
+            blocks in proptest::collection::vec((0usize..8, 0usize..4, 0usize..4), 1..4),
+            size in 0usize..300,
+        ) {
+            parse_mapping(&s, size);
+            let odd = format!(
+                "(vector,{})",
+                nums.chunks(3).map(|c| format!("({})", c.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","))).collect::<Vec<_>>().join(",")
+            );
+            if let Some(n) = parse_mapping(&odd, size) {
+                prop_assert_eq!(n.len(), size);
+            }
+            let m = format!(
+                "(vector,{})",
+                blocks.iter().map(|(s, c, p)| format!("({s},{c},{p})")).collect::<Vec<_>>().join(",")
+            );
+            let pattern: Vec<usize> = blocks
+                .iter()
+                .flat_map(|&(s, c, p)| (s..s + c).flat_map(move |n| std::iter::repeat_n(n, p)))
+                .collect();
+            let want = if pattern.is_empty() && size > 0 {
+                None
+            } else {
+                Some((0..size).map(|i| pattern[i % pattern.len()]).collect::<Vec<_>>())
+            };
+            prop_assert_eq!(parse_mapping(&m, size), want);
+        }
+    }
+
+    /// What `process_mappings` found: a block claiming 10^12 nodes for a job of two ranks ran
+    /// its loops to the end (hours) after the two ranks had their nodes.
+    #[test]
+    fn a_mapping_claiming_huge_blocks_returns_at_once() {
+        let t = std::time::Instant::now();
+        assert_eq!(
+            parse_mapping("(vector,(0,1000000000000,1))", 2),
+            Some(vec![0, 1])
+        );
+        assert_eq!(
+            parse_mapping(
+                "(vector,(0,18446744073709551615,0),(1,1,18446744073709551615))",
+                3
+            ),
+            Some(vec![1, 1, 1])
+        );
+        assert_eq!(
+            parse_mapping("(vector,(1,18446744073709551615,1))", 1),
+            None
+        );
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 }
