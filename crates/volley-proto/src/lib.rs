@@ -132,7 +132,7 @@ impl Config {
         if self.window < 4 || self.window > 1 << 20 {
             return Err(format!("window {} must be 4..=1048576", self.window));
         }
-        if (self.rndv_threshold as u64) + peer::CHARGE > self.pool_bytes {
+        if (self.rndv_threshold as u64).saturating_add(peer::CHARGE) > self.pool_bytes {
             return Err(format!(
                 "rendezvous threshold {} must be below the eager pool {} (a message sent eagerly must fit the pool)",
                 self.rndv_threshold, self.pool_bytes

@@ -609,7 +609,7 @@ impl Peer {
         let m = &mut self.in_msgs[idx];
         match m.state {
             InState::Unseen => {
-                if msg_len + CHARGE > cfg.pool_bytes {
+                if msg_len.saturating_add(CHARGE) > cfg.pool_bytes {
                     return Err(Malformed::Field);
                 }
                 m.state = InState::Eager;
@@ -732,7 +732,7 @@ impl Peer {
         else {
             return Err(Malformed::Field);
         };
-        if msg_len + CHARGE > cfg.pool_bytes {
+        if msg_len.saturating_add(CHARGE) > cfg.pool_bytes {
             return Err(Malformed::Field);
         }
         let near = self.be_delivered.map_or(0, |d| d + 1);

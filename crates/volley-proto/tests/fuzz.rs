@@ -868,7 +868,6 @@ proptest! {
 /// check wraps and passes, and the receiver allocates a buffer of ~2^64 bytes (capacity
 /// overflow: a panic, or an abort). Found by `forged_packets_never_panic`.
 #[test]
-#[ignore = "bug found by fuzzing: msg_len + CHARGE overflows in volley-proto's peer.rs (on_data, on_best_effort)"]
 fn a_forged_message_length_near_2_64_is_refused() {
     let setup = Setup {
         max_packet: 1472,
@@ -902,7 +901,6 @@ fn a_forged_message_length_near_2_64_is_refused() {
 /// a release build, wraps and is accepted: messages of any size then go eagerly and can never
 /// fit the receiver's pool. Found by `configurations_are_validated_without_panics`.
 #[test]
-#[ignore = "bug found by fuzzing: rndv_threshold + CHARGE overflows in volley-proto's Config::validate"]
 fn a_huge_rendezvous_threshold_overflows_validation() {
     let cfg = Config {
         rndv_threshold: usize::MAX,
