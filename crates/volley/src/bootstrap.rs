@@ -137,11 +137,22 @@ pub(crate) struct LauncherWatch {
 
 impl LauncherWatch {
     fn start(pid: u32) -> Result<LauncherWatch, InitError> {
-        let pidfd = volley_sys::unix::pidfd_open(pid).map_err(|e| InitError::Env {
-            var: ENV_LAUNCHER_PID,
-            value: pid.to_string(),
-            why: format!("cannot watch the launcher (process {pid}): {e}; it has ended, or the variable is stale"),
-        })?;
+        // ESRCH: no such process.
+        const ESRCH: i32 = 3;
+        let pidfd = match volley_sys::unix::pidfd_open(pid) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.raw_os_error() == Some(ESRCH) => {
+                return Err(InitError::Env {
+                    var: ENV_LAUNCHER_PID,
+                    value: pid.to_string(),
+                    why: format!(
+                        "the launcher (process {pid}) has ended, or the variable is stale"
+                    ),
+                })
+            }
+            // No pidfd_open here (a kernel before 5.3, or valgrind): look every 200 ms.
+            Err(_) => None,
+        };
         let stop = EventFd::new().map_err(InitError::Memfd)?;
         let stop_fd = stop.try_clone().map_err(InitError::Memfd)?;
         let thread = std::thread::Builder::new()
@@ -149,11 +160,27 @@ impl LauncherWatch {
             .stack_size(64 * 1024)
             .spawn(move || {
                 use std::os::fd::AsRawFd;
-                let fds = [stop_fd.raw(), pidfd.as_raw_fd()];
-                let Ok(ready) = volley_sys::unix::poll_any(&fds, None) else {
-                    return;
+                let gone = match &pidfd {
+                    Some(p) => {
+                        let fds = [stop_fd.raw(), p.as_raw_fd()];
+                        let Ok(ready) = volley_sys::unix::poll_any(&fds, None) else {
+                            return;
+                        };
+                        ready.contains(&1) && !ready.contains(&0)
+                    }
+                    None => loop {
+                        if volley_sys::poll_readable(
+                            stop_fd.raw(),
+                            std::time::Duration::from_millis(200),
+                        ) {
+                            break false;
+                        }
+                        if volley_sys::kill(pid, 0).is_err() {
+                            break true;
+                        }
+                    },
                 };
-                if ready.contains(&1) && !ready.contains(&0) {
+                if gone {
                     // The launcher is gone: nothing of the job may outlive it.
                     volley_sys::kill_self_now();
                 }
