@@ -169,28 +169,10 @@ pub fn gather(
     root: c_int,
     vector: bool,
 ) -> R<Nbc> {
-    let m = remote(&c).len();
     Ok(match role(&c, root)? {
         Role::Root => {
             let t = ty(rt_)?;
-            let (cs, ds): (Vec<usize>, Vec<isize>) = if vector {
-                let (cs, ds) = (ints(counts, m)?, ints(displs, m)?);
-                (
-                    cs.iter().map(|&x| x as usize).collect(),
-                    ds.iter().map(|&x| x as isize).collect(),
-                )
-            } else {
-                let rc = count(rc)?;
-                (vec![rc; m], (0..m).map(|r| (r * rc) as isize).collect())
-            };
-            let recvs = (0..m).map(|r| (r, cs[r] * t.size)).collect();
-            let buf = P::new(recvbuf);
-            step(c, Vec::new(), recvs, move |got| {
-                for r in 0..got.len() {
-                    unpacked(&t, &got[r], at(buf.get(), ds[r], &t) as *mut c_void, cs[r]);
-                }
-                Ok(())
-            })
+            gathered(c, Vec::new(), t, recvbuf, rc, counts, displs, vector)?
         }
         Role::Idle => step(c, Vec::new(), Vec::new(), |_| Ok(())),
         Role::Leaf(root) => {
@@ -271,6 +253,25 @@ pub fn allgather(
     let m = remote(&c).len();
     let (s, t) = (ty(st)?, ty(rt_)?);
     let data = packed(&s, sendbuf, count(sc)?);
+    let sends = (0..m).map(|r| (r, data.clone())).collect();
+    gathered(c, sends, t, recvbuf, rc, counts, displs, vector)
+}
+
+/// A step that sends `sends` and receives a block from every rank of the other group into
+/// `recvbuf`: `rc` elements each at r * rc, or (`vector`) `counts[r]` at `displs[r]`
+/// (Gather(v) at the root, Allgather(v)).
+#[allow(clippy::too_many_arguments)]
+fn gathered(
+    c: Arc<CommCore>,
+    sends: Vec<(usize, Vec<u8>)>,
+    t: TypeRef,
+    recvbuf: *mut c_void,
+    rc: c_int,
+    counts: *const c_int,
+    displs: *const c_int,
+    vector: bool,
+) -> R<Nbc> {
+    let m = remote(&c).len();
     let (cs, ds): (Vec<usize>, Vec<isize>) = if vector {
         let (cs, ds) = (ints(counts, m)?, ints(displs, m)?);
         (
@@ -283,17 +284,12 @@ pub fn allgather(
     };
     let recvs = (0..m).map(|r| (r, cs[r] * t.size)).collect();
     let buf = P::new(recvbuf);
-    Ok(step(
-        c,
-        (0..m).map(|r| (r, data.clone())).collect(),
-        recvs,
-        move |got| {
-            for r in 0..got.len() {
-                unpacked(&t, &got[r], at(buf.get(), ds[r], &t) as *mut c_void, cs[r]);
-            }
-            Ok(())
-        },
-    ))
+    Ok(step(c, sends, recvs, move |got| {
+        for r in 0..got.len() {
+            unpacked(&t, &got[r], at(buf.get(), ds[r], &t) as *mut c_void, cs[r]);
+        }
+        Ok(())
+    }))
 }
 
 /// One side of an all-to-all: per remote rank, where its block is, its type and its count.

@@ -147,37 +147,29 @@ fn topo_of(comm: H) -> R<(Arc<CommCore>, Arc<Topo>)> {
     Ok((c, t))
 }
 
-fn cart_of(comm: H) -> R<(Arc<CommCore>, Arc<Topo>)> {
+/// The topology of `comm`, which must be of `kind` (MPI_CART, MPI_GRAPH or MPI_DIST_GRAPH;
+/// `what` names it in the error).
+fn topo_kind(comm: H, kind: c_int, what: &str) -> R<(Arc<CommCore>, Arc<Topo>)> {
     let (c, t) = topo_of(comm)?;
-    if !matches!(*t, Topo::Cart { .. }) {
+    if t.kind() != kind {
         return Err(fail(
             class::TOPOLOGY,
-            "the communicator's topology is not Cartesian",
+            format!("the communicator's topology is not {what}"),
         ));
     }
     Ok((c, t))
+}
+
+fn cart_of(comm: H) -> R<(Arc<CommCore>, Arc<Topo>)> {
+    topo_kind(comm, 1, "Cartesian")
 }
 
 fn graph_of(comm: H) -> R<(Arc<CommCore>, Arc<Topo>)> {
-    let (c, t) = topo_of(comm)?;
-    if !matches!(*t, Topo::Graph { .. }) {
-        return Err(fail(
-            class::TOPOLOGY,
-            "the communicator's topology is not a graph (MPI_Graph_create)",
-        ));
-    }
-    Ok((c, t))
+    topo_kind(comm, 2, "a graph (MPI_Graph_create)")
 }
 
 fn dist_of(comm: H) -> R<(Arc<CommCore>, Arc<Topo>)> {
-    let (c, t) = topo_of(comm)?;
-    if !matches!(*t, Topo::Dist { .. }) {
-        return Err(fail(
-            class::TOPOLOGY,
-            "the communicator's topology is not a distributed graph (MPI_Dist_graph_create)",
-        ));
-    }
-    Ok((c, t))
+    topo_kind(comm, 3, "a distributed graph (MPI_Dist_graph_create)")
 }
 
 /// An intracommunicator, for a topology constructor.
