@@ -34,6 +34,27 @@ fn pingpong_with_small_records_and_ring_fragments_everything() {
     assert_eq!(out.matches(" ok").count(), 7, "{out}");
 }
 
+/// A receiver that keeps every message `recv()` lends it (none dropped until all have come)
+/// still gets every later one, also when what it keeps is many times a ring: the first is lent
+/// in place and parked out of the sender's way, the rest are copies (issue 16, defect 4d: it
+/// used to stop after about a ring's worth, for ever).
+#[test]
+fn a_receiver_that_keeps_what_it_was_lent_still_gets_every_later_message() {
+    for (n, count, size, ring) in [
+        ("2", "20000", "1000", "16384"),
+        ("4", "3000", "100", "4096"),
+        ("2", "500", "60000", "262144"),
+    ] {
+        let env = [("VOLLEY_SHM_RING_BYTES", ring)];
+        let out = ok(volley(&["-n", n, CHECK, "keep", count, size], &env));
+        let senders: u64 = n.parse::<u64>().unwrap() - 1;
+        let total = senders * count.parse::<u64>().unwrap();
+        assert_eq!(values(&out, "kept"), vec![total.to_string()], "{out}");
+        // One lent in place per sender's ring, held to the end; the others were copied.
+        assert_eq!(values(&out, "in_place"), vec![senders.to_string()], "{out}");
+    }
+}
+
 /// Matched receives over shared memory: probe, exact source and tag, any source, any tag, and
 /// too small a buffer, checked message by message against MPI's order, with the three ways a
 /// message crosses the rings (inline, fragments, single copy) and with the progress thread.

@@ -555,14 +555,16 @@ fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() 
 /// A rank killed on one host: the launcher forwards its death to every host, so the survivor
 /// on the other host gets peer-lost with the real fate (killed by signal 9) long before the
 /// peer timeout (10 s by default) would have said "stopped answering" (issue 16, defect 5).
+/// Either rank may die: rank 0 (whose host runs nothing special after start) as well as another.
 #[test]
 fn a_remote_death_reaches_the_survivors_through_the_launcher() {
     let h = Hosts::new(2, 1500);
-    for t in ["udp", "eth"] {
+    for (t, victim) in [("udp", "1"), ("eth", "1"), ("udp", "0"), ("eth", "0")] {
+        let v = format!("victim={victim}");
         let o = h.run(
             2,
             &[("VOLLEY_TRANSPORT", t)],
-            &["--keep-going", CHECK, "killed-peer"],
+            &["--keep-going", CHECK, "killed-peer", &v],
         );
         let (out, err) = text(&o);
         let after: Vec<u64> = values(&out, "after_ms")
@@ -572,11 +574,25 @@ fn a_remote_death_reaches_the_survivors_through_the_launcher() {
         assert_eq!(
             after.len(),
             1,
-            "{t}: survivor did not report:\n{out}\n{err}"
+            "{t} {v}: survivor did not report:\n{out}\n{err}"
         );
-        assert!(out.contains("fate=Killed(9)"), "{t}: {out}");
+        let want = format!("peer-lost rank={victim} fate=Killed(9)");
+        assert!(out.contains(&want), "{t} {v}: {out}");
         // Half the peer timeout: heard from the launcher, not from the silence.
-        assert!(after[0] < 5000, "{t}: peer-lost after {} ms", after[0]);
+        assert!(after[0] < 5000, "{t} {v}: peer-lost after {} ms", after[0]);
+    }
+}
+
+/// A receiver that keeps every message `recv()` lends it, from a sender on its own host (shared
+/// memory, a small ring) and from senders on other hosts, still gets every later message
+/// (issue 16, defect 4d).
+#[test]
+fn a_receiver_keeping_what_it_was_lent_gets_every_later_message_across_hosts() {
+    let h = Hosts::new(3, 1500);
+    for t in ["udp", "eth"] {
+        let env = [("VOLLEY_TRANSPORT", t), ("VOLLEY_SHM_RING_BYTES", "16384")];
+        let out = ok(h.run(4, &env, &[CHECK, "keep", "2000", "700"]));
+        assert_eq!(values(&out, "kept"), vec!["6000"], "{t}: {out}");
     }
 }
 

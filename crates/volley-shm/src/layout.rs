@@ -16,7 +16,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 6: a grant queue in each ring's control block (1024 bytes), request-to-send and stream
 ///    records (the rendezvous of large matched messages).
 /// 7: RANK_VANISHED (a rank whose process ended unseen by any volley launcher).
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;

@@ -42,9 +42,15 @@ pub(crate) struct RingCtrl {
     /// Producer's position (slots written). Informational for tools; the consumer polls stamps.
     head: AtomicU64,
     _pad0: [u8; 120],
-    /// Consumer's position: every slot before it may be overwritten.
+    /// Consumer's position: every slot before it may be overwritten, except a parked record.
     tail: AtomicU64,
-    _pad1: [u8; 120],
+    /// The record the application still holds that the consumer moved `tail` past (a *parked*
+    /// record, see [`Consumer::release`]): 0 for none, else `(slot offset + 1) << 32 | slots`.
+    /// Set (Relaxed) before the tail store that passes the record, which publishes it; cleared
+    /// (Release) once the application has given the record back. The producer reads it with
+    /// `tail` (same line) and writes padding over the record until it is cleared.
+    parked: AtomicU64,
+    _pad1: [u8; 112],
     /// Grants written by the consumer.
     pub(crate) grant_head: AtomicU64,
     _pad2: [u8; 120],
@@ -56,6 +62,7 @@ pub(crate) struct RingCtrl {
 
 const _: () = assert!(std::mem::size_of::<RingCtrl>() == 1024);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, tail) == 128);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, parked) == 136);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_head) == 256);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_tail) == 384);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grants) == 512);
@@ -175,6 +182,27 @@ fn slots_for(len: usize) -> u64 {
     (RECORD_HEADER + len).div_ceil(SLOT) as u64
 }
 
+/// Header flag of a padding record written over a parked record: freeing it must not zero the
+/// words of its slots (the application may still be reading the parked record's payload there).
+const PAD_OVER_PARKED: u16 = 1;
+
+/// The parked record a ring's control word names, as (slot offset, slots); None for none or a
+/// word that names no place inside the ring.
+fn decode_parked(v: u64, cap: u64) -> Option<(u64, u64)> {
+    let (hi, slots) = (v >> 32, v & 0xffff_ffff);
+    let off = hi.checked_sub(1)?;
+    (slots > 0 && off + slots <= cap).then_some((off, slots))
+}
+
+/// Where the next record goes: padding records first (slot offset, slots, over a parked
+/// record), then the record at `off`; `need` counts every slot from the producer's head.
+struct Plan {
+    pads: [(u64, u64, bool); 2],
+    npads: usize,
+    off: u64,
+    need: u64,
+}
+
 /// The producer end. Not Clone: there is exactly one per ring.
 pub struct Producer {
     _seg: Arc<Segment>,
@@ -184,6 +212,8 @@ pub struct Producer {
     mask: u64,
     head: u64,
     cached_tail: u64,
+    /// The consumer's parked record as of the last read of `tail` (slot offset, slots).
+    hole: Option<(u64, u64)>,
     max_payload: usize,
     max_record_slots: u64,
 }
@@ -202,6 +232,8 @@ impl Producer {
         let head = unsafe { (*ctrl).head.load(Ordering::Relaxed) };
         // SAFETY: as above.
         let tail = unsafe { (*ctrl).tail.load(Ordering::Acquire) };
+        // SAFETY: as above.
+        let parked = unsafe { (*ctrl).parked.load(Ordering::Acquire) };
         Producer {
             _seg: seg,
             ctrl,
@@ -211,6 +243,7 @@ impl Producer {
             mask: layout.ring_slots as u64 - 1,
             head,
             cached_tail: tail,
+            hole: decode_parked(parked, layout.ring_slots as u64),
             max_payload: layout.max_record_payload(),
             max_record_slots: layout.max_record_slots as u64,
         }
@@ -235,7 +268,47 @@ impl Producer {
         // consumer's reads of the freed slots (and its zeroing) happen before we overwrite them.
         // SAFETY: ctrl is valid for the life of the segment we hold.
         self.cached_tail = unsafe { (*self.ctrl).tail.load(Ordering::Acquire) };
+        // The tail may have passed a record the application still holds: it comes with the tail
+        // (same line). SYNC: Acquire; pairs with the Release clear in Consumer::unpark, so the
+        // consumer's zeroing of the record's slots happens before we reuse them.
+        // SAFETY: as above.
+        let parked = unsafe { (*self.ctrl).parked.load(Ordering::Acquire) };
+        self.hole = decode_parked(parked, self.cap);
         self.head + k - self.cached_tail <= self.cap
+    }
+
+    /// Where a record of `k` slots would go from the head: padding to the end of the ring when
+    /// it would wrap, padding over the parked record when it would overlap it.
+    fn plan(&self, k: u64) -> Plan {
+        let mut p = Plan {
+            pads: [(0, 0, false); 2],
+            npads: 0,
+            off: self.head & self.mask,
+            need: 0,
+        };
+        // At most two pads: over the parked record and to the end of the ring, in either order
+        // (a record is at most a quarter of the ring, so it cannot meet the parked record twice).
+        for _ in 0..3 {
+            let pad = match self.hole {
+                Some((h, m)) if p.off < h + m && h < p.off + k => Some((h + m - p.off, true)),
+                _ if p.off + k > self.cap => Some((self.cap - p.off, false)),
+                _ => None,
+            };
+            let Some((len, over)) = pad else {
+                p.need += k;
+                return p;
+            };
+            if p.npads == p.pads.len() {
+                break;
+            }
+            p.pads[p.npads] = (p.off, len, over);
+            p.npads += 1;
+            p.need += len;
+            p.off = (p.off + len) & self.mask;
+        }
+        // Unreachable with a valid hole; never fits, so nothing is written.
+        p.need = u64::MAX / 2;
+        p
     }
 
     /// Whether a message of `len` bytes, cut into records of at most [`Producer::max_payload`],
@@ -243,16 +316,11 @@ impl Producer {
     /// conservative by one record's padding for several.
     pub fn can_fit_message(&mut self, len: usize) -> bool {
         if len <= self.max_payload {
-            let k = slots_for(len);
-            let off = self.head & self.mask;
-            let need = if off + k > self.cap {
-                self.cap - off + k
-            } else {
-                k
-            };
+            let need = self.plan(slots_for(len)).need;
             return self.has_space(need);
         }
-        let need = self.slots_for_message(len) + self.max_record_slots;
+        let hole = self.hole.map_or(0, |(_, m)| m);
+        let need = self.slots_for_message(len) + self.max_record_slots + hole;
         self.has_space(need)
     }
 
@@ -282,7 +350,7 @@ impl Producer {
         let k = slots_for(payload.len());
         let off = self.reserve(k)?;
         // SAFETY: reserve found `k` free slots from `off`, inside the ring (no wrap).
-        unsafe { self.publish(off, meta, payload.len(), payload) };
+        unsafe { self.publish(off, meta, payload.len(), payload, 0) };
         let pos = self.head;
         self.head += k;
         Some(pos)
@@ -295,11 +363,21 @@ impl Producer {
     #[inline]
     fn reserve(&mut self, k: u64) -> Option<u64> {
         let off = self.head & self.mask;
-        if off + k <= self.cap {
-            return self.has_space(k).then_some(off);
+        if self.hole.is_none() && off + k <= self.cap {
+            if !self.has_space(k) {
+                return None;
+            }
+            // A fresh look at the tail may have found a parked record.
+            if self.hole.is_none() {
+                return Some(off);
+            }
         }
-        let pad = self.cap - off;
-        if !self.has_space(pad + k) {
+        if !self.has_space(self.plan(k).need) {
+            return None;
+        }
+        // (has_space may have read the parked record afresh.)
+        let p = self.plan(k);
+        if self.head + p.need - self.cached_tail > self.cap {
             return None;
         }
         let pad_meta = Meta {
@@ -308,10 +386,23 @@ impl Producer {
             context: 0,
             total_len: 0,
         };
-        // SAFETY: slot `off` and the `pad` slots after it are inside the ring and free.
-        unsafe { self.publish(off, pad_meta, pad as usize * SLOT - RECORD_HEADER, &[]) };
-        self.head += pad;
-        Some(0)
+        for &(at, len, over) in &p.pads[..p.npads] {
+            let flags = if over { PAD_OVER_PARKED } else { 0 };
+            // SAFETY: the plan's slots are inside the ring, free (has room above) and do not
+            // wrap; a pad over the parked record writes only its header, in the record's first
+            // slot's header or before the record, never its payload.
+            unsafe {
+                self.publish(
+                    at,
+                    pad_meta,
+                    len as usize * SLOT - RECORD_HEADER,
+                    &[],
+                    flags,
+                )
+            };
+            self.head += len;
+        }
+        Some(p.off)
     }
 
     /// Writes one record of `len` payload bytes that `fill` writes in place, straight into the
@@ -332,7 +423,7 @@ impl Producer {
         };
         fill(payload);
         // SAFETY: as above; publish writes the header and then the stamp.
-        unsafe { self.publish(off, meta, len, &[]) };
+        unsafe { self.publish(off, meta, len, &[], 0) };
         self.head += k;
         true
     }
@@ -368,7 +459,7 @@ impl Producer {
     /// # Safety
     /// Slots `off .. off + slots_for(len)` must be inside the ring and free.
     #[inline]
-    unsafe fn publish(&mut self, off: u64, meta: Meta, len: usize, payload: &[u8]) {
+    unsafe fn publish(&mut self, off: u64, meta: Meta, len: usize, payload: &[u8], flags: u16) {
         // SAFETY: per the contract, the slots are ours to write until the stamp is published.
         unsafe {
             let rec = self.slots.add(off as usize * SLOT);
@@ -376,7 +467,7 @@ impl Producer {
             let h = rec as *mut RecordHeader;
             ptr::addr_of_mut!((*h).len).write(len as u32);
             ptr::addr_of_mut!((*h).kind).write(meta.kind as u16);
-            ptr::addr_of_mut!((*h)._flags).write(0);
+            ptr::addr_of_mut!((*h)._flags).write(flags);
             ptr::addr_of_mut!((*h).tag).write(meta.tag);
             ptr::addr_of_mut!((*h).context).write(meta.context);
             ptr::addr_of_mut!((*h).total_len).write(meta.total_len);
@@ -458,7 +549,8 @@ impl SharedHeld {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the record is taken and not released, so the producer does not write these
         // slots (ring protocol: it writes only below tail + capacity, and tail stops at the first
-        // unreleased record); `_seg` keeps the mapping alive.
+        // unreleased record, or passes it parked, and the producer then writes padding around
+        // it until it is released); `_seg` keeps the mapping alive.
         unsafe { std::slice::from_raw_parts(self.held.ptr, self.held.len) }
     }
 }
@@ -473,6 +565,8 @@ impl From<SharedHeld> for Held {
 const FREE: u8 = 0;
 const TAKEN: u8 = 1;
 const RELEASED: u8 = 2;
+/// Taken and lent to the application ([`Consumer::take_shared`]): may be parked.
+const LENT: u8 = 3;
 
 /// The consumer end. Not Clone: there is exactly one per ring.
 ///
@@ -497,6 +591,10 @@ pub struct Consumer {
     memo: Option<(u128, u64)>,
     /// Records taken and not yet released.
     held: usize,
+    /// Records lent to the application and not yet given back.
+    lent: usize,
+    /// The lent record `tail` was moved past (absolute position, slots), if any.
+    parked: Option<(u64, u64)>,
     max_payload: usize,
 }
 
@@ -526,6 +624,8 @@ impl Consumer {
             state: vec![FREE; layout.ring_slots],
             memo: None,
             held: 0,
+            lent: 0,
+            parked: None,
             max_payload: layout.max_record_payload(),
         }
     }
@@ -584,7 +684,7 @@ impl Consumer {
         loop {
             let i = self.idx(self.read);
             match self.state[i] {
-                TAKEN | RELEASED => {}
+                TAKEN | RELEASED | LENT => {}
                 _ => match self.at(self.read)? {
                     Some(info) if info.kind == Kind::Pad => {
                         self.state[i] = TAKEN;
@@ -705,13 +805,28 @@ impl Consumer {
         }
     }
 
-    /// Like take, but the record keeps the segment mapped on its own and can be read without
-    /// borrowing the consumer.
+    /// Like take, for a record lent to the application: it keeps the segment mapped on its own
+    /// and can be read without borrowing the consumer. The application may keep it as long as it
+    /// likes: once it holds back a quarter of the ring, the record is *parked* (`tail` moves past
+    /// it and the producer writes around it), so later records still find room. One lent record
+    /// at a time can be parked: see [`Consumer::has_lent`].
     pub fn take_shared(&mut self, info: &RecordInfo) -> SharedHeld {
+        let held = self.take(info);
+        let i = self.idx(info.pos);
+        self.state[i] = LENT;
+        self.lent += 1;
         SharedHeld {
-            held: self.take(info),
+            held,
             _seg: self.seg.clone(),
         }
+    }
+
+    /// Whether a record lent with [`Consumer::take_shared`] is still out. A receiver lends one
+    /// record per ring at a time and copies the others: only one can be parked, and a second
+    /// held one would stop the producer again.
+    #[inline]
+    pub fn has_lent(&self) -> bool {
+        self.lent > 0
     }
 
     /// The payload of a record this consumer handed out and has not yet taken back.
@@ -773,16 +888,42 @@ impl Consumer {
     /// once every record before it has been released too.
     #[inline]
     pub fn release(&mut self, held: impl Into<Held>) {
+        let pos = held.into().pos;
         self.held -= 1;
-        self.release_pos(held.into().pos);
+        if self.parked.is_some_and(|(p, _)| p == pos) {
+            self.lent -= 1;
+            self.unpark();
+            return;
+        }
+        if self.state[self.idx(pos)] == LENT {
+            self.lent -= 1;
+        }
+        self.release_pos(pos);
     }
 
     fn release_pos(&mut self, pos: u64) {
         let i = self.idx(pos);
         self.state[i] = RELEASED;
-        if pos == self.tail {
+        if pos == self.tail || self.state[self.idx(self.tail)] == LENT {
             self.free_released();
         }
+    }
+
+    /// The application gave the parked record back: its slots are the producer's again.
+    fn unpark(&mut self) {
+        let Some((pos, k)) = self.parked.take() else {
+            return;
+        };
+        // As when freeing: no payload word may later pass for a stamp.
+        for s in 1..k {
+            // SAFETY: inside the record, which does not wrap; the producer leaves it alone until
+            // the clear below.
+            unsafe { (*self.header(pos + s)).stamp.store(0, Ordering::Relaxed) };
+        }
+        // SYNC: Release; pairs with the Acquire in Producer::has_space: the zeroing above (and our
+        // reads of the payload) happen before the producer reuses the slots.
+        // SAFETY: ctrl is valid while we hold the segment.
+        unsafe { (*self.ctrl).parked.store(0, Ordering::Release) };
     }
 
     /// Frees the released records at the tail, up to `read`, and tells the producer.
@@ -792,18 +933,44 @@ impl Consumer {
     /// moved past it.
     fn free_released(&mut self) {
         let mut tail = self.tail;
-        while tail < self.read && self.state[self.idx(tail)] == RELEASED {
+        while tail < self.read {
+            let idx = self.idx(tail);
             let h = self.header(tail);
             // SAFETY: the record at tail was published and is not yet free.
-            let len = unsafe { ptr::addr_of!((*h).len).read() } as usize;
+            let (len, flags) = unsafe {
+                (
+                    ptr::addr_of!((*h).len).read() as usize,
+                    ptr::addr_of!((*h)._flags).read(),
+                )
+            };
             let k = slots_for(len);
-            // Zero the first word of every slot after the first, so leftover payload can never
-            // look like a stamp to a later scan. The first slot keeps its (now stale) stamp.
-            for s in 1..k {
-                // SAFETY: inside the record, which does not wrap.
-                unsafe { (*self.header(tail + s)).stamp.store(0, Ordering::Relaxed) };
+            match self.state[idx] {
+                RELEASED => {
+                    // Zero the first word of every slot after the first, so leftover payload can
+                    // never look like a stamp to a later scan. The first slot keeps its (now
+                    // stale) stamp. Not inside padding over a parked record: that payload is
+                    // still the application's (it is zeroed when given back).
+                    if flags & PAD_OVER_PARKED == 0 {
+                        for s in 1..k {
+                            // SAFETY: inside the record, which does not wrap.
+                            unsafe { (*self.header(tail + s)).stamp.store(0, Ordering::Relaxed) };
+                        }
+                    }
+                }
+                // The application keeps a record it was lent and holds back a quarter of the
+                // ring: park it, so the producer can go on around it.
+                LENT if self.parked.is_none() && self.read - tail > self.cap / 4 => {
+                    self.parked = Some((tail, k));
+                    // Published by the tail store below (Release).
+                    // SAFETY: ctrl is valid while we hold the segment.
+                    unsafe {
+                        (*self.ctrl)
+                            .parked
+                            .store(((idx as u64 + 1) << 32) | k, Ordering::Relaxed)
+                    };
+                }
+                _ => break,
             }
-            let idx = self.idx(tail);
             self.state[idx] = FREE;
             tail += k;
         }
@@ -879,6 +1046,81 @@ mod tests {
         }
         assert_eq!(next_expected, next_sent);
         assert!(c.all_released());
+    }
+
+    /// A receiver that keeps a lent record for as long as it likes never stops the producer: the
+    /// record is parked, the producer writes around it lap after lap, its payload stays intact
+    /// until it is given back, and every other record arrives in order.
+    #[test]
+    fn a_lent_record_kept_for_many_laps_is_parked_and_left_intact() {
+        for (ring, record) in [(4096, 1024), (4096, 256), (16384, 4096), (1024, 256)] {
+            let s = seg(ring, record);
+            let mut p = s.producer(0, 0);
+            let mut c = s.consumer(0, 0);
+            let max = p.max_payload();
+            let mut rng = 0x5eed_u64 ^ ring as u64 ^ record as u64;
+            let mut next = || {
+                rng = rng.wrapping_add(0x9e3779b97f4a7c15);
+                let mut z = rng;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+                z ^ (z >> 31)
+            };
+            let (mut sent, mut got) = (0u32, 0u32);
+            // The lent record: its copy, the handle, and for how many more records it is kept.
+            let mut kept: Option<(Vec<u8>, SharedHeld, u64)> = None;
+            let mut laps_kept = 0u64;
+            for _ in 0..20_000 {
+                let len = 4 + (next() as usize % (max - 3));
+                let mut buf = vec![(sent % 251) as u8; len];
+                buf[..4].copy_from_slice(&sent.to_le_bytes());
+                while !p.try_push(meta(Kind::Whole, len as u64), &buf) {
+                    let info = c
+                        .peek()
+                        .unwrap()
+                        .expect("producer stopped with nothing to read");
+                    let lend = kept.is_none() && !c.has_lent() && next() % 4 == 0;
+                    if lend {
+                        let h = c.take_shared(&info);
+                        let n = u32::from_le_bytes(h.as_slice()[..4].try_into().unwrap());
+                        assert_eq!(n, got);
+                        kept = Some((h.as_slice().to_vec(), h, next() % 400));
+                    } else {
+                        let h = c.take(&info);
+                        let n = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
+                        assert_eq!(n, got);
+                        assert!(c.payload(&h)[4..].iter().all(|&b| b == (n % 251) as u8));
+                        c.release(h);
+                    }
+                    got += 1;
+                    if let Some((copy, h, left)) = kept.take() {
+                        assert_eq!(h.as_slice(), &copy[..], "a kept record was overwritten");
+                        if left == 0 {
+                            c.release(h);
+                        } else {
+                            laps_kept += 1;
+                            kept = Some((copy, h, left - 1));
+                        }
+                    }
+                }
+                sent += 1;
+            }
+            if let Some((copy, h, _)) = kept.take() {
+                assert_eq!(h.as_slice(), &copy[..]);
+                c.release(h);
+            }
+            while let Some(info) = c.peek().unwrap() {
+                let h = c.take(&info);
+                assert_eq!(
+                    u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap()),
+                    got
+                );
+                got += 1;
+                c.release(h);
+            }
+            assert_eq!(got, sent);
+            assert!(c.all_released() && !c.has_lent());
+            assert!(laps_kept > 1000, "records were kept while others passed");
+        }
     }
 
     #[test]
@@ -1121,6 +1363,63 @@ mod tests {
                 next[(port - 1) as usize] += 2;
                 c.release(h);
             }
+        }
+        t.join().unwrap();
+        assert!(c.all_released());
+    }
+
+    #[test]
+    fn concurrent_producer_writes_around_a_parked_record() {
+        // A real race: the producer thread publishes while the consumer keeps one lent record at
+        // a time for a while (so it is parked, the producer learns of it with the tail, pads
+        // over it, and reuses its slots once it is given back).
+        let s = seg(16 << 10, 2048);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        const N: u32 = 200_000;
+        let t = std::thread::spawn(move || {
+            for i in 0..N {
+                let len = [4usize, 500, 1000, 2000, 33, 1500, 64][(i % 7) as usize];
+                let mut buf = [(i % 251) as u8; 2000];
+                buf[..4].copy_from_slice(&i.to_le_bytes());
+                while !p.try_push(meta(Kind::Whole, len as u64), &buf[..len]) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut want = 0u32;
+        let mut kept: Option<(SharedHeld, u32, u32)> = None;
+        while want < N {
+            let Some(info) = c.peek().unwrap() else {
+                continue;
+            };
+            if kept.is_none() && want.is_multiple_of(97) {
+                let h = c.take_shared(&info);
+                kept = Some((h, want, want + 37 + want % 300));
+            } else {
+                let h = c.take(&info);
+                let b = c.payload(&h);
+                assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), want);
+                assert!(b[4..].iter().all(|&x| x == (want % 251) as u8));
+                c.release(h);
+            }
+            want += 1;
+            if let Some((h, n, until)) = kept.take() {
+                let b = h.as_slice();
+                assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), n);
+                assert!(
+                    b[4..].iter().all(|&x| x == (n % 251) as u8),
+                    "kept record {n} changed"
+                );
+                if want >= until {
+                    c.release(h);
+                } else {
+                    kept = Some((h, n, until));
+                }
+            }
+        }
+        if let Some((h, _, _)) = kept.take() {
+            c.release(h);
         }
         t.join().unwrap();
         assert!(c.all_released());

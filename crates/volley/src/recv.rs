@@ -76,6 +76,27 @@ impl Endpoint {
                 e.drive_pending();
                 let p = e.poll_port(self.port, dispatch)?;
                 if let Poll::Found(src, info) = p {
+                    if info.kind == Kind::Whole && e.rx(src).has_lent() {
+                        // The application still holds the last message this ring lent it: one
+                        // lent record per ring can be parked out of the producer's way (see
+                        // Consumer::take_shared), so copy this one.
+                        let rx = e.rx(src);
+                        let held = rx.take(&info);
+                        let copy = rx.payload(&held).to_vec();
+                        rx.release(held);
+                        e.disarm();
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::StagingCopies, 1);
+                        e.count(Counter::BytesRecvd, info.len as u64);
+                        return Ok(Some(Message {
+                            world: w.clone(),
+                            src: Source {
+                                rank: w.inner.l2g[src],
+                                port: info.tag,
+                            },
+                            body: Body::Owned(copy),
+                        }));
+                    }
                     if info.kind == Kind::Whole {
                         took = Some(e.rx(src).take_shared(&info));
                         // What Waiter::finish would do, without another borrow.

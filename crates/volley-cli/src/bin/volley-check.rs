@@ -244,21 +244,61 @@ fn slow_receiver(w: &World, count: u64, size: usize) -> R {
     Ok(())
 }
 
-/// Rank 1 kills itself with SIGKILL (or, with `exit`, exits with code 3 without closing its
-/// world) in the middle of a ping-pong; rank 0 must get a peer-lost error and report how long
-/// after the last good exchange it came.
-fn killed_peer(w: &World, exit: bool) -> R {
+/// Ranks 1.. send `count` messages of `size` to rank 0, which keeps every message `recv()` lends
+/// it until all have arrived (none dropped early), then checks them all: holding lent messages
+/// must not stop later ones.
+fn keep_lent(w: &World, count: u64, size: usize) -> R {
+    let me = w.rank();
+    let ep = w.open(3)?;
+    if me == 0 {
+        let total = count * (w.size() as u64 - 1);
+        let mut kept = Vec::with_capacity(total as usize);
+        for _ in 0..total {
+            kept.push(ep.recv()?);
+        }
+        let in_place = kept.iter().filter(|m| m.is_in_place()).count();
+        let mut next = vec![0u64; w.size()];
+        for m in &kept {
+            let src = m.source().rank;
+            let seq = next[src];
+            check(
+                m,
+                size,
+                seed_of(seq, size, src),
+                &format!("from rank {src} seq {seq}"),
+            )?;
+            next[src] += 1;
+        }
+        if next.iter().skip(1).any(|&c| c != count) {
+            return Err(format!("counts per sender {next:?}, expected {count} each").into());
+        }
+        println!("result: kept={} in_place={in_place}", kept.len());
+    } else {
+        ep.target(0, 3)?;
+        let mut msg = vec![0u8; size];
+        for seq in 0..count {
+            fill(&mut msg, seed_of(seq, size, me));
+            ep.send(&msg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Rank `victim` (1 unless named) kills itself with SIGKILL (or, with `exit`, exits with code 3
+/// without closing its world) in the middle of a ping-pong; the other rank must get a peer-lost
+/// error and report how long after the last good exchange it came.
+fn killed_peer(w: &World, exit: bool, victim: usize) -> R {
     // Under `mpiexec.hydra -disable-auto-cleanup` the survivors of a failed rank get SIGUSR1, which
     // would end them before they report what volley told them.
     volley_sys::unix::ignore_signal(libc::SIGUSR1)?;
-    if w.size() != 2 {
-        return Err("killed-peer needs exactly 2 ranks".into());
+    if w.size() != 2 || victim > 1 {
+        return Err("killed-peer needs exactly 2 ranks (victim 0 or 1)".into());
     }
     let me = w.rank();
     let ep = w.open(5)?;
     ep.target(1 - me, 5)?;
     let mut buf = [0u8; 64];
-    if me == 1 {
+    if me == victim {
         for i in 0.. {
             ep.recv_into(&mut buf)?;
             if i == 500 {
@@ -288,7 +328,7 @@ fn killed_peer(w: &World, exit: bool) -> R {
                 );
                 // On another host the survivor cannot see the signal, only the silence; under a
                 // foreign launcher, only that the process ended.
-                return if l.rank == 1
+                return if l.rank == victim
                     && matches!(l.fate, Fate::Killed(9) | Fate::Unreachable | Fate::Vanished)
                 {
                     Ok(())
@@ -1344,7 +1384,13 @@ fn main() {
         ),
         Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
-        Some("killed-peer") => killed_peer(&world, args.get(1).map(String::as_str) == Some("exit")),
+        Some("killed-peer") => killed_peer(
+            &world,
+            args.iter().any(|a| a == "exit"),
+            args.iter()
+                .find_map(|a| a.strip_prefix("victim="))
+                .map_or(1, |v| v.parse().expect("victim=RANK")),
+        ),
         Some("lost-placing") => {
             lost_while_placing(&world, args.get(1).map(String::as_str) == Some("request"))
         }
@@ -1353,6 +1399,7 @@ fn main() {
         Some("toosmall") => too_small(&world),
         Some("self") => send_to_self(&world),
         Some("big") => big(&world, num(1, 1 << 30) as usize),
+        Some("keep") => keep_lent(&world, num(1, 1000), num(2, 100) as usize),
         Some("hold") => {
             println!(
                 "result: hold pid={} token={:016x}",
