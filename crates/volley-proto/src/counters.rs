@@ -45,6 +45,8 @@ peer_counters! {
     bad_field, "packets", "intact packets with an impossible field (dropped)";
     after_lost, "packets", "packets received after the peer was declared lost (dropped)";
     rto_backoffs, "events", "retransmission timer expirations (each doubles the timeout)";
+    stale_retransmits, "packets", "retransmissions due of a message already complete (an ACK sent instead; only after a forged packet)";
+    stale_requests, "packets", "requests to send for a message delivered already (taken, not acted on; only after a forged packet)";
 }
 
 /// (name, unit, description) of the engine's counters that belong to no peer, in the order of

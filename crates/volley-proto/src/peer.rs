@@ -107,8 +107,14 @@ enum What {
         off: u64,
         len: u32,
     },
+    /// Carries the envelope itself: a retransmission must not need the message, which may be
+    /// complete already (a forged packet can get its data cleared and acknowledged while this
+    /// very packet never was).
     Rts {
         msg: u64,
+        tag: u32,
+        context: u32,
+        len: u64,
     },
     /// Clears the peer's message `msg`.
     Cts {
@@ -652,9 +658,21 @@ impl Peer {
         if msg_len > cfg.max_message {
             return Err(Malformed::Field);
         }
+        if unwrap32(self.in_base, msg) < self.in_base {
+            // A request to send for a message delivered already, under a sequence number not
+            // seen before: only a forged packet (taken in this one's place) makes a sender
+            // send it. Take the number, so the stream goes on; the content is stale.
+            self.counters.stale_requests += 1;
+            return Ok(());
+        }
         let idx = self.in_slot(cfg, msg)?;
         let m = &mut self.in_msgs[idx];
         if m.state != InState::Unseen {
+            if m.state != InState::Eager && (m.len, m.tag, m.context) == (msg_len, tag, context) {
+                // The same announcement again under a new number (as above).
+                self.counters.stale_requests += 1;
+                return Ok(());
+            }
             return Err(Malformed::Field);
         }
         m.state = InState::Announced;
@@ -1240,7 +1258,15 @@ impl Peer {
         let pb = Some(self.piggyback(cfg));
         match what {
             What::Frag { msg, off, len } => {
-                let m = &self.out[(msg - self.out_base) as usize];
+                let Some(m) = msg
+                    .checked_sub(self.out_base)
+                    .and_then(|i| self.out.get(i as usize))
+                else {
+                    // Complete already: every fragment was acknowledged, this one included
+                    // (only a forged acknowledgement gets here). Say what we have instead.
+                    self.counters.stale_retransmits += 1;
+                    return self.emit_ack(cfg, me, token, false, buf);
+                };
                 let s = Seq {
                     seq: seq as u32,
                     piggyback: pb,
@@ -1249,26 +1275,28 @@ impl Peer {
                 };
                 emit_fragment(buf, token, me, self.rank, &s, m, off, len as usize)
             }
-            What::Rts { msg } => {
-                let m = &self.out[(msg - self.out_base) as usize];
-                Repr {
-                    token,
-                    src: me,
-                    dst: self.rank,
-                    body: Body::Rts {
-                        seq: Seq {
-                            seq: seq as u32,
-                            piggyback: pb,
-                            best_effort: false,
-                            msg: msg as u32,
-                        },
-                        tag: m.tag,
-                        context: m.context,
-                        msg_len: m.len(),
+            What::Rts {
+                msg,
+                tag,
+                context,
+                len,
+            } => Repr {
+                token,
+                src: me,
+                dst: self.rank,
+                body: Body::Rts {
+                    seq: Seq {
+                        seq: seq as u32,
+                        piggyback: pb,
+                        best_effort: false,
+                        msg: msg as u32,
                     },
-                }
-                .emit(buf)
+                    tag,
+                    context,
+                    msg_len: len,
+                },
             }
+            .emit(buf),
             What::Cts { msg } => Repr {
                 token,
                 src: me,
@@ -1338,7 +1366,13 @@ impl Peer {
                         return None;
                     }
                     m.state = OutState::WaitCts;
-                    return Some(self.push_new(cfg, me, token, now, What::Rts { msg: id }, buf));
+                    let rts = What::Rts {
+                        msg: id,
+                        tag: m.tag,
+                        context: m.context,
+                        len: m.len(),
+                    };
+                    return Some(self.push_new(cfg, me, token, now, rts, buf));
                 }
                 OutState::Eager | OutState::Cleared => {
                     if m.fully_sent() {
