@@ -401,3 +401,21 @@ fn a_ranks_background_child_does_not_outlive_the_job() {
         assert!(!running(p), "background child {p} outlived the job");
     }
 }
+
+/// Ranks that leave through `process::exit(0)` right after starting non-blocking sends, most
+/// still queued behind a full ring, without dropping their world: at exit volley closes the
+/// world as dropping it would, so every message arrives (issue 16, point 9: they were lost, and
+/// the job could end with code 0).
+#[test]
+fn a_rank_that_exits_with_sends_queued_loses_none_of_them() {
+    let out = ok(volley(
+        &["-n", "3", CHECK, "exit-queued", "200", "4000"],
+        &[("VOLLEY_SHM_RING_BYTES", "16384")],
+    ));
+    assert_eq!(values(&out, "received"), vec!["400"], "{out}");
+    // The point of the test: the senders left with most of their sends still queued.
+    for q in values(&out, "queued") {
+        assert!(q.parse::<u64>().unwrap() > 100, "{out}");
+    }
+    assert!(dev_shm_volley_entries().is_empty());
+}

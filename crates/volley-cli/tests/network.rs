@@ -583,6 +583,22 @@ fn a_remote_death_reaches_the_survivors_through_the_launcher() {
     }
 }
 
+/// A rank on another host that leaves through `process::exit(0)` with sends still queued or
+/// unacknowledged: at exit its world is closed as a drop would (sent, flushed, goodbye), so
+/// every message arrives (issue 16, point 9).
+#[test]
+fn a_remote_rank_that_exits_with_sends_queued_loses_none_of_them() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", t)],
+            &[CHECK, "exit-queued", "100", "100000"],
+        ));
+        assert_eq!(values(&out, "received"), vec!["100"], "{t}: {out}");
+    }
+}
+
 /// A receiver that keeps every message `recv()` lends it, from a sender on its own host (shared
 /// memory, a small ring) and from senders on other hosts, still gets every later message
 /// (issue 16, defect 4d).

@@ -345,6 +345,16 @@ pub fn yield_now() {
     unsafe { libc::sched_yield() };
 }
 
+/// Runs `f` when the process exits through `exit` (`std::process::exit`, the end of `main` in C,
+/// Python's interpreter exit), as C's `atexit`; not on `_exit`, a signal or an abort.
+pub fn at_exit(f: extern "C" fn()) -> std::io::Result<()> {
+    // SAFETY: registers a plain function pointer; libc calls it once at exit.
+    if unsafe { libc::atexit(f) } != 0 {
+        return Err(std::io::Error::other("atexit refused the handler"));
+    }
+    Ok(())
+}
+
 /// Ends this process at once with SIGKILL (as the parent-death signal would): no destructor,
 /// no atexit handler, nothing of the process outlives the call.
 pub fn kill_self_now() {

@@ -103,6 +103,7 @@ pub fn launcher_details() -> Option<String> {
 pub fn abort_job(code: i32, why: &str) -> ! {
     // An exit code is 8 bits: one that reads as 0 would say success.
     let code = if code & 0xff == 0 { 1 } else { code & 0xff };
+    crate::world::ABORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Ok(mut p) = CONN.try_lock() {
         if let Some(p) = p.as_mut() {
             p.abort(code, why);

@@ -43,6 +43,35 @@ impl Depth {
 
 pub(crate) static INITIALISED: AtomicBool = AtomicBool::new(false);
 
+/// The world to close if the process exits without dropping it (`std::process::exit`, C's
+/// `exit`, a World kept in a static), and the process that opened it: set at init, taken when
+/// it closes.
+static OPEN: std::sync::Mutex<Option<(std::sync::Weak<Inner>, u32)>> = std::sync::Mutex::new(None);
+
+/// Set by [`crate::abort_job`]: an abort ends the job at once and flushes nothing.
+pub(crate) static ABORTING: AtomicBool = AtomicBool::new(false);
+
+/// At exit: closes the world as dropping it would (queued sends go out, the network is
+/// flushed, the launcher is told this rank finished), so a rank that leaves through
+/// `process::exit` loses nothing it sent.
+extern "C" fn close_at_exit() {
+    if ABORTING.load(Ordering::Relaxed) {
+        return;
+    }
+    let open = match OPEN.try_lock() {
+        Ok(mut g) => g.take(),
+        Err(_) => None,
+    };
+    let Some((weak, pid)) = open else { return };
+    // A child forked after init exits without speaking for its parent's rank.
+    if pid != std::process::id() {
+        return;
+    }
+    if let Some(inner) = weak.upgrade() {
+        inner.close();
+    }
+}
+
 /// No port: polls on behalf of active ports only.
 pub(crate) const NO_PORT: u32 = u32::MAX;
 
@@ -61,8 +90,10 @@ pub(crate) struct Inner {
     pub(crate) g2l: Vec<Option<usize>>,
     /// The ranks on other hosts, when there are any.
     pub(crate) net: Option<Arc<Exclusive<crate::net::Net>>>,
-    /// The liveness thread, with a network (see `net::Keeper`).
-    pub(crate) keeper: Option<crate::net::Keeper>,
+    /// The liveness thread, with a network (see `net::Keeper`); taken (stopped) at close.
+    pub(crate) keeper: std::sync::Mutex<Option<crate::net::Keeper>>,
+    /// Closed already (dropped, or at exit).
+    pub(crate) closed: AtomicBool,
     /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
     pub(crate) poll_fd: Option<std::os::fd::OwnedFd>,
     /// Non-blocking operations on the caller's memory (see `request`).
@@ -170,7 +201,8 @@ impl World {
                 l2g,
                 g2l,
                 net,
-                keeper,
+                keeper: std::sync::Mutex::new(keeper),
+                closed: AtomicBool::new(false),
                 poll_fd,
                 reqs: Exclusive::new(Default::default()),
                 nposted: Default::default(),
@@ -184,6 +216,14 @@ impl World {
                 .start_progress_thread()
                 .map_err(InitError::ProgressThread)?;
         }
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            if let Err(e) = volley_sys::at_exit(close_at_exit) {
+                eprintln!("volley: {e}: a rank that leaves through exit() without dropping its World may lose queued sends");
+            }
+        });
+        *OPEN.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Arc::downgrade(&world.inner), std::process::id()));
         Ok(world)
     }
 
@@ -399,9 +439,44 @@ fn all_counters(e: &Engine, net: Option<&Exclusive<crate::net::Net>>) -> Vec<u64
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    /// What finalisation owes the peers and the launcher, once: when the world is dropped, or
+    /// at exit for a world that never was.
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Ok(mut g) = OPEN.lock() {
+            if g.as_ref()
+                .is_some_and(|(w, _)| std::ptr::eq(w.as_ptr(), self))
+            {
+                *g = None;
+            }
+        }
         // The liveness thread stops first: from here on this thread alone speaks for the rank.
-        self.keeper.take();
-        let e = self.eng.get_mut();
+        self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Dropped: nobody else holds the cell. At exit, another thread may be inside volley
+        // (the progress thread for a moment; an application thread for good, and then its
+        // sends are its own business).
+        let mut e = None;
+        for _ in 0..1000 {
+            e = self.eng.try_borrow_mut();
+            if e.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let Some(mut e) = e else {
+            eprintln!(
+                "volley: rank {}: exiting while another thread is inside volley: its queued sends are not flushed",
+                self.info.rank
+            );
+            return;
+        };
         e.finish_sends(self.info.rank);
         // Everything sent over the network is acknowledged before we leave, then the peers are
         // told we finished (so our silence is not taken for a failure).
@@ -410,7 +485,7 @@ impl Drop for Inner {
             n.flush(std::time::Duration::from_secs(30));
             n.close();
         }
-        let values = all_counters(e, self.net.as_deref());
+        let values = all_counters(&e, self.net.as_deref());
         e.mark_finalized(&values);
         if self.cfg.print_counters {
             let mut s = format!("volley counters, rank {}:\n", self.info.rank);

@@ -284,6 +284,45 @@ fn keep_lent(w: &World, count: u64, size: usize) -> R {
     Ok(())
 }
 
+/// Ranks 1.. start `count` non-blocking sends of `size` bytes each to rank 0 (more than its
+/// rings hold, so most are still queued) and leave at once through `process::exit(0)`, without
+/// dropping their world; rank 0 starts reading only after a pause, and checks every message.
+fn exit_with_queued_sends(w: &World, count: u64, size: usize) -> R {
+    let me = w.rank();
+    let ep = w.open(9)?;
+    if me != 0 {
+        let mut reqs = Vec::new();
+        for seq in 0..count {
+            let mut msg = vec![0u8; size];
+            fill(&mut msg, seed_of(seq, size, me));
+            reqs.push(ep.isend_tagged(0, 7, msg)?);
+        }
+        let queued = reqs
+            .iter_mut()
+            .map(|r| r.test())
+            .filter(|t| !matches!(t, Ok(true)))
+            .count();
+        println!("result: exiting rank={me} queued={queued}");
+        std::process::exit(0);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut buf = vec![0u8; size];
+    let mut next = vec![0u64; w.size()];
+    for _ in 0..count * (w.size() as u64 - 1) {
+        let st = ep.recv_matching(None, Some(7), &mut buf)?;
+        let (src, seq) = (st.source, next[st.source]);
+        check(
+            &buf[..st.len],
+            size,
+            seed_of(seq, size, src),
+            &format!("from {src} seq {seq}"),
+        )?;
+        next[src] += 1;
+    }
+    println!("result: received={}", next.iter().sum::<u64>());
+    Ok(())
+}
+
 /// Rank `victim` (1 unless named) kills itself with SIGKILL (or, with `exit`, exits with code 3
 /// without closing its world) in the middle of a ping-pong; the other rank must get a peer-lost
 /// error and report how long after the last good exchange it came.
@@ -1399,6 +1438,7 @@ fn main() {
         Some("toosmall") => too_small(&world),
         Some("self") => send_to_self(&world),
         Some("big") => big(&world, num(1, 1 << 30) as usize),
+        Some("exit-queued") => exit_with_queued_sends(&world, num(1, 200), num(2, 4000) as usize),
         Some("keep") => keep_lent(&world, num(1, 1000), num(2, 100) as usize),
         Some("hold") => {
             println!(
