@@ -578,8 +578,9 @@ fn a_remote_death_reaches_the_survivors_through_the_launcher() {
         );
         let want = format!("peer-lost rank={victim} fate=Killed(9)");
         assert!(out.contains(&want), "{t} {v}: {out}");
-        // Half the peer timeout: heard from the launcher, not from the silence.
-        assert!(after[0] < 5000, "{t} {v}: peer-lost after {} ms", after[0]);
+        // Within a second (issue 16's bound; 1-5 ms measured): heard from the launcher, not
+        // from the silence (the peer timeout is 10 s).
+        assert!(after[0] < 1000, "{t} {v}: peer-lost after {} ms", after[0]);
     }
 }
 

@@ -355,6 +355,13 @@ pub fn at_exit(f: extern "C" fn()) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Ends this process at once with exit code `code`, running no atexit handler and no
+/// destructor (C's `_exit`): as a program that crashes out of its own code would.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes a plain integer and does not return.
+    unsafe { libc::_exit(code) }
+}
+
 /// Ends this process at once with SIGKILL (as the parent-death signal would): no destructor,
 /// no atexit handler, nothing of the process outlives the call.
 pub fn kill_self_now() {

@@ -324,8 +324,8 @@ fn exit_with_queued_sends(w: &World, count: u64, size: usize) -> R {
 }
 
 /// Rank `victim` (1 unless named) kills itself with SIGKILL (or, with `exit`, exits with code 3
-/// without closing its world) in the middle of a ping-pong; the other rank must get a peer-lost
-/// error and report how long after the last good exchange it came.
+/// through `_exit`, without closing its world) in the middle of a ping-pong; the other rank must
+/// get a peer-lost error and report how long after the last good exchange it came.
 fn killed_peer(w: &World, exit: bool, victim: usize) -> R {
     // Under `mpiexec.hydra -disable-auto-cleanup` the survivors of a failed rank get SIGUSR1, which
     // would end them before they report what volley told them.
@@ -342,7 +342,8 @@ fn killed_peer(w: &World, exit: bool, victim: usize) -> R {
             ep.recv_into(&mut buf)?;
             if i == 500 {
                 if exit {
-                    std::process::exit(3);
+                    // Not std::process::exit: its atexit handler would close the world.
+                    volley_sys::exit_now(3);
                 }
                 volley_sys::kill(std::process::id(), libc_sigkill())?;
             }
