@@ -84,6 +84,7 @@ pub fn info() -> i32 {
         None => println!("\nyama ptrace_scope: no Yama in this kernel"),
     }
     launcher();
+    collectives();
     println!("\nsettings:");
     for (name, value, source) in &cfg.sources {
         println!("  {name:<30} {value:<28} ({source})");
@@ -114,5 +115,83 @@ fn launcher() {
             }
         }
         Err(e) => println!("\nlauncher: found, but joining the job failed: {e}"),
+    }
+}
+
+fn size_name(b: usize) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// The algorithm each collective of the MPI face runs, by size, for a few rank counts (a
+/// commutative operation; a non-commutative one always reduces by recursive doubling or a tree
+/// rooted at rank 0): each algorithm from the exact size where the choice changes to it.
+fn collectives() {
+    use volley::collectives::{self as coll, Coll, Shape};
+    println!(
+        "\ncollective algorithms (MPI face), by size; VOLLEY_COLL_<NAME>=<algorithm> forces one:"
+    );
+    if let Err(e) = coll::check_env() {
+        println!("  {e}");
+    }
+    for c in Coll::ALL {
+        let names: Vec<&str> = c.algos().iter().map(|a| a.name()).collect();
+        let forced = coll::forced(c)
+            .map(|a| format!("; forced: {}={}", c.env_var(), a.name()))
+            .unwrap_or_default();
+        println!(
+            "  {} (size: {}; algorithms: {}{forced})",
+            c.name(),
+            c.size_means(),
+            names.join(", ")
+        );
+        for ranks in [2, 4, 6, 8, 64] {
+            let shape = |bytes: usize| Shape {
+                bytes,
+                ranks,
+                count: bytes / 4,
+                commutative: true,
+            };
+            let pick = |bytes: usize| coll::select(c, shape(bytes));
+            // Sizes 0, 1, 2, 4 ... 64 MiB, and between two that differ the exact switch.
+            let mut starts = vec![0usize];
+            let mut prev = 0usize;
+            for k in 0..=26 {
+                let b = 1usize << k;
+                if pick(b) != pick(prev) {
+                    let (mut lo, mut hi) = (prev, b);
+                    while hi - lo > 1 {
+                        let mid = lo + (hi - lo) / 2;
+                        if pick(mid) == pick(prev) {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    starts.push(hi);
+                }
+                prev = b;
+            }
+            let text: Vec<String> = starts
+                .iter()
+                .map(|&b| {
+                    let a = pick(b);
+                    let why = match coll::forced(c) {
+                        Some(f) if f == a => "forced".to_string(),
+                        Some(f) => format!(
+                            "{} cannot run it, so the default: {}",
+                            f.name(),
+                            coll::default_choice(c, shape(b)).1
+                        ),
+                        None => coll::default_choice(c, shape(b)).1.to_string(),
+                    };
+                    format!("{} from {} ({why})", a.name(), size_name(b))
+                })
+                .collect();
+            println!("    {ranks:>3} ranks: {}", text.join("; "));
+        }
     }
 }

@@ -120,6 +120,55 @@ fn without_single_copy_everything_goes_through_the_ring() {
     }
 }
 
+/// `volley info` lists the algorithm each collective runs by size (with the exact switch points
+/// of `volley::collectives`), and what VOLLEY_COLL_* forces; a bad value is named there too.
+#[test]
+fn volley_info_lists_the_collective_algorithms_by_size() {
+    let info = |env: &[(&str, &str)]| {
+        let o = Command::new(VOLLEY)
+            .arg("info")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = info(&[]);
+    let line = |out: &str, coll: &str, ranks: &str| -> String {
+        let mut in_coll = false;
+        for l in out.lines() {
+            if l.starts_with("  ") && !l.starts_with("   ") {
+                in_coll = l.trim_start().starts_with(&format!("{coll} ("));
+            } else if in_coll && l.trim_start().starts_with(&format!("{ranks} ranks:")) {
+                return l.to_string();
+            }
+        }
+        panic!("no line for {coll} at {ranks} ranks:\n{out}")
+    };
+    let b8 = line(&out, "bcast", "8");
+    assert!(
+        b8.contains("binomial from 0 B") && b8.contains("scatter_ring from 12 KiB"),
+        "{b8}"
+    );
+    let a8 = line(&out, "allreduce", "8");
+    assert!(a8.contains("rabenseifner from 2049 B"), "{a8}");
+    let g6 = line(&out, "allgather", "6");
+    assert!(
+        g6.contains("ring from 0 B") && !g6.contains("recursive"),
+        "{g6}"
+    );
+    let forced = info(&[("VOLLEY_COLL_ALLTOALL", "pairwise")]);
+    assert!(
+        line(&forced, "alltoall", "4").contains("pairwise from 0 B (forced)"),
+        "{forced}"
+    );
+    let bad = info(&[("VOLLEY_COLL_ALLTOALL", "bruck")]);
+    assert!(
+        bad.contains("VOLLEY_COLL_ALLTOALL=\"bruck\" is not an algorithm of alltoall"),
+        "{bad}"
+    );
+}
+
 #[test]
 fn volley_info_names_every_mode_and_its_state() {
     let o = Command::new(VOLLEY).arg("info").output().unwrap();

@@ -184,6 +184,69 @@ fn collectives_give_the_standard_results() {
     passes("collectives", 5);
 }
 
+/// Every size class (0, 1, odd, over the eager threshold and a pipeline's chunk), on 1 to 8
+/// ranks (powers of two and not), on the world, a reversed split and an uneven one, with a
+/// non-commutative operation: each result equals the serial computation.
+#[test]
+fn collectives_at_every_size_class_and_rank_count() {
+    for n in [1, 2, 3, 4, 5, 8] {
+        passes("coll_sizes", n);
+    }
+}
+
+/// Every algorithm volley can choose gives the same results at every size: each forced for
+/// every call (`VOLLEY_COLL_*`; where one cannot run a call, such as Rabenseifner with the
+/// non-commutative operation, that call falls back to the default), at rank counts that are and
+/// are not powers of two.
+#[test]
+fn every_collective_algorithm_forced_gives_the_standard_results() {
+    let s = Scratch::new("coll_sizes");
+    let exe = build(&s.0, "coll_sizes", false);
+    let sets: [&[(&str, &str)]; 3] = [
+        &[
+            ("VOLLEY_COLL_BCAST", "scatter_ring"),
+            ("VOLLEY_COLL_REDUCE", "binomial"),
+            ("VOLLEY_COLL_ALLREDUCE", "rabenseifner"),
+            ("VOLLEY_COLL_ALLGATHER", "ring"),
+            ("VOLLEY_COLL_ALLTOALL", "pairwise"),
+        ],
+        &[
+            ("VOLLEY_COLL_BCAST", "binomial"),
+            ("VOLLEY_COLL_REDUCE", "linear"),
+            ("VOLLEY_COLL_ALLREDUCE", "recursive_doubling"),
+            ("VOLLEY_COLL_ALLGATHER", "recursive_doubling"),
+            ("VOLLEY_COLL_ALLTOALL", "linear"),
+        ],
+        &[
+            ("VOLLEY_COLL_ALLREDUCE", "reduce_bcast"),
+            ("VOLLEY_COLL_ALLGATHER", "gather_bcast"),
+        ],
+    ];
+    for env in sets {
+        for n in [2, 3, 4, 6, 8] {
+            let out = must(
+                launch_with(&exe, n, false, &[], env),
+                &format!("coll_sizes on {n} ranks with {env:?}"),
+            );
+            assert!(out.contains("coll_sizes: ok"), "{env:?} {n}: {out}");
+        }
+    }
+}
+
+/// A forced algorithm that does not exist is refused at MPI_Init with the list of those that do.
+#[test]
+fn an_unknown_collective_algorithm_is_refused_at_init() {
+    let s = Scratch::new("coll_sizes");
+    let exe = build(&s.0, "coll_sizes", false);
+    let o = launch_with(&exe, 2, false, &[], &[("VOLLEY_COLL_BCAST", "fastest")]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("VOLLEY_COLL_BCAST") && err.contains("scatter_ring"),
+        "{err}"
+    );
+}
+
 #[test]
 fn collectives_on_a_world_of_one() {
     passes("collectives", 1);

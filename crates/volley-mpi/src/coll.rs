@@ -1,20 +1,24 @@
 //! Collectives and reduction operations.
 //!
-//! Plain algorithms over the communicator's second context (dissemination barrier, binomial
-//! broadcast, reductions folded in rank order at the root, linear gather and scatter, pairwise
-//! all-to-all): correct for every size and datatype, not yet tuned to the machine (the
-//! collectives issue replaces them with ones that work in the job's shared memory inside a
-//! host). Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
+//! Algorithms over the communicator's second context: the simple ones here (dissemination
+//! barrier, binomial broadcast, reductions folded in rank order at the root, linear gather and
+//! scatter, all-to-all with every block in flight), and for broadcast, reduce, allreduce,
+//! allgather and alltoall the ones `volley::collectives` chooses by size and rank count
+//! (`algos`: binomial reduce, recursive doubling, Rabenseifner, scatter-ring broadcast, ring
+//! allgather, pairwise exchange). Not yet: algorithms that work in the job's shared memory
+//! inside a host. Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
 //! keeps it in its request and every test and wait moves it on. Every step posts its receives
 //! before its sends and completes when all have, so no two ranks can wait on each other's sends.
 
 use crate::abi::{self, class, H};
+use crate::algos;
 use crate::dtype::{committed, Basic, Dtype, TypeRef};
 use crate::err::{fail, get, put, R};
 use crate::nbc::{block_on, Nbc, Seq};
 use crate::state::{handle, index, rt, CommCore, UserFn, UserOp, KIND_OP};
 use std::ffi::c_void;
 use std::os::raw::c_int;
+use volley::collectives::{self, Algo, Coll, Shape};
 
 /// Kinds of the face's own messages on a communicator's second context (program tags, and so
 /// synchronous-send acknowledgements, stay below 2^30); a collective's sequence number goes in
@@ -32,6 +36,9 @@ pub const TAG_ALLGATHERV: u32 = (1 << 30) | 11;
 pub const TAG_ALLTOALLV: u32 = (1 << 30) | 12;
 pub const TAG_SCAN: u32 = (1 << 30) | 13;
 pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
+pub const TAG_ALLREDUCE: u32 = (1 << 30) | 17;
+pub const TAG_BCAST_RING: u32 = (1 << 30) | 18;
+pub const TAG_ALLGATHER_RING: u32 = (1 << 30) | 19;
 /// Neighbourhood collectives (`topo`): a block sent towards a Cartesian neighbour below, or
 /// along a graph edge; and one sent towards the neighbour above.
 pub const TAG_NEIGHBOR: u32 = (1 << 30) | 16;
@@ -111,8 +118,27 @@ pub async fn barrier_a(c: &CommCore, s: Seq) -> R {
     Ok(())
 }
 
-/// Binomial-tree broadcast of `buf` from `root`.
+/// The shape of a call, for the choice of its algorithm.
+fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
+    Shape {
+        bytes,
+        ranks,
+        count,
+        commutative: op.is_none_or(Op::commutative),
+    }
+}
+
+/// Broadcast of `buf` from `root`, by the algorithm chosen for its size.
 pub async fn bcast_a(c: &CommCore, s: Seq, root: usize, buf: &mut [u8]) -> R {
+    let sh = shape(buf.len(), c.size(), buf.len(), None);
+    match collectives::select(Coll::Bcast, sh) {
+        Algo::ScatterRing => algos::bcast_scatter_ring(c, s, root, buf).await,
+        _ => bcast_binomial(c, s, root, buf).await,
+    }
+}
+
+/// Binomial-tree broadcast of `buf` from `root`.
+async fn bcast_binomial(c: &CommCore, s: Seq, root: usize, buf: &mut [u8]) -> R {
     let n = c.size();
     let tag = s.tag(TAG_BCAST);
     let rel = (c.rank + n - root) % n;
@@ -166,9 +192,23 @@ pub async fn gather_a(
     exchange_a(c, &[], &mut recvs).await
 }
 
+/// Every rank's block (`mine`, the same size everywhere) to every rank, in rank order in `all`.
 pub async fn allgather_a(c: &CommCore, s: Seq, mine: &[u8], all: &mut [u8]) -> R {
-    gather_a(c, s, 0, mine, all, TAG_GATHER).await?;
-    bcast_a(c, s, 0, all).await
+    let b = mine.len();
+    match collectives::select(Coll::Allgather, shape(b, c.size(), b, None)) {
+        a @ (Algo::RecursiveDoubling | Algo::Ring) => {
+            all[c.rank * b..(c.rank + 1) * b].copy_from_slice(mine);
+            if a == Algo::Ring {
+                algos::allgather_ring(c, s, all, b).await
+            } else {
+                algos::allgather_recursive_doubling(c, s, all, b).await
+            }
+        }
+        _ => {
+            gather_a(c, s, 0, mine, all, TAG_GATHER).await?;
+            bcast_a(c, s, 0, all).await
+        }
+    }
 }
 
 /// The blocking forms the communicator functions use (each one collective of `c`'s).
@@ -189,6 +229,16 @@ pub fn allgather_bytes(c: &CommCore, mine: &[u8], all: &mut [u8]) -> R {
 pub enum Op {
     Predefined(H),
     User(UserOp),
+}
+
+impl Op {
+    /// Whether the operation commutes (every predefined one does).
+    pub fn commutative(self) -> bool {
+        match self {
+            Op::Predefined(_) => true,
+            Op::User(u) => u.commute,
+        }
+    }
 }
 
 pub fn op_of(h: H) -> R<Op> {
@@ -508,6 +558,15 @@ pub async fn reduce_a(
     out: &mut [u8],
 ) -> R {
     let (n, b) = (c.size(), mine.len());
+    if collectives::select(Coll::Reduce, shape(b, n, count, Some(op))) == Algo::Binomial {
+        let red = algos::Red { op, t, th };
+        let mut buf = mine.to_vec();
+        algos::reduce_binomial(c, s, root, red, op.commutative(), TAG_REDUCE, &mut buf).await?;
+        if c.rank == root {
+            out.copy_from_slice(&buf);
+        }
+        return Ok(());
+    }
     let mut all = if c.rank == root {
         vec![0u8; b * n]
     } else {
@@ -794,11 +853,29 @@ fn reduce_op(
     };
     let mine = packed(&t, src, n);
     let recvbuf = P::new(recvbuf);
+    let algo = collectives::select(Coll::Allreduce, shape(mine.len(), c.size(), n, Some(op)));
     Ok(done(async move {
         let mut out = vec![0u8; mine.len()];
-        reduce_a(&c, s, root, op, &t, datatype, n, &mine, &mut out).await?;
-        if all {
-            bcast_a(&c, s, 0, &mut out).await?;
+        let red = algos::Red {
+            op,
+            t: &t,
+            th: datatype,
+        };
+        match algo {
+            Algo::RecursiveDoubling | Algo::Rabenseifner if all => {
+                out.copy_from_slice(&mine);
+                if algo == Algo::Rabenseifner {
+                    algos::allreduce_rabenseifner(&c, s, red, &mut out).await?;
+                } else {
+                    algos::allreduce_recursive_doubling(&c, s, red, &mut out).await?;
+                }
+            }
+            _ => {
+                reduce_a(&c, s, root, op, &t, datatype, n, &mine, &mut out).await?;
+                if all {
+                    bcast_a(&c, s, 0, &mut out).await?;
+                }
+            }
         }
         if all || c.rank == root {
             unpacked(&t, &out, recvbuf.get(), n);
@@ -1065,16 +1142,24 @@ fn alltoall_op(
     }
     let s = c.next_seq();
     let recvbuf = P::new(recvbuf);
+    let pairwise = collectives::select(Coll::Alltoall, shape(b, n, rn, None)) == Algo::Pairwise;
     Ok(done(async move {
-        all_to_all_a(&c, s.tag(TAG_ALLTOALL), &blocks, &vec![b; n], |r, data| {
+        let put = |r: usize, data: &[u8]| {
             unpacked(
                 &t,
                 data,
                 at(recvbuf.get(), (r * rn) as isize, &t) as *mut c_void,
                 rn,
             );
-        })
-        .await
+        };
+        if pairwise {
+            let mut got = vec![vec![0u8; b]; n];
+            algos::alltoall_pairwise(&c, s.tag(TAG_ALLTOALL), &blocks, &mut got).await?;
+            got[c.rank] = blocks[c.rank].clone();
+            got.iter().enumerate().for_each(|(r, d)| put(r, d));
+            return Ok(());
+        }
+        all_to_all_a(&c, s.tag(TAG_ALLTOALL), &blocks, &vec![b; n], put).await
     }))
 }
 

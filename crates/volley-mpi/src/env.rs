@@ -28,6 +28,7 @@ fn init(required: c_int) -> R<c_int> {
             ))
         }
     }
+    volley::collectives::check_env().map_err(|e| crate::err::fatal("MPI_Init", &e))?;
     let world = volley::World::init()
         .map_err(|e| crate::err::fatal("MPI_Init", &format!("cannot join the job: {e}")))?;
     // volley's world is used by one thread at a time: MPI_THREAD_SERIALIZED at most.

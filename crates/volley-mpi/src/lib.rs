@@ -24,6 +24,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+mod algos;
 mod coll;
 mod comm;
 mod dtype;

@@ -23,6 +23,7 @@ mod active;
 mod backoff;
 mod boot_pmi;
 mod bootstrap;
+pub mod collectives;
 mod config;
 mod counters;
 mod endpoint;

@@ -1,0 +1,356 @@
+//! The collective algorithms beyond the simple ones in `coll`: which one a call runs is
+//! `volley::collectives::select`'s choice (by size, rank count and operation), listed by
+//! `volley info` and forced by `VOLLEY_COLL_*`.
+//!
+//! Every algorithm works on packed bytes (whole elements of the call's datatype) with
+//! communicator ranks, through `coll::exchange_a` steps: one step posts its receives and sends
+//! and completes when they have, so consecutive steps between the same two ranks with the same
+//! tag match in order (MPI's non-overtaking rule).
+//!
+//! Reductions keep rank order wherever the operation may not commute: recursive doubling
+//! combines the two contiguous rank ranges its partners hold, lower one on the left; the
+//! binomial reduce combines a node's range with its child's, which follows it, and reduces to
+//! rank 0 (then sends to the root) when the operation does not commute.
+
+use crate::abi::H;
+use crate::coll::{apply, exchange_a, Op, TAG_ALLGATHER_RING, TAG_ALLREDUCE, TAG_BCAST_RING};
+use crate::dtype::Dtype;
+use crate::err::R;
+use crate::nbc::Seq;
+use crate::state::CommCore;
+use std::ops::Range;
+
+/// The largest power of two not above `n` (n > 0).
+fn pow2_below(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+/// A shared view of `a` and a mutable one of `b`, two disjoint ranges of `buf` (either may be
+/// empty).
+fn split(buf: &mut [u8], a: Range<usize>, b: Range<usize>) -> (&[u8], &mut [u8]) {
+    if a.end <= b.start {
+        let (lo, hi) = buf.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.end - b.start])
+    } else {
+        debug_assert!(b.end <= a.start, "overlapping ranges {a:?} {b:?}");
+        let (lo, hi) = buf.split_at_mut(a.start);
+        (&hi[..a.end - a.start], &mut lo[b])
+    }
+}
+
+/// How a reduction's operands are described: operation, element type (and its handle), bytes
+/// per element.
+#[derive(Clone, Copy)]
+pub struct Red<'a> {
+    pub op: Op,
+    pub t: &'a Dtype,
+    pub th: H,
+}
+
+impl Red<'_> {
+    /// `inout = input op inout` over the elements of `inout`.
+    fn apply(&self, input: &[u8], inout: &mut [u8]) -> R {
+        if inout.is_empty() {
+            return Ok(());
+        }
+        apply(
+            self.op,
+            self.t,
+            self.th,
+            inout.len() / self.t.size,
+            input,
+            inout,
+        )
+    }
+
+    /// `right = left op right` where `left` comes from lower ranks, or `mine = theirs op mine`
+    /// when `theirs` does: the result in `mine`, rank order kept.
+    fn combine(&self, mine: &mut [u8], theirs: &mut [u8], theirs_is_lower: bool) -> R {
+        if theirs_is_lower {
+            self.apply(theirs, mine)
+        } else {
+            self.apply(mine, theirs)?;
+            mine.copy_from_slice(theirs);
+            Ok(())
+        }
+    }
+}
+
+/// Ranks beyond the largest power of two fold into a neighbour first (MPICH's scheme): of ranks
+/// 0 .. 2 * rem, each even one hands its vector to the odd one above it and sits out; the
+/// others take part as `new` ranks 0 .. p2. The new rank of this rank, if it takes part.
+async fn fold_in(
+    c: &CommCore,
+    tag: u32,
+    red: &Red<'_>,
+    buf: &mut [u8],
+    tmp: &mut [u8],
+) -> R<Option<usize>> {
+    let (n, me) = (c.size(), c.rank);
+    let rem = n - pow2_below(n);
+    if me >= 2 * rem {
+        return Ok(Some(me - rem));
+    }
+    if me % 2 == 0 {
+        exchange_a(c, &[(me + 1, tag, buf)], &mut []).await?;
+        return Ok(None);
+    }
+    exchange_a(c, &[], &mut [(me - 1, tag, tmp)]).await?;
+    red.apply(tmp, buf)?;
+    Ok(Some(me / 2))
+}
+
+/// The rank of new rank `new` (see [`fold_in`]).
+fn real(new: usize, rem: usize) -> usize {
+    if new < rem {
+        new * 2 + 1
+    } else {
+        new + rem
+    }
+}
+
+/// The ranks that sat out get the result.
+async fn fold_out(c: &CommCore, tag: u32, buf: &mut [u8]) -> R {
+    let (n, me) = (c.size(), c.rank);
+    let rem = n - pow2_below(n);
+    if me >= 2 * rem {
+        return Ok(());
+    }
+    if me % 2 == 1 {
+        exchange_a(c, &[(me - 1, tag, buf)], &mut []).await
+    } else {
+        exchange_a(c, &[], &mut [(me + 1, tag, buf)]).await
+    }
+}
+
+/// Allreduce by recursive doubling: log2(n) rounds, each exchanging the whole vector with the
+/// partner at distance 1, 2, 4 ... and combining in rank order. `buf` holds this rank's vector
+/// and gets the result.
+pub async fn allreduce_recursive_doubling(c: &CommCore, s: Seq, red: Red<'_>, buf: &mut [u8]) -> R {
+    if c.size() == 1 || buf.is_empty() {
+        return Ok(());
+    }
+    let tag = s.tag(TAG_ALLREDUCE);
+    let rem = c.size() - pow2_below(c.size());
+    let p2 = pow2_below(c.size());
+    let mut tmp = vec![0u8; buf.len()];
+    if let Some(new) = fold_in(c, tag, &red, buf, &mut tmp).await? {
+        let mut mask = 1;
+        while mask < p2 {
+            let partner = real(new ^ mask, rem);
+            exchange_a(c, &[(partner, tag, buf)], &mut [(partner, tag, &mut tmp)]).await?;
+            red.combine(buf, &mut tmp, partner < c.rank)?;
+            mask <<= 1;
+        }
+    }
+    fold_out(c, tag, buf).await
+}
+
+/// Allreduce by Rabenseifner's algorithm (a commutative operation, at least one element per
+/// rank of the power of two): a reduce-scatter by recursive halving leaves each rank the reduced
+/// 1/p2 of the vector, an allgather by recursive doubling hands the pieces round. Each rank
+/// moves and reduces about twice the vector in all, whatever the rank count.
+pub async fn allreduce_rabenseifner(c: &CommCore, s: Seq, red: Red<'_>, buf: &mut [u8]) -> R {
+    if c.size() == 1 || buf.is_empty() {
+        return Ok(());
+    }
+    let tag = s.tag(TAG_ALLREDUCE);
+    let p2 = pow2_below(c.size());
+    let rem = c.size() - p2;
+    let es = red.t.size;
+    let count = buf.len() / es;
+    // Block b of the p2 blocks: its elements, as a byte range.
+    let (q, r) = (count / p2, count % p2);
+    let at = |b: usize| (b * q + b.min(r)) * es;
+    let bytes = |lo: usize, hi: usize| at(lo)..at(hi);
+    let mut tmp = vec![0u8; buf.len()];
+    if let Some(new) = fold_in(c, tag, &red, buf, &mut tmp).await? {
+        // Reduce-scatter: halve the range held, highest bit first; keep the half this rank's
+        // bit names, send the other.
+        let (mut lo, mut hi) = (0, p2);
+        let mut mask = p2 / 2;
+        while mask > 0 {
+            let partner = real(new ^ mask, rem);
+            let mid = lo + (hi - lo) / 2;
+            let (keep, give) = if new & mask == 0 {
+                ((lo, mid), (mid, hi))
+            } else {
+                ((mid, hi), (lo, mid))
+            };
+            let k = bytes(keep.0, keep.1);
+            let got = &mut tmp[..k.len()];
+            exchange_a(
+                c,
+                &[(partner, tag, &buf[bytes(give.0, give.1)])],
+                &mut [(partner, tag, &mut *got)],
+            )
+            .await?;
+            red.apply(got, &mut buf[k])?;
+            (lo, hi) = keep;
+            mask >>= 1;
+        }
+        debug_assert_eq!((lo, hi), (new, new + 1));
+        // Allgather: double the range held, lowest bit first.
+        let mut mask = 1;
+        while mask < p2 {
+            let partner = real(new ^ mask, rem);
+            let mine = new & !(mask - 1);
+            let theirs = mine ^ mask;
+            let (send, recv) = split(buf, bytes(mine, mine + mask), bytes(theirs, theirs + mask));
+            exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
+            mask <<= 1;
+        }
+    }
+    fold_out(c, tag, buf).await
+}
+
+/// Reduce down a binomial tree: at step `mask` a rank holding the range [rel, rel + mask)
+/// receives the range after it from `rel + mask`, or sends its own to `rel - mask` and is done.
+/// For an operation that may not commute the tree is rooted at rank 0 (relative order is rank
+/// order) and rank 0 sends the result to the root. `buf` holds this rank's vector; at the root
+/// it gets the result (elsewhere it is scratch).
+pub async fn reduce_binomial(
+    c: &CommCore,
+    s: Seq,
+    root: usize,
+    red: Red<'_>,
+    commutative: bool,
+    tag_kind: u32,
+    buf: &mut [u8],
+) -> R {
+    let (n, me) = (c.size(), c.rank);
+    if n == 1 {
+        return Ok(());
+    }
+    let tag = s.tag(tag_kind);
+    let top = if commutative { root } else { 0 };
+    let rel = (me + n - top) % n;
+    let mut tmp = vec![0u8; buf.len()];
+    let mut mask = 1;
+    while mask < n {
+        if rel & mask != 0 {
+            exchange_a(c, &[((rel - mask + top) % n, tag, buf)], &mut []).await?;
+            break;
+        }
+        if rel + mask < n {
+            let child = (rel + mask + top) % n;
+            exchange_a(c, &[], &mut [(child, tag, &mut tmp)]).await?;
+            // The child's range follows this rank's: mine op theirs.
+            red.combine(buf, &mut tmp, false)?;
+        }
+        mask <<= 1;
+    }
+    if top != root {
+        if me == top {
+            exchange_a(c, &[(root, tag, buf)], &mut []).await?;
+        } else if me == root {
+            exchange_a(c, &[], &mut [(top, tag, buf)]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Broadcast of a long message (van de Geijn's): the root's buffer, cut into n chunks, is
+/// scattered down a binomial tree (rank `rel` ends with chunks [rel, rel + its subtree)), then
+/// n - 1 rounds around a ring hand every chunk to every rank. Each byte crosses about two links
+/// instead of log2(n).
+pub async fn bcast_scatter_ring(c: &CommCore, s: Seq, root: usize, buf: &mut [u8]) -> R {
+    let (n, me) = (c.size(), c.rank);
+    let len = buf.len();
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    let tag = s.tag(crate::coll::TAG_BCAST);
+    let ring = s.tag(TAG_BCAST_RING);
+    let cs = len.div_ceil(n);
+    let chunks = |a: usize, b: usize| (a * cs).min(len)..(b * cs).min(len);
+    let real = |rel: usize| (rel + root) % n;
+    let rel = (me + n - root) % n;
+    // Scatter.
+    let mut mask = 1;
+    while mask < n {
+        if rel & mask != 0 {
+            let r = chunks(rel, (rel + mask).min(n));
+            exchange_a(c, &[], &mut [(real(rel - mask), tag, &mut buf[r])]).await?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if rel + mask < n {
+            let r = chunks(rel + mask, (rel + 2 * mask).min(n));
+            exchange_a(c, &[(real(rel + mask), tag, &buf[r])], &mut []).await?;
+        }
+        mask >>= 1;
+    }
+    // Ring allgather of the chunks.
+    let (left, right) = (real((rel + n - 1) % n), real((rel + 1) % n));
+    for i in 0..n - 1 {
+        let send = (rel + n - i) % n;
+        let recv = (rel + 2 * n - i - 1) % n;
+        let (out, into) = split(buf, chunks(send, send + 1), chunks(recv, recv + 1));
+        exchange_a(c, &[(right, ring, out)], &mut [(left, ring, into)]).await?;
+    }
+    Ok(())
+}
+
+/// Allgather by recursive doubling (n a power of two): at step `mask` a rank and its partner
+/// `rank ^ mask` swap the `mask` blocks each holds. `all` holds n blocks of `b` bytes, this
+/// rank's in place.
+pub async fn allgather_recursive_doubling(c: &CommCore, s: Seq, all: &mut [u8], b: usize) -> R {
+    let (n, me) = (c.size(), c.rank);
+    debug_assert!(n.is_power_of_two());
+    let tag = s.tag(TAG_ALLGATHER_RING);
+    let mut mask = 1;
+    while mask < n {
+        let partner = me ^ mask;
+        let mine = me & !(mask - 1);
+        let theirs = mine ^ mask;
+        let (send, recv) = split(
+            all,
+            mine * b..(mine + mask) * b,
+            theirs * b..(theirs + mask) * b,
+        );
+        exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Allgather around a ring: n - 1 rounds, in round i each rank passes block `rank - i` to the
+/// right and takes block `rank - i - 1` from the left. `all` as for recursive doubling.
+pub async fn allgather_ring(c: &CommCore, s: Seq, all: &mut [u8], b: usize) -> R {
+    let (n, me) = (c.size(), c.rank);
+    let tag = s.tag(TAG_ALLGATHER_RING);
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    for i in 0..n.saturating_sub(1) {
+        let send = (me + n - i) % n;
+        let recv = (me + 2 * n - i - 1) % n;
+        let (out, into) = split(all, send * b..(send + 1) * b, recv * b..(recv + 1) * b);
+        exchange_a(c, &[(right, tag, out)], &mut [(left, tag, into)]).await?;
+    }
+    Ok(())
+}
+
+/// Alltoall by pairwise exchange: n - 1 rounds, in round i rank r sends its block for r + i and
+/// receives the block from r - i; one partner at a time, so no rank is sent to by all at once.
+/// `got[r]` receives rank r's block (this rank's own is left to the caller).
+pub async fn alltoall_pairwise(
+    c: &CommCore,
+    tag: u32,
+    blocks: &[Vec<u8>],
+    got: &mut [Vec<u8>],
+) -> R {
+    let (n, me) = (c.size(), c.rank);
+    for i in 1..n {
+        let (to, from) = ((me + i) % n, (me + n - i) % n);
+        exchange_a(
+            c,
+            &[(to, tag, &blocks[to])],
+            &mut [(from, tag, &mut got[from])],
+        )
+        .await?;
+    }
+    Ok(())
+}

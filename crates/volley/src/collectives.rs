@@ -1,0 +1,327 @@
+//! Which algorithm a collective runs, by message size and rank count: the MPI face asks, and
+//! `volley info` lists the choices. `VOLLEY_COLL_<NAME>=<algorithm>` forces one (for tests and
+//! comparisons); a forced algorithm that cannot run a call (Rabenseifner with a non-commutative
+//! operation, recursive doubling of an allgather over a rank count that is not a power of two)
+//! leaves that call to the default choice.
+//!
+//! The defaults are the classic ones (Thakur, Rabenseifner and Gropp, "Optimization of
+//! collective communication operations in MPICH", 2005), with the switch points MPICH uses:
+//! latency-bound algorithms (binomial trees, recursive doubling) for small messages, and for
+//! large ones algorithms that move each byte as few times as possible (scatter then ring
+//! allgather for a broadcast, reduce-scatter by recursive halving then allgather by recursive
+//! doubling for an allreduce, pairwise exchange for an alltoall).
+
+use std::sync::OnceLock;
+
+/// The collectives whose algorithm is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coll {
+    Bcast,
+    Reduce,
+    Allreduce,
+    Allgather,
+    Alltoall,
+}
+
+impl Coll {
+    pub const ALL: [Coll; 5] = [
+        Coll::Bcast,
+        Coll::Reduce,
+        Coll::Allreduce,
+        Coll::Allgather,
+        Coll::Alltoall,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Coll::Bcast => "bcast",
+            Coll::Reduce => "reduce",
+            Coll::Allreduce => "allreduce",
+            Coll::Allgather => "allgather",
+            Coll::Alltoall => "alltoall",
+        }
+    }
+
+    /// The variable that forces this collective's algorithm.
+    pub fn env_var(self) -> String {
+        format!("VOLLEY_COLL_{}", self.name().to_uppercase())
+    }
+
+    /// What the size of a call means for this collective.
+    pub fn size_means(self) -> &'static str {
+        match self {
+            Coll::Bcast => "the message",
+            Coll::Reduce | Coll::Allreduce => "the vector reduced",
+            Coll::Allgather => "each rank's block",
+            Coll::Alltoall => "each block (one per pair)",
+        }
+    }
+
+    /// The algorithms this collective can run.
+    pub fn algos(self) -> &'static [Algo] {
+        match self {
+            Coll::Bcast => &[Algo::Binomial, Algo::ScatterRing],
+            Coll::Reduce => &[Algo::Binomial, Algo::Linear],
+            Coll::Allreduce => &[
+                Algo::RecursiveDoubling,
+                Algo::Rabenseifner,
+                Algo::ReduceBcast,
+            ],
+            Coll::Allgather => &[Algo::RecursiveDoubling, Algo::Ring, Algo::GatherBcast],
+            Coll::Alltoall => &[Algo::Linear, Algo::Pairwise],
+        }
+    }
+}
+
+/// A collective algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// A binomial tree: log2(n) rounds, the whole message on every edge.
+    Binomial,
+    /// Broadcast: the root scatters n pieces down a binomial tree, then a ring allgathers them.
+    ScatterRing,
+    /// Reduce: every contribution to the root, folded there in rank order. Alltoall: every
+    /// block posted at once.
+    Linear,
+    /// log2(n) rounds of pairwise exchange with partners at doubling distances (ranks beyond a
+    /// power of two fold into a neighbour first).
+    RecursiveDoubling,
+    /// Allreduce: reduce-scatter by recursive halving, then allgather by recursive doubling.
+    Rabenseifner,
+    /// Allreduce: reduce to rank 0, then broadcast.
+    ReduceBcast,
+    /// Allgather: n - 1 rounds around a ring, each passing one block on.
+    Ring,
+    /// Allgather: gather to rank 0, then broadcast.
+    GatherBcast,
+    /// Alltoall: n - 1 rounds, in round i rank r sends to r + i and receives from r - i.
+    Pairwise,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Binomial => "binomial",
+            Algo::ScatterRing => "scatter_ring",
+            Algo::Linear => "linear",
+            Algo::RecursiveDoubling => "recursive_doubling",
+            Algo::Rabenseifner => "rabenseifner",
+            Algo::ReduceBcast => "reduce_bcast",
+            Algo::Ring => "ring",
+            Algo::GatherBcast => "gather_bcast",
+            Algo::Pairwise => "pairwise",
+        }
+    }
+}
+
+/// What the choice depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Bytes, as [`Coll::size_means`] says.
+    pub bytes: usize,
+    /// Ranks of the communicator.
+    pub ranks: usize,
+    /// Elements of the vector (reductions).
+    pub count: usize,
+    /// Whether the operation commutes (reductions).
+    pub commutative: bool,
+}
+
+/// Below this many bytes a broadcast goes down a binomial tree.
+pub const BCAST_TREE_BYTES: usize = 12 << 10;
+/// Up to this many bytes an allreduce runs recursive doubling.
+pub const ALLREDUCE_RD_BYTES: usize = 2 << 10;
+/// Up to this many bytes gathered in all an allgather over a power of two runs recursive
+/// doubling.
+pub const ALLGATHER_RD_BYTES: usize = 512 << 10;
+/// Up to this many bytes per block an alltoall posts every block at once.
+pub const ALLTOALL_LINEAR_BYTES: usize = 32 << 10;
+
+fn pow2_below(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+/// Whether `a` can run this call of `c`.
+pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
+    if !c.algos().contains(&a) {
+        return false;
+    }
+    match a {
+        Algo::Rabenseifner => s.commutative && s.count >= pow2_below(s.ranks),
+        Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
+        _ => true,
+    }
+}
+
+/// The default algorithm for a call, and why.
+pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
+    match c {
+        Coll::Bcast if s.ranks <= 3 => (Algo::Binomial, "3 ranks or fewer: a tree is as short"),
+        Coll::Bcast if s.bytes < BCAST_TREE_BYTES => (Algo::Binomial, "short: latency-bound"),
+        Coll::Bcast => (
+            Algo::ScatterRing,
+            "long: each byte crosses each link about twice",
+        ),
+        Coll::Reduce => (
+            Algo::Binomial,
+            "log2(n) rounds; rank order kept for any operation",
+        ),
+        Coll::Allreduce if !s.commutative => (
+            Algo::RecursiveDoubling,
+            "non-commutative: recursive doubling keeps rank order",
+        ),
+        Coll::Allreduce if s.bytes <= ALLREDUCE_RD_BYTES => {
+            (Algo::RecursiveDoubling, "short: log2(n) rounds")
+        }
+        Coll::Allreduce if !applies(c, Algo::Rabenseifner, s) => (
+            Algo::RecursiveDoubling,
+            "fewer elements than ranks: nothing to scatter",
+        ),
+        Coll::Allreduce => (
+            Algo::Rabenseifner,
+            "long: each rank reduces and moves 1/n of the vector per round",
+        ),
+        Coll::Allgather
+            if s.ranks.is_power_of_two()
+                && s.bytes.saturating_mul(s.ranks) <= ALLGATHER_RD_BYTES =>
+        {
+            (
+                Algo::RecursiveDoubling,
+                "power of two, short: log2(n) rounds",
+            )
+        }
+        Coll::Allgather => (
+            Algo::Ring,
+            "long or not a power of two: n - 1 rounds, one block each",
+        ),
+        Coll::Alltoall if s.bytes <= ALLTOALL_LINEAR_BYTES => {
+            (Algo::Linear, "short blocks: everything in flight at once")
+        }
+        Coll::Alltoall => (
+            Algo::Pairwise,
+            "long blocks: one partner at a time, no incast",
+        ),
+    }
+}
+
+/// The algorithms `VOLLEY_COLL_*` force, read once.
+fn forced_all() -> &'static Result<Vec<(Coll, Algo)>, String> {
+    static FORCED: OnceLock<Result<Vec<(Coll, Algo)>, String>> = OnceLock::new();
+    FORCED.get_or_init(|| {
+        let mut v = Vec::new();
+        for c in Coll::ALL {
+            let var = c.env_var();
+            let Ok(val) = std::env::var(&var) else {
+                continue;
+            };
+            if val.is_empty() || val == "auto" {
+                continue;
+            }
+            match c.algos().iter().find(|a| a.name() == val) {
+                Some(&a) => v.push((c, a)),
+                None => {
+                    let names: Vec<&str> = c.algos().iter().map(|a| a.name()).collect();
+                    return Err(format!(
+                        "{var}={val:?} is not an algorithm of {}: use one of {} or auto",
+                        c.name(),
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(v)
+    })
+}
+
+/// Checks the `VOLLEY_COLL_*` variables (at MPI_Init): an unknown algorithm is an error that
+/// lists the known ones.
+pub fn check_env() -> Result<(), String> {
+    forced_all().as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+/// The algorithm `VOLLEY_COLL_*` forces for `c`, if any.
+pub fn forced(c: Coll) -> Option<Algo> {
+    forced_all()
+        .as_ref()
+        .ok()?
+        .iter()
+        .find(|(k, _)| *k == c)
+        .map(|(_, a)| *a)
+}
+
+/// The algorithm a call runs: the forced one where it applies, else the default.
+pub fn select(c: Coll, s: Shape) -> Algo {
+    match forced(c) {
+        Some(a) if applies(c, a, s) => a,
+        _ => default_choice(c, s).0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(bytes: usize, ranks: usize) -> Shape {
+        Shape {
+            bytes,
+            ranks,
+            count: bytes / 4,
+            commutative: true,
+        }
+    }
+
+    #[test]
+    fn defaults_switch_at_the_documented_sizes() {
+        assert_eq!(select(Coll::Bcast, shape(8, 8)), Algo::Binomial);
+        assert_eq!(select(Coll::Bcast, shape(1 << 20, 8)), Algo::ScatterRing);
+        assert_eq!(select(Coll::Bcast, shape(1 << 20, 2)), Algo::Binomial);
+        assert_eq!(
+            select(Coll::Allreduce, shape(8, 8)),
+            Algo::RecursiveDoubling
+        );
+        assert_eq!(
+            select(Coll::Allreduce, shape(1 << 20, 8)),
+            Algo::Rabenseifner
+        );
+        let noncomm = Shape {
+            commutative: false,
+            ..shape(1 << 20, 8)
+        };
+        assert_eq!(select(Coll::Allreduce, noncomm), Algo::RecursiveDoubling);
+        // Fewer elements than the power of two: nothing to scatter.
+        let few = Shape {
+            count: 3,
+            ..shape(1 << 20, 8)
+        };
+        assert_eq!(select(Coll::Allreduce, few), Algo::RecursiveDoubling);
+        assert_eq!(
+            select(Coll::Allgather, shape(8, 8)),
+            Algo::RecursiveDoubling
+        );
+        assert_eq!(select(Coll::Allgather, shape(8, 6)), Algo::Ring);
+        assert_eq!(select(Coll::Allgather, shape(1 << 20, 8)), Algo::Ring);
+        assert_eq!(select(Coll::Alltoall, shape(8, 8)), Algo::Linear);
+        assert_eq!(select(Coll::Alltoall, shape(1 << 20, 8)), Algo::Pairwise);
+    }
+
+    #[test]
+    fn every_algorithm_has_a_distinct_name_and_belongs_somewhere() {
+        let mut names: Vec<&str> = Coll::ALL
+            .iter()
+            .flat_map(|c| c.algos().iter().map(|a| a.name()))
+            .collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 9);
+        assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
+        assert!(!applies(
+            Coll::Allgather,
+            Algo::RecursiveDoubling,
+            shape(8, 6)
+        ));
+    }
+}
