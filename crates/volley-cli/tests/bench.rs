@@ -326,3 +326,47 @@ fn bad_bench_options_are_clear_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// The collective tests: one C driver built with volley's, Open MPI's and MPICH's mpicc, run by
+/// each one's launcher in turn; the table has a row per size with a latency for each MPI and
+/// volley's ratio to each, and the build directory is gone afterwards.
+#[test]
+fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
+    for test in ["allreduce", "barrier", "alltoall"] {
+        let o = Command::new(VOLLEY)
+            .args(["bench", test, "-n", "2", "--sizes", "8,64K", "--vs"])
+            .args(["openmpi,mpich", "--reps", "2", "--budget-ms", "20"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{test}: {out}\n{err}");
+        let head = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("bytes"))
+            .unwrap_or_else(|| panic!("{test}: no header:\n{out}\n{err}"));
+        for col in ["volley", "openmpi", "mpich", "vs openmpi", "vs mpich"] {
+            assert!(head.contains(col), "{test}: {head}");
+        }
+        for size in ["8", "65536"] {
+            let row = out
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(size))
+                .unwrap_or_else(|| panic!("{test}: no row for {size}:\n{out}"));
+            // Three medians (with their spread), then two ratios: all positive numbers.
+            let nums: Vec<f64> = row
+                .split(|c: char| c.is_whitespace() || "()-x".contains(c))
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test}: {row}");
+            assert!(nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{test}: {row}");
+        }
+        assert!(!out.contains("left out") && !err.contains("left out"), "{err}");
+    }
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("volley-bench-coll-"))
+        .collect();
+    assert!(left.is_empty(), "build directories left: {left:?}");
+}

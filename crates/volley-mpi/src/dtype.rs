@@ -129,6 +129,13 @@ impl Dtype {
     /// # Safety
     /// `src` holds `count` elements of this type.
     pub unsafe fn pack(&self, src: *const u8, count: usize, out: &mut [u8]) {
+        if self.contig {
+            // One run: count * size bytes in a row (one copy, not one per element).
+            let n = (count * self.size).min(out.len());
+            // SAFETY: a contiguous type's count elements are count * size bytes at src.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), n) };
+            return;
+        }
         let mut at = 0;
         for i in 0..count {
             let base = src.wrapping_offset(i as isize * self.extent());
@@ -249,6 +256,12 @@ impl Dtype {
     /// # Safety
     /// `dst` holds `count` elements of this type.
     pub unsafe fn unpack(&self, data: &[u8], dst: *mut u8, count: usize) {
+        if self.contig {
+            let n = data.len().min(count * self.size);
+            // SAFETY: dst holds count elements, count * size bytes in a row.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, n) };
+            return;
+        }
         let mut at = 0;
         'outer: for i in 0..count {
             let base = dst.wrapping_offset(i as isize * self.extent());

@@ -6,6 +6,7 @@
 //! command over a volley control endpoint, and both play their part. Rank 0 times, summarises
 //! and prints.
 
+pub mod coll;
 pub mod links;
 pub mod results;
 pub mod stats;
@@ -24,8 +25,12 @@ pub const TESTS: &[&str] = &[
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// pingpong | stream | bibw | rate | logp | overlap | idle
+    /// pingpong | stream | bibw | rate | logp | overlap | idle (two ranks), or a collective over
+    /// --ranks: barrier | bcast | reduce | allreduce | allgather | alltoall
     pub test: String,
+    /// Ranks for the collective tests.
+    #[arg(long, short = 'n', default_value_t = 4)]
+    pub ranks: usize,
     /// Message sizes: a list (8,64K,1M) or a range of powers of two (1K-1M). Default 0 and powers
     /// of two up to 8 MiB.
     #[arg(long, value_name = "LIST")]
@@ -33,10 +38,11 @@ pub struct BenchArgs {
     /// Add NetPIPE's perturbations: each size also minus and plus 3 bytes.
     #[arg(long)]
     pub perturb: bool,
-    /// Compare with kernel transports in the same run: tcp, udp, uds, pipe (comma-separated).
+    /// Compare in the same run with kernel transports (tcp, udp, uds, pipe), or for a
+    /// collective with other MPIs (openmpi, mpich); comma-separated.
     #[arg(long, value_name = "LIST")]
     pub vs: Option<String>,
-    /// Pin the two ranks to these CPUs (A,B).
+    /// Pin the ranks to these CPUs (A,B for the two-rank tests; a list for the collectives).
     #[arg(long, value_name = "A,B")]
     pub cpus: Option<String>,
     /// Measured iterations per size and transport, at least (time budget permitting more).
@@ -197,11 +203,13 @@ fn err(e: impl std::fmt::Display) -> io::Error {
 
 /// Entry point of `volley bench`.
 pub fn bench(args: BenchArgs) -> i32 {
-    if !TESTS.contains(&args.test.as_str()) {
+    let collective = coll::TESTS.contains(&args.test.as_str());
+    if !TESTS.contains(&args.test.as_str()) && !collective {
         eprintln!(
-            "volley bench: unknown test {:?}; choose one of {}",
+            "volley bench: unknown test {:?}; choose one of {}, or a collective: {}",
             args.test,
-            TESTS.join(", ")
+            TESTS.join(", "),
+            coll::TESTS.join(", ")
         );
         return 2;
     }
@@ -212,6 +220,15 @@ pub fn bench(args: BenchArgs) -> i32 {
             return 2;
         }
     };
+    if collective {
+        // (Sizes default to 8 B .. 1 MiB: the driver's buffers are a rank's part times the ranks.)
+        let sizes = if args.sizes.is_none() {
+            (3..=20).map(|b| 1u64 << b).collect()
+        } else {
+            sizes
+        };
+        return coll::bench(&args, sizes);
+    }
     let vs = match args.vs.as_deref().map(|v| {
         v.split(',')
             .filter(|s| !s.is_empty())

@@ -1,0 +1,302 @@
+//! `volley bench barrier|bcast|reduce|allreduce|allgather|alltoall`: collectives over N ranks,
+//! volley's MPI beside Open MPI's and MPICH's in one invocation.
+//!
+//! One small C program (`coll_driver.c`, in this binary) is built with each MPI's own `mpicc`
+//! and started by each one's launcher (`volley run`, `mpirun.openmpi`, `mpirun.mpich`), so the
+//! three run the same code; the systems take turns, round after round (A B C A B C ...), so
+//! drift of the machine hits all alike. Each round gives, per size, the median over 20 batches
+//! of a call's latency (the slowest rank's); the table shows the median of the rounds and
+//! their spread.
+
+use super::BenchArgs;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TESTS: &[&str] = &[
+    "barrier",
+    "bcast",
+    "reduce",
+    "allreduce",
+    "allgather",
+    "alltoall",
+];
+
+const DRIVER: &str = include_str!("coll_driver.c");
+
+/// An MPI to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum System {
+    Volley,
+    OpenMpi,
+    Mpich,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Volley => "volley",
+            System::OpenMpi => "openmpi",
+            System::Mpich => "mpich",
+        }
+    }
+
+    fn parse(s: &str) -> Result<System, String> {
+        match s {
+            "volley" => Ok(System::Volley),
+            "openmpi" | "ompi" => Ok(System::OpenMpi),
+            "mpich" => Ok(System::Mpich),
+            _ => Err(format!(
+                "{s:?}: collectives compare with openmpi and mpich (comma-separated)"
+            )),
+        }
+    }
+
+    fn compiler(self, me: &Path) -> Command {
+        match self {
+            System::Volley => {
+                let mut c = Command::new(me);
+                c.arg("mpicc");
+                c
+            }
+            System::OpenMpi => Command::new("mpicc.openmpi"),
+            System::Mpich => Command::new("mpicc.mpich"),
+        }
+    }
+
+    fn launcher(self, me: &Path, n: usize, cpus: Option<&str>) -> Command {
+        let np = n.to_string();
+        match self {
+            System::Volley => {
+                let mut c = Command::new(me);
+                c.args(["run", "-n", &np]);
+                if let Some(l) = cpus {
+                    c.args(["--cpus", l]);
+                }
+                c
+            }
+            System::OpenMpi => {
+                let mut c = Command::new("mpirun.openmpi");
+                c.args(["-np", &np, "--oversubscribe", "--mca", "btl", "self,vader"]);
+                match cpus {
+                    Some(l) => c.args(["--cpu-set", l, "--bind-to", "core"]),
+                    None => c.args(["--bind-to", "none"]),
+                };
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+                c
+            }
+            System::Mpich => {
+                let mut c = Command::new("mpirun.mpich");
+                c.args(["-n", &np]);
+                if let Some(l) = cpus {
+                    c.args(["-bind-to", &format!("user:{l}")]);
+                }
+                c
+            }
+        }
+    }
+}
+
+/// Runs `cmd` to its end or until `limit`, and returns its standard output.
+fn run_for(mut cmd: Command, limit: Duration) -> Result<String, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+    let t = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "still running after {} s: stopped",
+                    limit.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let o = child.wait_with_output().map_err(|e| e.to_string())?;
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        return Err(format!("failed ({}):\n{out}{err}", o.status));
+    }
+    Ok(out)
+}
+
+/// `size -> median_us` from the driver's output.
+fn parse(out: &str) -> BTreeMap<u64, f64> {
+    let mut m = BTreeMap::new();
+    for line in out.lines().filter(|l| l.starts_with("result: ")) {
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .map(str::to_string)
+        };
+        if let (Some(s), Some(t)) = (field("size="), field("median_us=")) {
+            if let (Ok(s), Ok(t)) = (s.parse(), t.parse()) {
+                m.insert(s, t);
+            }
+        }
+    }
+    m
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Entry point for the collective tests.
+pub fn bench(args: &BenchArgs, sizes: Vec<u64>) -> i32 {
+    match run(args, sizes) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("volley bench: {e}");
+            1
+        }
+    }
+}
+
+fn run(args: &BenchArgs, sizes: Vec<u64>) -> Result<(), String> {
+    let n = args.ranks;
+    if n < 1 {
+        return Err("--ranks must be at least 1".into());
+    }
+    let mut systems = vec![System::Volley];
+    for s in args
+        .vs
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+    {
+        let m = System::parse(s.trim())?;
+        if !systems.contains(&m) {
+            systems.push(m);
+        }
+    }
+    let me = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("volley-bench-coll-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _clean = Clean(dir.clone());
+    let src = dir.join("coll_driver.c");
+    std::fs::write(&src, DRIVER).map_err(|e| format!("{}: {e}", src.display()))?;
+    // Build the driver with each MPI; one that cannot be built is left out, with a word why.
+    let mut built: Vec<(System, PathBuf)> = Vec::new();
+    for m in systems {
+        let exe = dir.join(format!("coll_{}", m.name()));
+        let mut c = m.compiler(&me);
+        c.args(["-O2", "-o"]).arg(&exe).arg(&src);
+        match c.output() {
+            Ok(o) if o.status.success() => built.push((m, exe)),
+            Ok(o) => eprintln!(
+                "volley bench: {} left out: its mpicc failed: {}",
+                m.name(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => eprintln!(
+                "volley bench: {} left out: cannot run its mpicc ({:?}): {e}",
+                m.name(),
+                c.get_program()
+            ),
+        }
+    }
+    if built.is_empty() {
+        return Err("nothing to measure".into());
+    }
+    let mut driver_args = vec![args.test.clone(), args.budget_ms.to_string()];
+    driver_args.extend(sizes.iter().map(|s| s.to_string()));
+    // Round after round, the systems in turn.
+    let mut got: BTreeMap<(usize, u64), Vec<f64>> = BTreeMap::new();
+    let limit = Duration::from_millis(args.budget_ms * 4 * sizes.len() as u64 + 120_000);
+    for round in 0..args.reps {
+        for (i, (m, exe)) in built.iter().enumerate() {
+            let mut c = m.launcher(&me, n, args.cpus.as_deref());
+            c.arg(exe).args(&driver_args);
+            let out =
+                run_for(c, limit).map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?;
+            for (size, t) in parse(&out) {
+                got.entry((i, size)).or_default().push(t);
+            }
+        }
+    }
+    // The table.
+    println!(
+        "# volley bench {}, {n} ranks{}, per-call latency in us: median of {} rounds (min-max of the rounds' medians), systems interleaved",
+        args.test,
+        args.cpus
+            .as_deref()
+            .map(|c| format!(" on CPUs {c}"))
+            .unwrap_or_default(),
+        args.reps
+    );
+    let mut head = format!("{:>10}", "bytes");
+    for (m, _) in &built {
+        head.push_str(&format!(" {:>24}", m.name()));
+    }
+    for (m, _) in built.iter().skip(1) {
+        head.push_str(&format!(" {:>12}", format!("vs {}", m.name())));
+    }
+    println!("{head}");
+    for &size in &sizes {
+        let mut row = format!("{size:>10}");
+        let mut meds = Vec::new();
+        for i in 0..built.len() {
+            let mut v = got.get(&(i, size)).cloned().unwrap_or_default();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            let med = median(&mut v);
+            meds.push(med);
+            row.push_str(&format!(" {:>24}", format!("{med:.2} ({lo:.2}-{hi:.2})")));
+        }
+        for m in meds.iter().skip(1) {
+            // volley's latency as a fraction of the other's: below 1 is faster.
+            row.push_str(&format!(" {:>12}", format!("{:.2}x", meds[0] / m)));
+        }
+        println!("{row}");
+    }
+    Ok(())
+}
+
+/// Removes the build directory when the run ends, however it ends.
+struct Clean(PathBuf);
+
+impl Drop for Clean {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_lines_are_read_and_others_ignored() {
+        let out = "noise\nresult: size=8 calls=64 batches=20 median_us=1.500 min_us=1.2\nresult: size=1048576 calls=1 batches=20 median_us=812.250 min_us=800\n";
+        let m = parse(out);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[&8], 1.5);
+        assert_eq!(m[&1048576], 812.25);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(System::parse("tcp").is_err());
+    }
+}
