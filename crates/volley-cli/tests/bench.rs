@@ -359,14 +359,24 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
                 .filter_map(|w| w.parse().ok())
                 .collect();
             assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test}: {row}");
-            assert!(nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{test}: {row}");
+            assert!(
+                nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
+                "{test}: {row}"
+            );
         }
-        assert!(!out.contains("left out") && !err.contains("left out"), "{err}");
+        assert!(
+            !out.contains("left out") && !err.contains("left out"),
+            "{err}"
+        );
     }
     let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("volley-bench-coll-"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("volley-bench-coll-")
+        })
         .collect();
     assert!(left.is_empty(), "build directories left: {left:?}");
 }

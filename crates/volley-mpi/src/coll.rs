@@ -639,6 +639,31 @@ pub(crate) fn unpacked(t: &Dtype, data: &[u8], p: *mut c_void, n: usize) {
     unsafe { t.unpack(data, p as *mut u8, n) };
 }
 
+/// The program's buffer of `len` bytes at `p`, for a collective on a contiguous datatype to
+/// work in it directly (no packed copy on the way in or out).
+///
+/// # Safety
+/// MPI's rule: `p` holds `len` bytes that the program leaves alone until the call completes
+/// (the future that uses them is that call).
+unsafe fn user_bytes<'a>(p: P, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts_mut(p.get() as *mut u8, len) }
+}
+
+/// Copies `len` bytes of the program's `from` into its `to` (distinct buffers, MPI's rule).
+///
+/// # Safety
+/// As for [`user_bytes`], for both.
+unsafe fn user_copy(from: P, to: P, len: usize) {
+    if len > 0 && from.get() != to.get() {
+        // SAFETY: per the contract; MPI forbids the two to overlap.
+        unsafe { std::ptr::copy_nonoverlapping(from.get() as *const u8, to.get() as *mut u8, len) };
+    }
+}
+
 fn in_place(p: *const c_void) -> bool {
     p as usize == abi::IN_PLACE
 }
@@ -804,6 +829,13 @@ fn bcast_op(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: 
     let n = count(count_)?;
     let root = root_of(&c, root)?;
     let s = c.next_seq();
+    if t.contig {
+        let (buffer, len) = (P::new(buffer), n * t.size);
+        return Ok(done(async move {
+            // SAFETY: MPI's rule for the buffer (see user_bytes).
+            bcast_a(&c, s, root, unsafe { user_bytes(buffer, len) }).await
+        }));
+    }
     let mut data = if c.rank == root {
         packed(&t, buffer, n)
     } else {
@@ -851,6 +883,50 @@ fn reduce_op(
     } else {
         sendbuf
     };
+    let len = n * t.size;
+    let sh = shape(len, c.size(), n, Some(op));
+    let direct = t.contig
+        && if all {
+            matches!(
+                collectives::select(Coll::Allreduce, sh),
+                Algo::RecursiveDoubling | Algo::Rabenseifner
+            )
+        } else {
+            collectives::select(Coll::Reduce, sh) == Algo::Binomial
+        };
+    if direct {
+        // Reduced in the receive buffer (a copy of the send buffer away from the root).
+        let (src, recv) = (P::new(src), P::new(recvbuf));
+        let algo = collectives::select(Coll::Allreduce, sh);
+        return Ok(done(async move {
+            let red = algos::Red {
+                op,
+                t: &t,
+                th: datatype,
+            };
+            let mut scratch = Vec::new();
+            let buf = if all || c.rank == root {
+                // SAFETY: MPI's rule for both buffers (see user_bytes).
+                unsafe {
+                    user_copy(src, recv, len);
+                    user_bytes(recv, len)
+                }
+            } else {
+                // SAFETY: as above.
+                scratch.extend_from_slice(unsafe { user_bytes(src, len) });
+                &mut scratch[..]
+            };
+            if !all {
+                return algos::reduce_binomial(&c, s, root, red, op.commutative(), TAG_REDUCE, buf)
+                    .await;
+            }
+            if algo == Algo::Rabenseifner {
+                algos::allreduce_rabenseifner(&c, s, red, buf).await
+            } else {
+                algos::allreduce_recursive_doubling(&c, s, red, buf).await
+            }
+        }));
+    }
     let mine = packed(&t, src, n);
     let recvbuf = P::new(recvbuf);
     let algo = collectives::select(Coll::Allreduce, shape(mine.len(), c.size(), n, Some(op)));
@@ -1083,6 +1159,14 @@ fn allgather_op(
     }
     let s = c.next_seq();
     let recvbuf = P::new(recvbuf);
+    if t.contig {
+        // Gathered straight into the receive buffer.
+        let len = mine.len() * c.size();
+        return Ok(done(async move {
+            // SAFETY: MPI's rule for the buffer (see user_bytes).
+            allgather_a(&c, s, &mine, unsafe { user_bytes(recvbuf, len) }).await
+        }));
+    }
     Ok(done(async move {
         let mut all = vec![0u8; mine.len() * c.size()];
         allgather_a(&c, s, &mine, &mut all).await?;
@@ -1122,6 +1206,46 @@ fn alltoall_op(
     let t = rt_.expect("receiver");
     let n = c.size();
     let rn = count(recvcount)?;
+    if let (Some(st), true) = (&st_, t.contig) {
+        let b = rn * t.size;
+        if st.contig && count(sendcount)? * st.size == b {
+            // Sent from the send buffer and received into the receive buffer, as they are.
+            let s = c.next_seq();
+            let pairwise =
+                collectives::select(Coll::Alltoall, shape(b, n, rn, None)) == Algo::Pairwise;
+            let (send, recv) = (P::new(sendbuf), P::new(recvbuf));
+            return Ok(done(async move {
+                // SAFETY: MPI's rule for both buffers (see user_bytes); they do not overlap.
+                let (send, recv) = unsafe { (&*user_bytes(send, n * b), user_bytes(recv, n * b)) };
+                let me = c.rank;
+                recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
+                if b == 0 {
+                    return Ok(());
+                }
+                let tag = s.tag(TAG_ALLTOALL);
+                if pairwise {
+                    for i in 1..n {
+                        let (to, from) = ((me + i) % n, (me + n - i) % n);
+                        let out = &send[to * b..(to + 1) * b];
+                        let into = &mut recv[from * b..(from + 1) * b];
+                        exchange_a(&c, &[(to, tag, out)], &mut [(from, tag, into)]).await?;
+                    }
+                    return Ok(());
+                }
+                let sends: Vec<(usize, u32, &[u8])> = (0..n)
+                    .filter(|&r| r != me)
+                    .map(|r| (r, tag, &send[r * b..(r + 1) * b]))
+                    .collect();
+                let mut recvs: Vec<(usize, u32, &mut [u8])> = recv
+                    .chunks_mut(b)
+                    .enumerate()
+                    .filter(|(r, _)| *r != me)
+                    .map(|(r, blk)| (r, tag, blk))
+                    .collect();
+                exchange_a(&c, &sends, &mut recvs).await
+            }));
+        }
+    }
     let blocks: Vec<Vec<u8>> = match &st_ {
         Some(s) => {
             let sn = count(sendcount)?;
