@@ -118,6 +118,24 @@ static void run(MPI_Comm c, MPI_Op mm, MPI_Datatype mat) {
         OK(MPI_Reduce_scatter_block(a, b, g, MPI_INT, MPI_SUM, c));
         for (int i = 0; i < g; i++)
             CHECK(b[i] == s + m * (q + i));
+        /* Reduce_scatter with counts that differ by rank, under the non-commutative op. */
+        int *cnts = malloc(sizeof(int) * (size_t)m), tot = 0, off = 0;
+        CHECK(cnts);
+        for (int r = 0; r < m; r++) {
+            cnts[r] = g / m + r;
+            tot += cnts[r];
+            if (r < q)
+                off += cnts[r];
+        }
+        for (int k = 0; k < tot; k++) {
+            int *x = a + 4 * k;
+            x[0] = 1, x[1] = (q + k) % 5, x[2] = 0, x[3] = 2;
+        }
+        OK(MPI_Reduce_scatter(a, b, cnts, mat, mm, c));
+        for (int k = 0; k < cnts[q]; k++)
+            CHECK(b[4 * k] == 1 && b[4 * k + 1] == matmul_top_right(m, off + k) &&
+                  b[4 * k + 3] == (1 << m));
+        free(cnts);
         for (int i = 0; i < n; i++)
             a[i] = q + i;
         OK(MPI_Scan(a, b, n, MPI_INT, MPI_SUM, c));

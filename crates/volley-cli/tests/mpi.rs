@@ -209,6 +209,7 @@ fn every_collective_algorithm_forced_gives_the_standard_results() {
             ("VOLLEY_COLL_ALLREDUCE", "rabenseifner"),
             ("VOLLEY_COLL_ALLGATHER", "ring"),
             ("VOLLEY_COLL_ALLTOALL", "pairwise"),
+            ("VOLLEY_COLL_REDUCE_SCATTER", "pairwise"),
         ],
         &[
             ("VOLLEY_COLL_BCAST", "binomial"),
@@ -216,6 +217,7 @@ fn every_collective_algorithm_forced_gives_the_standard_results() {
             ("VOLLEY_COLL_ALLREDUCE", "recursive_doubling"),
             ("VOLLEY_COLL_ALLGATHER", "recursive_doubling"),
             ("VOLLEY_COLL_ALLTOALL", "linear"),
+            ("VOLLEY_COLL_REDUCE_SCATTER", "reduce_scatterv"),
         ],
         &[
             ("VOLLEY_COLL_ALLREDUCE", "reduce_bcast"),

@@ -13,7 +13,9 @@
 //! rank 0 (then sends to the root) when the operation does not commute.
 
 use crate::abi::H;
-use crate::coll::{apply, exchange_a, Op, TAG_ALLGATHER_RING, TAG_ALLREDUCE, TAG_BCAST_RING};
+use crate::coll::{
+    apply, exchange_a, Op, TAG_ALLGATHER_RING, TAG_ALLREDUCE, TAG_BCAST_RING, TAG_REDUCE_SCATTER,
+};
 use crate::dtype::Dtype;
 use crate::err::R;
 use crate::nbc::Seq;
@@ -353,4 +355,47 @@ pub async fn alltoall_pairwise(
         .await?;
     }
     Ok(())
+}
+
+/// Reduce-scatter, each contribution straight to its block's rank: every rank sends block r of
+/// its vector (`counts[r]` elements) to rank r and receives every rank's contribution to its own
+/// block, all in one step, then folds them in rank order (so any operation will do). Each rank
+/// moves its vector once; a tree would move it log2(n) times. Returns this rank's block.
+pub async fn reduce_scatter_pairwise(
+    c: &CommCore,
+    s: Seq,
+    red: Red<'_>,
+    counts: &[usize],
+    mine: &[u8],
+) -> R<Vec<u8>> {
+    let (n, me, es) = (c.size(), c.rank, red.t.size);
+    let tag = s.tag(TAG_REDUCE_SCATTER);
+    let mut off = Vec::with_capacity(n + 1);
+    off.push(0);
+    for &k in counts {
+        off.push(off.last().copied().unwrap_or(0) + k * es);
+    }
+    let blk = |r: usize| off[r]..off[r + 1];
+    let mut got: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; counts[me] * es]).collect();
+    got[me].copy_from_slice(&mine[blk(me)]);
+    {
+        let sends: Vec<(usize, u32, &[u8])> = (0..n)
+            .filter(|&r| r != me)
+            .map(|r| (r, tag, &mine[blk(r)]))
+            .collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = got
+            .iter_mut()
+            .enumerate()
+            .filter(|(r, _)| *r != me)
+            .map(|(r, b)| (r, tag, &mut b[..]))
+            .collect();
+        exchange_a(c, &sends, &mut recvs).await?;
+    }
+    // x_0 op x_1 op ... : fold left, x_r <- acc op x_r.
+    let mut acc = std::mem::take(&mut got[0]);
+    for x in got.iter_mut().skip(1) {
+        red.apply(&acc, x)?;
+        std::mem::swap(&mut acc, x);
+    }
+    Ok(acc)
 }

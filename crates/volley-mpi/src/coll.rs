@@ -39,6 +39,7 @@ pub const TAG_EXSCAN: u32 = (1 << 30) | 14;
 pub const TAG_ALLREDUCE: u32 = (1 << 30) | 17;
 pub const TAG_BCAST_RING: u32 = (1 << 30) | 18;
 pub const TAG_ALLGATHER_RING: u32 = (1 << 30) | 19;
+pub const TAG_REDUCE_SCATTER: u32 = (1 << 30) | 20;
 /// Neighbourhood collectives (`topo`): a block sent towards a Cartesian neighbour below, or
 /// along a graph edge; and one sent towards the neighbour above.
 pub const TAG_NEIGHBOR: u32 = (1 << 30) | 16;
@@ -682,6 +683,11 @@ async fn reduce_scatter_a(
     mine: &[u8],
 ) -> R<Vec<u8>> {
     let total: usize = counts.iter().sum();
+    let sh = shape(mine.len(), c.size(), total, Some(op));
+    if collectives::select(Coll::ReduceScatter, sh) == Algo::Pairwise {
+        let red = algos::Red { op, t, th };
+        return algos::reduce_scatter_pairwise(c, s, red, counts, mine).await;
+    }
     let mut all = vec![0u8; mine.len()];
     reduce_a(c, s, 0, op, t, th, total, mine, &mut all).await?;
     let mut block = vec![0u8; counts[c.rank] * t.size];

@@ -21,15 +21,17 @@ pub enum Coll {
     Allreduce,
     Allgather,
     Alltoall,
+    ReduceScatter,
 }
 
 impl Coll {
-    pub const ALL: [Coll; 5] = [
+    pub const ALL: [Coll; 6] = [
         Coll::Bcast,
         Coll::Reduce,
         Coll::Allreduce,
         Coll::Allgather,
         Coll::Alltoall,
+        Coll::ReduceScatter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +41,7 @@ impl Coll {
             Coll::Allreduce => "allreduce",
             Coll::Allgather => "allgather",
             Coll::Alltoall => "alltoall",
+            Coll::ReduceScatter => "reduce_scatter",
         }
     }
 
@@ -54,6 +57,7 @@ impl Coll {
             Coll::Reduce | Coll::Allreduce => "the vector reduced",
             Coll::Allgather => "each rank's block",
             Coll::Alltoall => "each block (one per pair)",
+            Coll::ReduceScatter => "the vector reduced (every rank's block)",
         }
     }
 
@@ -69,6 +73,7 @@ impl Coll {
             ],
             Coll::Allgather => &[Algo::RecursiveDoubling, Algo::Ring, Algo::GatherBcast],
             Coll::Alltoall => &[Algo::Linear, Algo::Pairwise],
+            Coll::ReduceScatter => &[Algo::Pairwise, Algo::ReduceScatterv],
         }
     }
 }
@@ -95,7 +100,11 @@ pub enum Algo {
     /// Allgather: gather to rank 0, then broadcast.
     GatherBcast,
     /// Alltoall: n - 1 rounds, in round i rank r sends to r + i and receives from r - i.
+    /// Reduce_scatter: each rank's contribution to block r goes straight to rank r, which folds
+    /// them in rank order.
     Pairwise,
+    /// Reduce_scatter: reduce to rank 0, then scatter the blocks.
+    ReduceScatterv,
 }
 
 impl Algo {
@@ -110,6 +119,7 @@ impl Algo {
             Algo::Ring => "ring",
             Algo::GatherBcast => "gather_bcast",
             Algo::Pairwise => "pairwise",
+            Algo::ReduceScatterv => "reduce_scatterv",
         }
     }
 }
@@ -136,6 +146,8 @@ pub const ALLREDUCE_RD_BYTES: usize = 2 << 10;
 pub const ALLGATHER_RD_BYTES: usize = 512 << 10;
 /// Up to this many bytes per block an alltoall posts every block at once.
 pub const ALLTOALL_LINEAR_BYTES: usize = 32 << 10;
+/// Up to this many bytes in all a reduce-scatter reduces to one rank and scatters.
+pub const REDUCE_SCATTER_TREE_BYTES: usize = 2 << 10;
 
 fn pow2_below(n: usize) -> usize {
     if n == 0 {
@@ -204,6 +216,14 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         Coll::Alltoall => (
             Algo::Pairwise,
             "long blocks: one partner at a time, no incast",
+        ),
+        Coll::ReduceScatter if s.bytes <= REDUCE_SCATTER_TREE_BYTES => (
+            Algo::ReduceScatterv,
+            "short: log2(n) rounds to rank 0, then one",
+        ),
+        Coll::ReduceScatter => (
+            Algo::Pairwise,
+            "long: each contribution moves once, straight to its block's rank",
         ),
     }
 }
@@ -306,6 +326,14 @@ mod tests {
         assert_eq!(select(Coll::Allgather, shape(1 << 20, 8)), Algo::Ring);
         assert_eq!(select(Coll::Alltoall, shape(8, 8)), Algo::Linear);
         assert_eq!(select(Coll::Alltoall, shape(1 << 20, 8)), Algo::Pairwise);
+        assert_eq!(
+            select(Coll::ReduceScatter, shape(8, 8)),
+            Algo::ReduceScatterv
+        );
+        assert_eq!(
+            select(Coll::ReduceScatter, shape(1 << 20, 8)),
+            Algo::Pairwise
+        );
     }
 
     #[test]
@@ -316,7 +344,7 @@ mod tests {
             .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
         assert!(!applies(
             Coll::Allgather,
