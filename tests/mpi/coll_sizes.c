@@ -141,6 +141,19 @@ static void run(MPI_Comm c, MPI_Op mm, MPI_Datatype mat) {
         OK(MPI_Scan(a, b, n, MPI_INT, MPI_SUM, c));
         for (int i = 0; i < n; i++)
             CHECK(b[i] == q * (q + 1) / 2 + (q + 1) * i);
+        /* Scan and Exscan under the non-commutative op: the product M_0 ... M_q (M_0 ... M_q-1). */
+        for (int k = 0; k < n; k++) {
+            int *x = a + 4 * k;
+            x[0] = 1, x[1] = (q + k) % 5, x[2] = 0, x[3] = 2;
+        }
+        OK(MPI_Scan(a, b, n, mat, mm, c));
+        for (int k = 0; k < n; k++)
+            CHECK(b[4 * k] == 1 && b[4 * k + 1] == matmul_top_right(q + 1, k) &&
+                  b[4 * k + 3] == (1 << (q + 1)));
+        OK(MPI_Exscan(a, b, n, mat, mm, c));
+        if (q > 0)
+            for (int k = 0; k < n; k++)
+                CHECK(b[4 * k + 1] == matmul_top_right(q, k) && b[4 * k + 3] == (1 << q));
     }
     free(a);
     free(b);

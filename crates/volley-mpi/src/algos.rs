@@ -399,3 +399,46 @@ pub async fn reduce_scatter_pairwise(
     }
     Ok(acc)
 }
+
+/// Scan (and with `exclusive`, Exscan) by recursive doubling: log2(n) rounds; in the round at
+/// distance `mask` a rank and `rank ^ mask` swap the reductions of the rank ranges they hold
+/// (adjacent ranges, so combining lower-first keeps rank order for any operation), and a rank
+/// whose partner is below it adds the partner's range to its own prefix. Returns the prefix
+/// (for Exscan, of the ranks below; None on rank 0, which gets nothing).
+pub async fn scan_recursive_doubling(
+    c: &CommCore,
+    tag: u32,
+    red: Red<'_>,
+    mine: &[u8],
+    exclusive: bool,
+) -> R<Option<Vec<u8>>> {
+    let (n, me) = (c.size(), c.rank);
+    // The reduction of the range this rank holds, and its prefix so far.
+    let mut partial = mine.to_vec();
+    let mut prefix: Option<Vec<u8>> = (!exclusive).then(|| mine.to_vec());
+    let mut tmp = vec![0u8; mine.len()];
+    let mut mask = 1;
+    while mask < n {
+        let partner = me ^ mask;
+        if partner < n {
+            exchange_a(
+                c,
+                &[(partner, tag, &partial)],
+                &mut [(partner, tag, &mut tmp)],
+            )
+            .await?;
+            if partner < me {
+                // tmp covers the ranks just below this range: tmp op partial, tmp op prefix.
+                match prefix.as_mut() {
+                    Some(p) => red.apply(&tmp, p)?,
+                    None => prefix = Some(tmp.clone()),
+                }
+                red.apply(&tmp, &mut partial)?;
+            } else {
+                red.combine(&mut partial, &mut tmp, false)?;
+            }
+        }
+        mask <<= 1;
+    }
+    Ok(prefix)
+}

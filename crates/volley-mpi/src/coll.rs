@@ -1655,23 +1655,17 @@ fn scan_op(
     let s = c.next_seq();
     let tag = s.tag(if exclusive { TAG_EXSCAN } else { TAG_SCAN });
     let recvbuf = P::new(recvbuf);
+    let red_t = t.clone();
     Ok(done(async move {
-        // prefix(r) = prefix(r - 1) op x_r; Exscan's rank r receives prefix(r - 1) and rank
-        // 0's receive buffer is left as it is.
-        let mut acc = mine.clone();
-        if c.rank > 0 {
-            let mut prev = vec![0u8; mine.len()];
-            exchange_a(&c, &[], &mut [(c.rank - 1, tag, &mut prev)]).await?;
-            apply(op, &t, datatype, k, &prev, &mut acc)?;
-            if exclusive {
-                unpacked(&t, &prev, recvbuf.get(), k);
-            }
-        }
-        if c.rank + 1 < c.size() {
-            exchange_a(&c, &[(c.rank + 1, tag, &acc)], &mut []).await?;
-        }
-        if !exclusive {
-            unpacked(&t, &acc, recvbuf.get(), k);
+        let red = algos::Red {
+            op,
+            t: &red_t,
+            th: datatype,
+        };
+        // Exscan's rank 0 gets nothing: its receive buffer is left as it is.
+        if let Some(prefix) = algos::scan_recursive_doubling(&c, tag, red, &mine, exclusive).await?
+        {
+            unpacked(&t, &prefix, recvbuf.get(), k);
         }
         Ok(())
     }))
