@@ -314,6 +314,8 @@ fn network_settings_out_of_range_are_refused_at_start() {
             err.contains(var) && err.contains(says),
             "{var}={value}: {err}"
         );
+        // The setting at fault is named, not the transport it would have configured.
+        assert!(!err.contains("VOLLEY_TRANSPORT"), "{var}={value}: {err}");
     }
 }
 
