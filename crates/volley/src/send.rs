@@ -122,12 +122,29 @@ impl Endpoint {
     }
 
     pub fn try_send_to(&self, rank: usize, port: u32, data: &[u8]) -> Result<(), SendError> {
+        self.try_send_env(rank, port, self.port, data)
+    }
+
+    /// Sends `data` to `rank`'s endpoint on this endpoint's port with `tag` in the envelope, only
+    /// if it can go at once (it fits in the ring, and nothing sent to `rank` earlier is still
+    /// queued, so order is kept); otherwise [`SendError::WouldBlock`] and nothing is sent.
+    pub fn try_send_tagged(&self, rank: usize, tag: u32, data: &[u8]) -> Result<(), SendError> {
+        self.try_send_env(rank, self.port, tag, data)
+    }
+
+    fn try_send_env(
+        &self,
+        rank: usize,
+        context: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<(), SendError> {
         let path = self.world.path(rank)?;
         let would_block = || SendError::WouldBlock { rank };
         if !path.can_take(data.len())? {
             return Err(would_block());
         }
-        let mut out = Out::new(port, self.port, data, self.how());
+        let mut out = Out::new(context, tag, data, self.how());
         // Through the ring, never by single copy or rendezvous: those wait for the receiver.
         out.single_copy = false;
         out.rendezvous = false;
