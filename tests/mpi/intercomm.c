@@ -64,6 +64,29 @@ static void collectives(MPI_Comm inter, int color, int rank, int lrank, int rsiz
     OK(MPI_Reduce(&rank, &mx, 1, MPI_INT, MPI_MAX, root, inter));
     if (color == 1 && lrank == 0)
         CHECK(mx == far(color, rsize - 1));
+    /* Reduce_scatter with counts: each group's vectors of T elements (element k of world rank w
+     * is 10 w + k), reduced over the other group and scattered in this group's counts (T split
+     * as evenly as this group's size allows, so the two groups' counts differ). */
+    enum { T = 6 };
+    int lsize;
+    OK(MPI_Comm_size(inter, &lsize));
+    int *lcounts = malloc(sizeof(int) * lsize), vec[T], blk[T], off = 0;
+    CHECK(lcounts);
+    for (int i = 0; i < lsize; i++) {
+        lcounts[i] = T / lsize + (i < T % lsize);
+        if (i < lrank)
+            off += lcounts[i];
+    }
+    for (int k = 0; k < T; k++)
+        vec[k] = 10 * rank + k;
+    OK(MPI_Reduce_scatter(vec, blk, lcounts, MPI_INT, MPI_SUM, inter));
+    for (int k = 0; k < lcounts[lrank]; k++) {
+        int w = 0;
+        for (int r = 0; r < rsize; r++)
+            w += 10 * far(color, r) + off + k;
+        CHECK(blk[k] == w);
+    }
+    free(lcounts);
     free(got);
     free(out);
     free(counts);

@@ -1599,11 +1599,10 @@ fn reduce_scatter_op(
 ) -> R<Nbc> {
     if let Some(c) = crate::inter::of(comm)? {
         return match counts {
-            Err(block) => crate::inter::reduce_scatter_block(c, sendbuf, recvbuf, block, datatype, op),
-            Ok(_) => Err(fail(
-                class::COMM,
-                "MPI_Reduce_scatter on an intercommunicator is not implemented in volley's MPI yet (MPI_Reduce_scatter_block is): merge it with MPI_Intercomm_merge first",
-            )),
+            Err(block) => {
+                crate::inter::reduce_scatter_block(c, sendbuf, recvbuf, block, datatype, op)
+            }
+            Ok(counts) => crate::inter::reduce_scatter(c, sendbuf, recvbuf, counts, datatype, op),
         };
     }
     let (c, t) = args(comm, datatype)?;

@@ -398,6 +398,96 @@ pub fn reduce(
 
 /// Reduce_scatter_block: this process's block of the reduction of the other group's vectors
 /// (each `rc` elements per process of this group).
+/// MPI_Reduce_scatter (MPI-3.1 5.10.1): each group's vectors (the sum of its own counts long;
+/// both groups' sums are equal) reduced over that group and scattered over the other in the
+/// other's counts. The groups first trade their counts (a process knows only its own group's),
+/// then every process sends each remote process its block and folds what it gets in the
+/// other group's rank order.
+pub fn reduce_scatter(
+    c: Arc<CommCore>,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    dt: H,
+    op: H,
+) -> R<Nbc> {
+    no_in_place(sendbuf, "MPI_Reduce_scatter")?;
+    let mine_counts: Vec<usize> = ints(recvcounts, c.size())?
+        .iter()
+        .map(|&k| k as usize)
+        .collect();
+    let total: usize = mine_counts.iter().sum();
+    let m = remote(&c).len();
+    let t = ty(dt)?;
+    let op = op_of(op)?;
+    let mine = packed(&t, sendbuf, total);
+    let (s1, s2) = (c.next_seq(), c.next_seq());
+    let buf = P::new(recvbuf);
+    Ok(done(async move {
+        let far = remote(&c);
+        let n = mine_counts[c.rank];
+        // 1. This group's counts to every remote process; the other group's from each.
+        let tag = s1.tag(TAG);
+        let ours: Vec<u8> = mine_counts
+            .iter()
+            .flat_map(|&k| (k as u64).to_le_bytes())
+            .collect();
+        let mut theirs: Vec<Vec<u8>> = (0..m).map(|_| vec![0u8; 8 * m]).collect();
+        {
+            let sends: Vec<(usize, u32, &[u8])> =
+                far.iter().map(|&r| (r, tag, &ours[..])).collect();
+            let mut rs: Vec<(usize, u32, &mut [u8])> = far
+                .iter()
+                .zip(theirs.iter_mut())
+                .map(|(&r, b)| (r, tag, &mut b[..]))
+                .collect();
+            crate::nbc::exchange_world(&c.coll, &sends, &mut rs).await?;
+        }
+        let rc: Vec<usize> = theirs[0]
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+            .collect();
+        if rc.iter().sum::<usize>() != total {
+            return Err(fail(
+                class::COUNT,
+                format!(
+                    "MPI_Reduce_scatter: this group's counts add up to {total} elements, the other group's to {}; they must be equal",
+                    rc.iter().sum::<usize>()
+                ),
+            ));
+        }
+        // 2. Block j of this process's vector to remote process j; this process's block of
+        // each remote vector.
+        let tag = s2.tag(TAG);
+        let mut off = 0;
+        let blocks: Vec<&[u8]> = rc
+            .iter()
+            .map(|&k| {
+                let b = &mine[off * t.size..(off + k) * t.size];
+                off += k;
+                b
+            })
+            .collect();
+        let mut got: Vec<Vec<u8>> = (0..m).map(|_| vec![0u8; n * t.size]).collect();
+        {
+            let sends: Vec<(usize, u32, &[u8])> = far
+                .iter()
+                .zip(&blocks)
+                .map(|(&r, b)| (r, tag, *b))
+                .collect();
+            let mut rs: Vec<(usize, u32, &mut [u8])> = far
+                .iter()
+                .zip(got.iter_mut())
+                .map(|(&r, b)| (r, tag, &mut b[..]))
+                .collect();
+            crate::nbc::exchange_world(&c.coll, &sends, &mut rs).await?;
+        }
+        let acc = fold(op, &t, dt, n, &got)?;
+        unpacked(&t, &acc, buf.get(), n);
+        Ok(())
+    }))
+}
+
 pub fn reduce_scatter_block(
     c: Arc<CommCore>,
     sendbuf: *const c_void,
