@@ -148,6 +148,34 @@ int main(int argc, char **argv) {
         OK(MPI_Sendrecv(&a, 1, MPI_INT, 0, 6, &b, 1, MPI_INT, 0, 6, dup, MPI_STATUS_IGNORE));
         CHECK(b == 100 + (1 - color));
     }
+    /* Comm_idup: two at once, completed in the opposite order, each an intercommunicator with
+     * the same groups whose traffic stays apart from the others'. */
+    MPI_Comm id1, id2;
+    MPI_Request dr[2];
+    OK(MPI_Comm_idup(inter, &id1, &dr[0]));
+    OK(MPI_Comm_idup(dup, &id2, &dr[1]));
+    OK(MPI_Wait(&dr[1], MPI_STATUS_IGNORE));
+    OK(MPI_Wait(&dr[0], MPI_STATUS_IGNORE));
+    int rs1, rs2, cmp;
+    OK(MPI_Comm_test_inter(id1, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(id1, &rs1));
+    OK(MPI_Comm_remote_size(id2, &rs2));
+    CHECK(rs1 == rsize && rs2 == rsize);
+    OK(MPI_Comm_compare(inter, id1, &cmp));
+    CHECK(cmp == MPI_CONGRUENT);
+    if (lrank == 0) {
+        int a = 200 + color, b = -1, c2 = -1;
+        OK(MPI_Send(&a, 1, MPI_INT, 0, 7, id1));
+        OK(MPI_Send(&a, 1, MPI_INT, 0, 7, id2));
+        OK(MPI_Recv(&c2, 1, MPI_INT, 0, 7, id2, MPI_STATUS_IGNORE));
+        OK(MPI_Recv(&b, 1, MPI_INT, 0, 7, id1, MPI_STATUS_IGNORE));
+        CHECK(b == 200 + (1 - color) && c2 == 200 + (1 - color));
+    }
+    OK(MPI_Allreduce(&rank, &rs1, 1, MPI_INT, MPI_MAX, id2));
+    CHECK(rs1 == far(color, rsize - 1));
+    OK(MPI_Comm_free(&id1));
+    OK(MPI_Comm_free(&id2));
 
     /* Split: each group by its ranks' parity; the parts of one color face each other. */
     MPI_Comm part;

@@ -87,6 +87,73 @@ async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
     unreachable!("the loop returns")
 }
 
+/// `agree_cid_a` for an intercommunicator (MPI_Comm_idup of one): each group ANDs its members'
+/// offers at its rank 0, the two rank 0s trade theirs and AND them (both get the same), and each
+/// broadcasts the result to its group; when another agreement holds the contexts somewhere,
+/// both groups see it in the same result and try again together.
+async fn agree_inter_a(c: &CommCore, s: Seq) -> R<u32> {
+    let key = (c.cid, s.n);
+    contexts().begin(key);
+    let r = agree_inter_rounds(c, s, key).await;
+    contexts().end(key);
+    r
+}
+
+async fn agree_inter_rounds(c: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
+    let words = CTX_WORDS * 8;
+    let (remote, _) = c.remote.as_ref().expect("an intercommunicator");
+    let tag = s.tag(TAG_INTER);
+    for attempt in 0u32.. {
+        let (offer, free) = {
+            let mut cx = contexts();
+            (cx.offer_to(key), cx.free_mask())
+        };
+        let mine: Vec<u8> = offer
+            .iter()
+            .chain(free.iter())
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let mut all = vec![0u8; mine.len() * c.size()];
+        let mut agreed = vec![0u8; mine.len()];
+        let r = async {
+            gather_a(c, s, 0, &mine, &mut all, TAG_CID).await?;
+            if c.rank == 0 {
+                let ours = and_masks(&all, mine.len());
+                let mut theirs = vec![0u8; ours.len()];
+                crate::nbc::exchange_world(
+                    &c.coll,
+                    &[(remote[0], tag, &ours)],
+                    &mut [(remote[0], tag, &mut theirs)],
+                )
+                .await?;
+                agreed = ours.iter().zip(&theirs).map(|(a, b)| a & b).collect();
+            }
+            bcast_a(c, s, 0, &mut agreed).await
+        }
+        .await;
+        {
+            let mut cx = contexts();
+            cx.withdraw(&offer);
+            r?;
+            if let Ok(cid) = lowest_free(&agreed[..words]) {
+                return Ok(cid);
+            }
+        }
+        lowest_free(&agreed[words..])?;
+        if attempt > 1_000_000 {
+            return Err(fail(
+                class::OTHER,
+                "communicator creations in flight at once could not agree on a context id",
+            ));
+        }
+        if crate::nbc::is_blocking() {
+            crate::p2p::progress_nbcs();
+        }
+        crate::nbc::yield_now().await;
+    }
+    unreachable!("the loop returns")
+}
+
 /// Agrees on a context id among `members` (ranks of `parent`, in group order; this process one
 /// of them) only: MPI_Comm_create_group, which the rest of the parent does not call. Linear, to
 /// and from the first member, on the parent's collective context with a tag made of the
@@ -407,9 +474,6 @@ crate::mpi! {
 
     fn MPI_Comm_idup / PMPI_Comm_idup(comm: H, newcomm: *mut H, request: *mut H) [comm] {
         let c = rt()?.comm(comm)?;
-        if c.is_inter() {
-            return Err(fail(class::COMM, "MPI_Comm_idup of an intercommunicator is not implemented yet: use MPI_Comm_dup"));
-        }
         if newcomm.is_null() {
             return Err(fail(class::ARG, "the newcomm argument is a null pointer"));
         }
@@ -420,11 +484,16 @@ crate::mpi! {
         let s = crate::nbc::starting(|| c.next_seq());
         let out = crate::coll::P::new(newcomm);
         let f = async move {
-            let cid = agree_cid_a(&c, s).await?;
+            let remote = c.remote.as_ref().map(|(r, _)| r.clone());
+            let cid = if remote.is_some() {
+                agree_inter_a(&c, s).await?
+            } else {
+                agree_cid_a(&c, s).await?
+            };
             let group = c.group.clone();
             let topo = c.topo.clone();
             let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
-                let mut core = rt.make_comm(cid, group)?;
+                let mut core = rt.make_comm_with(cid, group, remote)?;
                 core.topo = topo;
                 crate::state::ctx_take(cid, true);
                 let h = rt.add_comm(core, eh);

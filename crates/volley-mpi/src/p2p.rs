@@ -554,6 +554,38 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
             std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
         }
     }
+    if nbc_pending {
+        // The others in flight move on too (MPI's progress rule): the one waited for may need
+        // them, e.g. a communicator creation waits for the contexts an earlier one holds.
+        let others: Vec<(usize, u32)> = rt
+            .reqs
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, r))| r.as_ref().is_some_and(|r| r.nbc.is_some()))
+            .map(|(i, (g, _))| (i, *g))
+            .filter(|k| !sc.slots.contains(k))
+            .collect();
+        for (i, g) in others {
+            let Some(r) = rt.reqs.get_mut(i, g) else {
+                continue;
+            };
+            if !r.active || r.done {
+                continue;
+            }
+            let Some(mut f) = r.nbc.take() else {
+                continue;
+            };
+            match crate::nbc::poll_once(&mut f) {
+                std::task::Poll::Pending => {
+                    if let Some(r) = rt.reqs.get_mut(i, g) {
+                        r.nbc = Some(f);
+                    }
+                }
+                std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
+            }
+        }
+    }
     for &(i, g) in &sc.slots {
         let Some(r) = rt.reqs.get_mut(i, g) else {
             continue;
