@@ -24,8 +24,9 @@ pub(crate) fn agree_cid(parent: &CommCore) -> R<u32> {
     block_on(agree_cid_a(parent, parent.next_seq()))
 }
 
-/// Agrees on a context id over `parent` as its collective `s` (every member calls it): the AND
-/// of the members' offers (`state::Contexts`), the lowest bit of it. Blocking
+/// Agrees on a context id over `parent` as its collective `s` (every member calls it, of both
+/// groups of an intercommunicator): the AND of the members' offers (`state::Contexts`), the
+/// lowest bit of it. Blocking
 /// (MPI_Comm_dup) or not (MPI_Comm_idup). When agreements are in flight at once, only the
 /// least of them is offered contexts at a member; the others find nothing and try again.
 async fn agree_cid_a(parent: &CommCore, s: Seq) -> R<u32> {
@@ -56,6 +57,19 @@ async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
             gather_a(parent, s, 0, &mine, &mut all, TAG_CID).await?;
             if parent.rank == 0 {
                 agreed = and_masks(&all, mine.len());
+                // An intercommunicator: the two groups' rank 0s trade their groups' ANDs and
+                // AND them, so both groups get the same result (and retry together).
+                if let Some((remote, _)) = &parent.remote {
+                    let tag = s.tag(TAG_INTER);
+                    let mut theirs = vec![0u8; agreed.len()];
+                    crate::nbc::exchange_world(
+                        &parent.coll,
+                        &[(remote[0], tag, &agreed)],
+                        &mut [(remote[0], tag, &mut theirs)],
+                    )
+                    .await?;
+                    agreed.iter_mut().zip(&theirs).for_each(|(a, b)| *a &= b);
+                }
             }
             bcast_a(parent, s, 0, &mut agreed).await
         }
@@ -79,73 +93,6 @@ async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
             ));
         }
         // Another agreement holds the contexts at some member: let it finish.
-        if crate::nbc::is_blocking() {
-            crate::p2p::progress_nbcs();
-        }
-        crate::nbc::yield_now().await;
-    }
-    unreachable!("the loop returns")
-}
-
-/// `agree_cid_a` for an intercommunicator (MPI_Comm_idup of one): each group ANDs its members'
-/// offers at its rank 0, the two rank 0s trade theirs and AND them (both get the same), and each
-/// broadcasts the result to its group; when another agreement holds the contexts somewhere,
-/// both groups see it in the same result and try again together.
-async fn agree_inter_a(c: &CommCore, s: Seq) -> R<u32> {
-    let key = (c.cid, s.n);
-    contexts().begin(key);
-    let r = agree_inter_rounds(c, s, key).await;
-    contexts().end(key);
-    r
-}
-
-async fn agree_inter_rounds(c: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
-    let words = CTX_WORDS * 8;
-    let (remote, _) = c.remote.as_ref().expect("an intercommunicator");
-    let tag = s.tag(TAG_INTER);
-    for attempt in 0u32.. {
-        let (offer, free) = {
-            let mut cx = contexts();
-            (cx.offer_to(key), cx.free_mask())
-        };
-        let mine: Vec<u8> = offer
-            .iter()
-            .chain(free.iter())
-            .flat_map(|w| w.to_ne_bytes())
-            .collect();
-        let mut all = vec![0u8; mine.len() * c.size()];
-        let mut agreed = vec![0u8; mine.len()];
-        let r = async {
-            gather_a(c, s, 0, &mine, &mut all, TAG_CID).await?;
-            if c.rank == 0 {
-                let ours = and_masks(&all, mine.len());
-                let mut theirs = vec![0u8; ours.len()];
-                crate::nbc::exchange_world(
-                    &c.coll,
-                    &[(remote[0], tag, &ours)],
-                    &mut [(remote[0], tag, &mut theirs)],
-                )
-                .await?;
-                agreed = ours.iter().zip(&theirs).map(|(a, b)| a & b).collect();
-            }
-            bcast_a(c, s, 0, &mut agreed).await
-        }
-        .await;
-        {
-            let mut cx = contexts();
-            cx.withdraw(&offer);
-            r?;
-            if let Ok(cid) = lowest_free(&agreed[..words]) {
-                return Ok(cid);
-            }
-        }
-        lowest_free(&agreed[words..])?;
-        if attempt > 1_000_000 {
-            return Err(fail(
-                class::OTHER,
-                "communicator creations in flight at once could not agree on a context id",
-            ));
-        }
         if crate::nbc::is_blocking() {
             crate::p2p::progress_nbcs();
         }
@@ -485,11 +432,7 @@ crate::mpi! {
         let out = crate::coll::P::new(newcomm);
         let f = async move {
             let remote = c.remote.as_ref().map(|(r, _)| r.clone());
-            let cid = if remote.is_some() {
-                agree_inter_a(&c, s).await?
-            } else {
-                agree_cid_a(&c, s).await?
-            };
+            let cid = agree_cid_a(&c, s).await?;
             let group = c.group.clone();
             let topo = c.topo.clone();
             let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {

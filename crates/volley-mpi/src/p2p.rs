@@ -535,24 +535,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     // Non-blocking collectives first: each poll moves them on as far as their messages allow.
     let mut nbc_pending = false;
     for &(i, g) in &sc.slots {
-        let Some(r) = rt.reqs.get_mut(i, g) else {
-            continue;
-        };
-        if !r.active || r.done {
-            continue;
-        }
-        let Some(mut f) = r.nbc.take() else {
-            continue;
-        };
-        match crate::nbc::poll_once(&mut f) {
-            std::task::Poll::Pending => {
-                if let Some(r) = rt.reqs.get_mut(i, g) {
-                    r.nbc = Some(f);
-                }
-                nbc_pending = true;
-            }
-            std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
-        }
+        nbc_pending |= poll_nbc(rt, i, g);
     }
     if nbc_pending {
         // The others in flight move on too (MPI's progress rule): the one waited for may need
@@ -567,23 +550,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
             .filter(|k| !sc.slots.contains(k))
             .collect();
         for (i, g) in others {
-            let Some(r) = rt.reqs.get_mut(i, g) else {
-                continue;
-            };
-            if !r.active || r.done {
-                continue;
-            }
-            let Some(mut f) = r.nbc.take() else {
-                continue;
-            };
-            match crate::nbc::poll_once(&mut f) {
-                std::task::Poll::Pending => {
-                    if let Some(r) = rt.reqs.get_mut(i, g) {
-                        r.nbc = Some(f);
-                    }
-                }
-                std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
-            }
+            poll_nbc(rt, i, g);
         }
     }
     for &(i, g) in &sc.slots {
@@ -622,6 +589,32 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     }
     rt.scratch = sc;
     pending
+}
+
+/// Polls the non-blocking collective of request (i, g) once, if it is one still in flight;
+/// whether it is (still pending after the poll).
+fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
+    let Some(r) = rt.reqs.get_mut(i, g) else {
+        return false;
+    };
+    if !r.active || r.done {
+        return false;
+    }
+    let Some(mut f) = r.nbc.take() else {
+        return false;
+    };
+    match crate::nbc::poll_once(&mut f) {
+        std::task::Poll::Pending => {
+            if let Some(r) = rt.reqs.get_mut(i, g) {
+                r.nbc = Some(f);
+            }
+            true
+        }
+        std::task::Poll::Ready(res) => {
+            finish_nbc(rt, i, g, res);
+            false
+        }
+    }
 }
 
 /// Records the end of non-blocking collective (i, g): its error, or what it finishes.
