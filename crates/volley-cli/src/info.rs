@@ -148,18 +148,32 @@ fn collectives() {
             c.size_means(),
             names.join(", ")
         );
-        for ranks in [2, 4, 6, 8, 64] {
+        for (ranks, shared) in [2, 4, 6, 8, 64]
+            .into_iter()
+            .flat_map(|r| [(r, true), (r, false)])
+        {
             let shape = |bytes: usize| Shape {
-                bytes,
-                ranks,
                 count: bytes / 4,
-                commutative: true,
+                shared,
+                ..Shape::new(bytes, ranks)
             };
+            // Where the segment changes nothing, one line says it for both.
+            let same = (0..=26).all(|k| {
+                let other = Shape {
+                    shared: !shared,
+                    ..shape(1 << k)
+                };
+                coll::select(c, shape(1 << k)) == coll::select(c, other)
+            });
+            if same && !shared {
+                continue;
+            }
             let pick = |bytes: usize| coll::select(c, shape(bytes));
             // Sizes 0, 1, 2, 4 ... 64 MiB, and between two that differ the exact switch.
             let mut starts = vec![0usize];
             let mut prev = 0usize;
-            for k in 0..=26 {
+            let top = if c == Coll::Barrier { 0 } else { 27 };
+            for k in 0..top {
                 let b = 1usize << k;
                 if pick(b) != pick(prev) {
                     let (mut lo, mut hi) = (prev, b);
@@ -191,7 +205,12 @@ fn collectives() {
                     format!("{} from {} ({why})", a.name(), size_name(b))
                 })
                 .collect();
-            println!("    {ranks:>3} ranks: {}", text.join("; "));
+            let place = match (same, shared) {
+                (true, _) => "",
+                (false, true) => ", one host",
+                (false, false) => ", across hosts",
+            };
+            println!("    {ranks:>3} ranks{place}: {}", text.join("; "));
         }
     }
 }

@@ -184,6 +184,69 @@ fn collectives_give_the_standard_results() {
     passes("collectives", 5);
 }
 
+/// Short collectives on communicators of one host meet in the job segment (barrier, bcast,
+/// reduce and allreduce up to a slot's 4 KiB): back to back with racing roots, interleaved
+/// kinds, MPI_IN_PLACE, a non-commutative operation in rank order, a derived datatype, a
+/// barrier that really waits for the last rank, more communicators alive than there are slots
+/// and communicators freed and made again with other members, sleeping ranks. The results equal
+/// the serial computation, on volley and on MPICH.
+#[test]
+fn short_collectives_in_shared_memory_give_the_standard_results() {
+    for n in [1, 2, 3, 4, 5, 8] {
+        passes("coll_shm", n);
+    }
+}
+
+/// The same program in every waiting mode and with 16 ranks on two cores, where ranks sleep
+/// on their doorbells in the middle of collectives and must be woken by the flags they wait
+/// for; the counters show that the segment was used, and that the communicators beyond the
+/// slots fell back to messages.
+#[test]
+fn shared_memory_collectives_wake_sleepers_and_fall_back_when_slots_run_out() {
+    let s = Scratch::new("coll_shm");
+    let exe = build(&s.0, "coll_shm", false);
+    let exe = exe.to_str().expect("utf-8 path");
+    for (n, wait) in [
+        ("3", "block"),
+        ("4", "busy"),
+        ("16", "spin"),
+        ("8", "block"),
+    ] {
+        let o = volley(&["--counters", "-n", n, exe], &[("VOLLEY_WAIT", wait)]);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && out.contains("coll_shm: ok"),
+            "{n} ranks, VOLLEY_WAIT={wait}: {:?}\n{out}\n{err}",
+            o.status
+        );
+        let total = |name: &str| -> u64 {
+            let line = out
+                .lines()
+                .chain(err.lines())
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no {name} in the counters:\n{out}\n{err}"));
+            // Per rank, then the total, then the unit.
+            let nums: Vec<u64> = line
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            *nums.last().expect("a total")
+        };
+        assert!(
+            total("coll_slots_claimed ") > 0,
+            "{n} ranks: no slots claimed"
+        );
+        // With 8 ranks and more, every communicator of the program's churn has two ranks or
+        // more, and 17 of them live at once beside the world's.
+        if n.parse::<usize>().expect("a count") >= 8 {
+            assert!(
+                total("coll_slots_missing ") > 0,
+                "{n} ranks: more communicators than slots, yet none fell back"
+            );
+        }
+    }
+}
+
 /// Every size class (0, 1, odd, over the eager threshold and a pipeline's chunk), on 1 to 8
 /// ranks (powers of two and not), on the world, a reversed split and an uneven one, with a
 /// non-commutative operation: each result equals the serial computation.

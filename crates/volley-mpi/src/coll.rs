@@ -5,15 +5,16 @@
 //! scatter, all-to-all with every block in flight), and for broadcast, reduce, allreduce,
 //! allgather and alltoall the ones `volley::collectives` chooses by size and rank count
 //! (`algos`: binomial reduce, recursive doubling, Rabenseifner, scatter-ring broadcast, ring
-//! allgather, pairwise exchange). Not yet: algorithms that work in the job's shared memory
-//! inside a host. Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
+//! allgather, pairwise exchange). Blocking barrier, bcast, reduce and allreduce of a
+//! communicator on one host, up to 4 KiB, meet in the job segment instead (`shm_for`,
+//! `volley::ShmGroup`). Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
 //! keeps it in its request and every test and wait moves it on. Every step posts its receives
 //! before its sends and completes when all have, so no two ranks can wait on each other's sends.
 
 use crate::abi::{self, class, H};
 use crate::algos;
 use crate::dtype::{committed, Basic, Dtype, TypeRef};
-use crate::err::{fail, get, put, R};
+use crate::err::{fail, from_recv, get, put, R};
 use crate::nbc::{block_on, Nbc, Seq};
 use crate::state::{handle, index, rt, CommCore, UserFn, UserOp, KIND_OP};
 use std::ffi::c_void;
@@ -126,6 +127,166 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
         ranks,
         count,
         commutative: op.is_none_or(Op::commutative),
+        // The message-passing algorithms; `shm_for` asks about the segment.
+        shared: false,
+    }
+}
+
+/// The communicator's collective slots when call `coll` of `bytes` (per rank) meets in the
+/// segment: a blocking collective on an intracommunicator whose ranks share this host, short
+/// enough for a slot (`collectives::select`, which `VOLLEY_COLL_<NAME>` can steer).
+fn shm_for(
+    c: &CommCore,
+    coll: Coll,
+    bytes: usize,
+    count: usize,
+    op: Option<Op>,
+) -> R<Option<&volley::ShmGroup>> {
+    if !c.shared {
+        return Ok(None);
+    }
+    let sh = Shape {
+        shared: true,
+        ..shape(bytes, c.size(), count, op)
+    };
+    if collectives::select(coll, sh) != Algo::Shm {
+        return Ok(None);
+    }
+    shm_group(c)
+}
+
+/// The communicator's collective slots, claimed at its first collective that meets in the
+/// segment: every member claims one of its own and the members trade them (an allgather; every
+/// member comes here at the same collective, since the choice depends only on what MPI makes
+/// the same at every member). If one had none free, none use them: the communicator's
+/// collectives send messages, at every member alike.
+fn shm_group(c: &CommCore) -> R<Option<&volley::ShmGroup>> {
+    if let Some(g) = c.shm.get() {
+        return Ok(g.as_ref());
+    }
+    let world = c.coll.world();
+    let mine = world.shm_claim();
+    let mut all = vec![0u8; 16 * c.size()];
+    if let Err(e) = allgather_bytes(c, &mine.to_bytes(), &mut all) {
+        // Nobody will use it: the communicator is broken anyway; give it back.
+        let _ = world.shm_group(&[volley::SlotId::NONE, mine], 1);
+        return Err(e);
+    }
+    let ids: Vec<volley::SlotId> = all.chunks(16).map(volley::SlotId::from_bytes).collect();
+    let _ = c.shm.set(world.shm_group(&ids, c.rank));
+    Ok(c.shm.get().and_then(Option::as_ref))
+}
+
+/// The communicator and datatype of a call that may meet in the segment; None when the
+/// communicator cannot (an intercommunicator among them: its own path checks its arguments).
+fn shm_args(comm: H, dtype: H) -> R<Option<(std::sync::Arc<CommCore>, TypeRef)>> {
+    let rt = rt()?;
+    let c = rt.comm(comm)?;
+    if !c.shared {
+        return Ok(None);
+    }
+    Ok(Some((c, committed(&rt, dtype)?)))
+}
+
+/// MPI_Barrier in the segment; false when the communicator's barrier sends messages.
+fn barrier_shm(comm: H) -> R<bool> {
+    let c = rt()?.comm(comm)?;
+    let Some(g) = shm_for(&c, Coll::Barrier, 0, 0, None)? else {
+        return Ok(false);
+    };
+    g.barrier().map_err(|e| from_recv(&e))?;
+    Ok(true)
+}
+
+/// MPI_Bcast in the segment (contiguous types); false when it sends messages.
+fn bcast_shm(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<bool> {
+    let Some((c, t)) = shm_args(comm, datatype)? else {
+        return Ok(false);
+    };
+    let n = count(count_)?;
+    let root = root_of(&c, root)?;
+    let len = n * t.size;
+    if !t.contig {
+        return Ok(false);
+    }
+    let Some(g) = shm_for(&c, Coll::Bcast, len, len, None)? else {
+        return Ok(false);
+    };
+    // SAFETY: MPI's rule for the buffer (see user_bytes).
+    let buf = unsafe { user_bytes(P::new(buffer), len) };
+    g.bcast(root, buf).map_err(|e| from_recv(&e))?;
+    Ok(true)
+}
+
+/// MPI_Reduce (`root`) and MPI_Allreduce (None) in the segment (contiguous types): every rank's
+/// contribution written once, folded in rank order; false when it sends messages.
+#[allow(clippy::too_many_arguments)]
+fn reduce_shm(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count_: c_int,
+    datatype: H,
+    op_h: H,
+    root: Option<c_int>,
+    comm: H,
+) -> R<bool> {
+    let Some((c, t)) = shm_args(comm, datatype)? else {
+        return Ok(false);
+    };
+    let n = count(count_)?;
+    let root = root.map(|r| root_of(&c, r)).transpose()?;
+    let op = op_of(op_h)?;
+    let len = n * t.size;
+    let coll = if root.is_some() {
+        Coll::Reduce
+    } else {
+        Coll::Allreduce
+    };
+    if !t.contig {
+        return Ok(false);
+    }
+    let Some(g) = shm_for(&c, coll, len, n, Some(op))? else {
+        return Ok(false);
+    };
+    let folds = root.is_none_or(|r| r == c.rank);
+    let src = if in_place(sendbuf) && folds {
+        recvbuf as *const c_void
+    } else {
+        sendbuf
+    };
+    // SAFETY: MPI's rule for the buffers (see user_bytes); the contribution is copied into the
+    // slot before the receive buffer (which may be the same, MPI_IN_PLACE) is written.
+    let contribution = g
+        .contribute(root, unsafe { user_bytes(P::new(src), len) })
+        .map_err(|e| from_recv(&e))?;
+    let (recv, last) = (P::new(recvbuf), c.size() - 1);
+    g.fold(contribution, |i, data| {
+        // SAFETY: as above; only where this rank folds (MPI_Reduce's root, every rank of
+        // MPI_Allreduce), whose receive buffer MPI gives.
+        let out = unsafe { user_bytes(recv, len) };
+        if i == last {
+            out.copy_from_slice(data);
+            Ok(())
+        } else {
+            apply(op, &t, datatype, n, data, out).map_err(FoldFail::Op)
+        }
+    })
+    .map_err(|e| match e {
+        FoldFail::Op(f) => f,
+        FoldFail::Lost(e) => from_recv(&e),
+    })?;
+    Ok(true)
+}
+
+/// Why a fold in the segment failed: the operation, or a member lost.
+enum FoldFail {
+    Op(crate::Fail),
+    Lost(volley::RecvError),
+}
+
+impl From<volley::RecvError> for FoldFail {
+    fn from(e: volley::RecvError) -> FoldFail {
+        FoldFail::Lost(e)
     }
 }
 
@@ -590,8 +751,11 @@ pub async fn reduce_a(
 
 /// The communicator and datatype of a collective call.
 fn args(comm: H, dtype: H) -> R<(std::sync::Arc<CommCore>, TypeRef)> {
-    let c = intra(comm)?;
     let rt = rt()?;
+    let c = rt.comm(comm)?;
+    if c.is_inter() {
+        return Err(not_inter());
+    }
     Ok((c, committed(&rt, dtype)?))
 }
 
@@ -599,12 +763,17 @@ fn args(comm: H, dtype: H) -> R<(std::sync::Arc<CommCore>, TypeRef)> {
 pub fn intra(comm: H) -> R<std::sync::Arc<CommCore>> {
     let c = rt()?.comm(comm)?;
     if c.is_inter() {
-        return Err(fail(
-            class::COMM,
-            "collective operations on intercommunicators are not implemented in volley's MPI yet; merge it with MPI_Intercomm_merge first",
-        ));
+        return Err(not_inter());
     }
     Ok(c)
+}
+
+#[cold]
+fn not_inter() -> crate::Fail {
+    fail(
+        class::COMM,
+        "collective operations on intercommunicators are not implemented in volley's MPI yet; merge it with MPI_Intercomm_merge first",
+    )
 }
 
 fn root_of(c: &CommCore, root: c_int) -> R<usize> {
@@ -1672,6 +1841,9 @@ fn scan_op(
 
 crate::mpi! {
     fn MPI_Barrier / PMPI_Barrier(comm: H) [comm] {
+        if barrier_shm(comm)? {
+            return Ok(());
+        }
         run(barrier_op(comm))
     }
 
@@ -1680,6 +1852,9 @@ crate::mpi! {
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) [comm] {
+        if bcast_shm(buffer, count_, datatype, root, comm)? {
+            return Ok(());
+        }
         run(bcast_op(buffer, count_, datatype, root, comm))
     }
 
@@ -1688,6 +1863,9 @@ crate::mpi! {
     }
 
     fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
+        if reduce_shm(sendbuf, recvbuf, count_, datatype, op, Some(root), comm)? {
+            return Ok(());
+        }
         run(reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false))
     }
 
@@ -1696,6 +1874,9 @@ crate::mpi! {
     }
 
     fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        if reduce_shm(sendbuf, recvbuf, count_, datatype, op, None, comm)? {
+            return Ok(());
+        }
         run(reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true))
     }
 

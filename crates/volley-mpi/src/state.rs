@@ -90,6 +90,12 @@ pub struct CommCore {
     pub nb_seq: std::sync::atomic::AtomicU32,
     /// Its process topology (MPI_Cart_create and the others), kept by MPI_Comm_dup.
     pub topo: Option<Arc<crate::topo::Topo>>,
+    /// Whether it is an intracommunicator of two or more ranks that all share this host's
+    /// segment, where short collectives can meet in the ranks' collective slots.
+    pub shared: bool,
+    /// Its collective slots, once its first such collective has claimed them (None inside: a
+    /// member had no slot free, and its collectives send messages). See `coll::shm_group`.
+    pub shm: std::sync::OnceLock<Option<volley::ShmGroup>>,
 }
 
 impl CommCore {
@@ -447,7 +453,12 @@ impl Rt {
             }
             (g, m)
         });
+        let shared = remote.is_none()
+            && group.len() >= 2
+            && group.iter().all(|&w| self.world.on_this_host(w));
         Ok(CommCore {
+            shared,
+            shm: std::sync::OnceLock::new(),
             cid,
             ep,
             coll,

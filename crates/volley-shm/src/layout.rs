@@ -1,5 +1,6 @@
 //! The segment's fixed layout. See docs/shm-layout.md for the drawing.
 
+use crate::coll::{COLL_SLOTS, COLL_SLOT_BYTES};
 use crate::ring::{RingCtrl, RECORD_HEADER, SLOT};
 use crate::SegmentError;
 use std::mem::{offset_of, size_of};
@@ -16,7 +17,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 6: a grant queue in each ring's control block (1024 bytes), request-to-send and stream
 ///    records (the rendezvous of large matched messages).
 /// 7: RANK_VANISHED (a rank whose process ended unseen by any volley launcher).
-pub const VERSION: u32 = 8;
+/// 8: parked records.
+/// 9: collective slots (`coll`) between the rank blocks and the rings.
+pub const VERSION: u32 = 9;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;
@@ -122,6 +125,8 @@ pub struct Layout {
     pub ring_slots: usize,
     pub max_record_slots: usize,
     pub ranks_offset: usize,
+    /// Collective slots: COLL_SLOTS per rank, COLL_SLOT_BYTES each.
+    pub coll_offset: usize,
     pub rings_offset: usize,
     pub ring_stride: usize,
     pub total_bytes: usize,
@@ -130,8 +135,9 @@ pub struct Layout {
 impl Layout {
     pub fn new(p: &SegmentParams) -> Layout {
         let ranks_offset = size_of::<JobHeader>();
+        let coll_offset = (ranks_offset + p.nranks * size_of::<RankBlock>()).next_multiple_of(4096);
         let rings_offset =
-            (ranks_offset + p.nranks * size_of::<RankBlock>()).next_multiple_of(4096);
+            (coll_offset + p.nranks * COLL_SLOTS * COLL_SLOT_BYTES).next_multiple_of(4096);
         let ring_stride = (size_of::<RingCtrl>() + p.ring_slots * SLOT).next_multiple_of(4096);
         let total_bytes = rings_offset + p.nranks * p.nranks * ring_stride;
         Layout {
@@ -139,6 +145,7 @@ impl Layout {
             ring_slots: p.ring_slots,
             max_record_slots: p.max_record_slots,
             ranks_offset,
+            coll_offset,
             rings_offset,
             ring_stride,
             total_bytes,
@@ -153,6 +160,7 @@ impl Layout {
             ring_slots,
             max_record_slots: 1,
             ranks_offset: 0,
+            coll_offset: 0,
             rings_offset: 0,
             ring_stride: 0,
             total_bytes: 0,
@@ -161,6 +169,12 @@ impl Layout {
 
     pub fn rank_offset(&self, rank: usize) -> usize {
         self.ranks_offset + rank * size_of::<RankBlock>()
+    }
+
+    /// Collective slot `slot` of `rank`.
+    pub fn coll_offset(&self, rank: usize, slot: usize) -> usize {
+        assert!(rank < self.nranks && slot < COLL_SLOTS);
+        self.coll_offset + (rank * COLL_SLOTS + slot) * COLL_SLOT_BYTES
     }
 
     pub fn ring_offset(&self, src: usize, dst: usize) -> usize {

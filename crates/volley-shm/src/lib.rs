@@ -9,10 +9,12 @@
 //! version and the job's random token, checked by [`Segment::attach`]. `docs/shm-layout.md`
 //! draws it. Every atomic says what it pairs with.
 
+mod coll;
 mod control;
 mod layout;
 mod ring;
 
+pub use coll::{CollCtrl, CollFlag, COLL_DATA, COLL_INLINE, COLL_SLOTS, COLL_SLOT_BYTES};
 pub use control::{Cursor, Grant, Pushed, RankState};
 pub use layout::{
     JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 /// The collectives whose algorithm is chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coll {
+    Barrier,
     Bcast,
     Reduce,
     Allreduce,
@@ -25,7 +26,8 @@ pub enum Coll {
 }
 
 impl Coll {
-    pub const ALL: [Coll; 6] = [
+    pub const ALL: [Coll; 7] = [
+        Coll::Barrier,
         Coll::Bcast,
         Coll::Reduce,
         Coll::Allreduce,
@@ -36,6 +38,7 @@ impl Coll {
 
     pub fn name(self) -> &'static str {
         match self {
+            Coll::Barrier => "barrier",
             Coll::Bcast => "bcast",
             Coll::Reduce => "reduce",
             Coll::Allreduce => "allreduce",
@@ -53,6 +56,7 @@ impl Coll {
     /// What the size of a call means for this collective.
     pub fn size_means(self) -> &'static str {
         match self {
+            Coll::Barrier => "nothing (a barrier carries no data)",
             Coll::Bcast => "the message",
             Coll::Reduce | Coll::Allreduce => "the vector reduced",
             Coll::Allgather => "each rank's block",
@@ -64,9 +68,11 @@ impl Coll {
     /// The algorithms this collective can run.
     pub fn algos(self) -> &'static [Algo] {
         match self {
-            Coll::Bcast => &[Algo::Binomial, Algo::ScatterRing],
-            Coll::Reduce => &[Algo::Binomial, Algo::Linear],
+            Coll::Barrier => &[Algo::Dissemination, Algo::Shm],
+            Coll::Bcast => &[Algo::Binomial, Algo::ScatterRing, Algo::Shm],
+            Coll::Reduce => &[Algo::Binomial, Algo::Linear, Algo::Shm],
             Coll::Allreduce => &[
+                Algo::Shm,
                 Algo::RecursiveDoubling,
                 Algo::Rabenseifner,
                 Algo::ReduceBcast,
@@ -81,6 +87,11 @@ impl Coll {
 /// A collective algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
+    /// Inside one host, through the job segment: each rank's contribution written once into its
+    /// collective slot, flags instead of messages, folded in rank order by the readers.
+    Shm,
+    /// Barrier: log2(n) rounds, in round i rank r signals r + 2^i and waits for r - 2^i.
+    Dissemination,
     /// A binomial tree: log2(n) rounds, the whole message on every edge.
     Binomial,
     /// Broadcast: the root scatters n pieces down a binomial tree, then a ring allgathers them.
@@ -110,6 +121,8 @@ pub enum Algo {
 impl Algo {
     pub fn name(self) -> &'static str {
         match self {
+            Algo::Shm => "shm",
+            Algo::Dissemination => "dissemination",
             Algo::Binomial => "binomial",
             Algo::ScatterRing => "scatter_ring",
             Algo::Linear => "linear",
@@ -135,7 +148,28 @@ pub struct Shape {
     pub count: usize,
     /// Whether the operation commutes (reductions).
     pub commutative: bool,
+    /// Whether every rank of the communicator shares this host's segment (and its collective
+    /// slots).
+    pub shared: bool,
 }
+
+impl Shape {
+    /// A call of `bytes` over `ranks` ranks (count: bytes; commutative; not shared).
+    pub fn new(bytes: usize, ranks: usize) -> Shape {
+        Shape {
+            bytes,
+            ranks,
+            count: bytes,
+            commutative: true,
+            shared: false,
+        }
+    }
+}
+
+/// Up to this many ranks on one host, the collectives that can meet in the segment do.
+pub const SHM_MAX_RANKS: usize = 16;
+/// Up to this many bytes (each rank's contribution), they do.
+pub const SHM_BYTES: usize = crate::shmcoll::SHM_COLL_BYTES;
 
 /// Below this many bytes a broadcast goes down a binomial tree.
 pub const BCAST_TREE_BYTES: usize = 12 << 10;
@@ -163,6 +197,11 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
         return false;
     }
     match a {
+        Algo::Shm => {
+            s.shared
+                && (2..=SHM_MAX_RANKS).contains(&s.ranks)
+                && (s.bytes <= SHM_BYTES || c == Coll::Barrier)
+        }
         Algo::Rabenseifner => s.commutative && s.count >= pow2_below(s.ranks),
         Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
         _ => true,
@@ -171,7 +210,14 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
 
 /// The default algorithm for a call, and why.
 pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
+    if applies(c, Algo::Shm, s) {
+        return (
+            Algo::Shm,
+            "one host, short: through the segment, a flag per rank instead of messages",
+        );
+    }
     match c {
+        Coll::Barrier => (Algo::Dissemination, "log2(n) rounds of one message"),
         Coll::Bcast if s.ranks <= 3 => (Algo::Binomial, "3 ranks or fewer: a tree is as short"),
         Coll::Bcast if s.bytes < BCAST_TREE_BYTES => (Algo::Binomial, "short: latency-bound"),
         Coll::Bcast => (
@@ -287,10 +333,8 @@ mod tests {
 
     fn shape(bytes: usize, ranks: usize) -> Shape {
         Shape {
-            bytes,
-            ranks,
             count: bytes / 4,
-            commutative: true,
+            ..Shape::new(bytes, ranks)
         }
     }
 
@@ -337,6 +381,36 @@ mod tests {
     }
 
     #[test]
+    fn one_host_short_calls_meet_in_the_segment() {
+        let shared = |bytes, ranks| Shape {
+            shared: true,
+            ..shape(bytes, ranks)
+        };
+        for c in [Coll::Barrier, Coll::Bcast, Coll::Reduce, Coll::Allreduce] {
+            assert_eq!(select(c, shared(8, 2)), Algo::Shm, "{c:?}");
+            assert_eq!(
+                select(c, shared(SHM_BYTES, SHM_MAX_RANKS)),
+                Algo::Shm,
+                "{c:?}"
+            );
+            assert_ne!(select(c, shared(8, SHM_MAX_RANKS + 1)), Algo::Shm, "{c:?}");
+            assert_ne!(select(c, shape(8, 2)), Algo::Shm, "{c:?}: across hosts");
+            assert_ne!(select(c, shared(8, 1)), Algo::Shm, "{c:?}: one rank");
+        }
+        // A barrier has no size; the others leave the segment above a slot's size.
+        assert_eq!(select(Coll::Barrier, shared(1 << 20, 4)), Algo::Shm);
+        assert_ne!(select(Coll::Allreduce, shared(SHM_BYTES + 1, 4)), Algo::Shm);
+        // Not for collectives that have no shared-memory algorithm yet.
+        assert_ne!(select(Coll::Alltoall, shared(8, 4)), Algo::Shm);
+        // Rank order is kept, so an operation that does not commute meets there too.
+        let noncomm = Shape {
+            commutative: false,
+            ..shared(8, 4)
+        };
+        assert_eq!(select(Coll::Allreduce, noncomm), Algo::Shm);
+    }
+
+    #[test]
     fn every_algorithm_has_a_distinct_name_and_belongs_somewhere() {
         let mut names: Vec<&str> = Coll::ALL
             .iter()
@@ -344,7 +418,7 @@ mod tests {
             .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 10);
+        assert_eq!(names.len(), 12);
         assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
         assert!(!applies(
             Coll::Allgather,

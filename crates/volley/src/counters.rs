@@ -30,6 +30,8 @@ pub enum Counter {
     RendezvousSends,
     RendezvousStreams,
     BadGrants,
+    CollSlotsClaimed,
+    CollSlotsMissing,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -147,9 +149,19 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "grants",
         "answers to a request to send that named no request of ours (ignored)",
     ),
+    (
+        "coll_slots_claimed",
+        "communicators",
+        "communicators whose short collectives meet in the segment (a collective slot at each member)",
+    ),
+    (
+        "coll_slots_missing",
+        "communicators",
+        "communicators on one host whose collectives send messages: a member had no collective slot free",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::BadGrants as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::CollSlotsMissing as usize + 1);
 
 /// Where a counter is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

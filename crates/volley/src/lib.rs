@@ -40,6 +40,7 @@ mod progress;
 mod recv;
 mod request;
 mod send;
+mod shmcoll;
 mod wait;
 mod world;
 
@@ -62,6 +63,7 @@ pub use message::{Message, Source};
 pub use modes::single_copy_unavailable;
 pub use net::{describe_transports, host_ipv4};
 pub use request::{RequestError, RequestId, Scope, SendRequest};
+pub use shmcoll::{Contribution, ShmGroup, SlotId, SHM_COLL_BYTES};
 pub use volley_sys::lend::{RawBuf, RawBufMut};
 pub use world::World;
 

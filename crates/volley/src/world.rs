@@ -108,6 +108,8 @@ pub(crate) struct Inner {
     /// which stops it).
     pub(crate) _watcher: Option<crate::boot_pmi::Watcher>,
     pub(crate) _launcher_watch: Option<crate::bootstrap::LauncherWatch>,
+    /// This rank's collective slots in the segment (see `shmcoll`).
+    pub(crate) coll_slots: Exclusive<crate::shmcoll::SlotTable>,
 }
 
 /// This process's membership of its job. Cheap to clone (all clones are the same world).
@@ -209,6 +211,7 @@ impl World {
                 nactive: Default::default(),
                 _watcher: attached.watcher,
                 _launcher_watch: attached.launcher_watch,
+                coll_slots: Exclusive::new(Default::default()),
             }),
         };
         if world.inner.cfg.progress_thread {
@@ -237,6 +240,11 @@ impl World {
 
     pub fn local_rank(&self) -> usize {
         self.inner.info.local_rank
+    }
+
+    /// Whether job rank `rank` runs on this host (shares this process's segment).
+    pub fn on_this_host(&self, rank: usize) -> bool {
+        self.inner.g2l.get(rank).is_some_and(Option::is_some)
     }
 
     pub fn node_id(&self) -> usize {

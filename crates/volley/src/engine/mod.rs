@@ -651,6 +651,24 @@ impl Engine {
         }
     }
 
+    /// Rings `dst`'s doorbell, whose request to be woken the caller took (see
+    /// `Segment::wake_sleepers`).
+    pub fn notify(&mut self, dst: usize) {
+        self.doorbells[dst].notify();
+        self.counters.add(Counter::DoorbellsRung, 1);
+    }
+
+    /// The job segment.
+    pub fn segment(&self) -> Arc<Segment> {
+        self.seg.clone()
+    }
+
+    /// How local rank `r` ended, if it has (from the rank table, read again if it changed).
+    pub fn local_fate(&mut self, r: usize) -> Option<Fate> {
+        self.refresh_fates();
+        self.fates[r]
+    }
+
     /// Wakes `dst` if it said it is asleep (the handshake is `Segment::arm` / `wants_wake`).
     #[inline]
     pub fn ring_doorbell(&mut self, dst: usize) {

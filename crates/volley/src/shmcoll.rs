@@ -1,0 +1,436 @@
+//! Collectives through the job segment: the ranks of a group that shares one host meet in their
+//! collective slots (`volley_shm::coll`) instead of sending messages. A barrier is one flag per
+//! rank; a broadcast is one copy in and one copy out per reader; a reduction is each
+//! contribution written once and read by the ranks that fold it, in rank order, so that every
+//! rank folds the same values in the same order and gets the same bits (also for floating point
+//! and for operations that do not commute).
+//!
+//! A group gets a slot at each member when it first meets: each member claims one of its own
+//! ([`World::shm_claim`]), the members trade what they claimed by messages (the caller's
+//! business: the MPI face does it with an allgather), and [`World::shm_group`] makes the group
+//! when every member has one. When the group is dropped, the slot retires: it is claimed again
+//! only once every other member has finished the group's last operation (or left its slot), so
+//! no reader is left behind, without any wait at the drop.
+//!
+//! Waiting follows the world's waiting mode (spin, then sleep on the doorbell, which the rank
+//! whose flag it waits for rings), keeps the rest of the world moving ([`World::progress`]) and
+//! fails with [`PeerLost`] when a member the wait needs has ended.
+
+use crate::counters::Counter;
+use crate::error::{PeerLost, RecvError};
+use crate::wait::Waiter;
+use crate::world::World;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use volley_shm::{Segment, COLL_DATA, COLL_INLINE, COLL_SLOTS};
+
+/// The most bytes one contribution to a shared-memory collective can have.
+pub const SHM_COLL_BYTES: usize = COLL_DATA;
+
+/// A member's slot, as members trade it when their group first meets (16 bytes on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotId {
+    /// The member's local rank (its place in the host's segment).
+    pub local: u32,
+    /// Which of its slots.
+    pub slot: u32,
+    /// The slot's generation (how many times it was claimed).
+    pub gen: u64,
+}
+
+impl SlotId {
+    /// What a member that has no slot (or shares no segment) says.
+    pub const NONE: SlotId = SlotId {
+        local: u32::MAX,
+        slot: u32::MAX,
+        gen: 0,
+    };
+
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..4].copy_from_slice(&self.local.to_le_bytes());
+        b[4..8].copy_from_slice(&self.slot.to_le_bytes());
+        b[8..].copy_from_slice(&self.gen.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> SlotId {
+        let w = |r: std::ops::Range<usize>| b.get(r).unwrap_or(&[]).to_vec();
+        let u32_of = |v: Vec<u8>| v.try_into().map(u32::from_le_bytes).unwrap_or(u32::MAX);
+        SlotId {
+            local: u32_of(w(0..4)),
+            slot: u32_of(w(4..8)),
+            gen: w(8..16).try_into().map(u64::from_le_bytes).unwrap_or(0),
+        }
+    }
+}
+
+/// What this rank knows of its own slots.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum SlotState {
+    #[default]
+    Free,
+    InUse,
+    /// Its group is gone; readers may still be at its last operation `last`.
+    Retired {
+        members: Vec<SlotId>,
+        last: u64,
+    },
+}
+
+pub(crate) type SlotTable = [SlotState; COLL_SLOTS];
+
+/// A group of ranks of one host meeting in their collective slots.
+pub struct ShmGroup {
+    world: World,
+    seg: std::sync::Arc<Segment>,
+    /// Every member's slot, in group order.
+    members: Box<[SlotId]>,
+    /// This rank's place in the group.
+    me: usize,
+    /// The local ranks of the other members (whom a flag of ours may wake).
+    others: Box<[usize]>,
+    /// Operations done so far (the next one is `seq + 1`). One thread at a time runs a group's
+    /// operations (a communicator's collectives are not concurrent), so load and store suffice.
+    seq: AtomicU64,
+    /// The last operation every member was seen to have published (so, for an operation two
+    /// later, no reader is left in the buffer it writes).
+    all_arrived: AtomicU64,
+}
+
+thread_local! {
+    /// Where a contribution is copied out of its slot to be folded.
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; COLL_DATA]);
+}
+
+impl World {
+    /// Claims one of this rank's collective slots for a group about to meet, or says why not
+    /// (all in use, or readers still at a retired group's last operation).
+    pub fn shm_claim(&self) -> SlotId {
+        let seg = self.eng().segment();
+        let me = self.local_rank();
+        let mut table = self.inner.coll_slots.borrow_mut();
+        let mut eng = self.eng();
+        let pick = table.iter().position(|s| match s {
+            SlotState::Free => true,
+            SlotState::InUse => false,
+            SlotState::Retired { members, last } => members.iter().all(|m| {
+                m.local as usize == me
+                    || seg.coll_gen(m.local as usize, m.slot as usize) != m.gen
+                    || seg.coll_done(m.local as usize, m.slot as usize) >= *last
+                    || eng.local_fate(m.local as usize).is_some()
+            }),
+        });
+        drop(eng);
+        let Some(slot) = pick else {
+            return SlotId::NONE;
+        };
+        table[slot] = SlotState::InUse;
+        SlotId {
+            local: me as u32,
+            slot: slot as u32,
+            gen: seg.coll_claim(me, slot),
+        }
+    }
+
+    /// The group whose members claimed `members` (in group order; this rank is `me`), or None
+    /// when one of them has no slot; this rank's claim is then given back.
+    pub fn shm_group(&self, members: &[SlotId], me: usize) -> Option<ShmGroup> {
+        let mine = members[me];
+        let n = self.inner.l2g.len() as u32;
+        if members
+            .iter()
+            .any(|m| m.local >= n || m.slot as usize >= COLL_SLOTS)
+        {
+            if mine.local < n && (mine.slot as usize) < COLL_SLOTS {
+                self.inner.coll_slots.borrow_mut()[mine.slot as usize] = SlotState::Free;
+            }
+            self.eng().count(Counter::CollSlotsMissing, 1);
+            return None;
+        }
+        self.eng().count(Counter::CollSlotsClaimed, 1);
+        Some(ShmGroup {
+            world: self.clone(),
+            seg: self.eng().segment(),
+            others: members
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != me)
+                .map(|(_, m)| m.local as usize)
+                .collect(),
+            members: members.into(),
+            me,
+            seq: AtomicU64::new(0),
+            all_arrived: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Drop for ShmGroup {
+    fn drop(&mut self) {
+        let last = self.seq.load(Ordering::Relaxed);
+        let mine = self.members[self.me];
+        // Operations whose end nobody waits for do not say it; the group's last one is over now.
+        self.seg
+            .coll_finish(mine.local as usize, mine.slot as usize, last);
+        self.world.inner.coll_slots.borrow_mut()[mine.slot as usize] = SlotState::Retired {
+            members: self.members.to_vec(),
+            last,
+        };
+    }
+}
+
+impl ShmGroup {
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> (usize, usize) {
+        let m = self.members[i];
+        (m.local as usize, m.slot as usize)
+    }
+
+    #[inline]
+    fn next(&self) -> u64 {
+        let s = self.seq.load(Ordering::Relaxed) + 1;
+        self.seq.store(s, Ordering::Relaxed);
+        s
+    }
+
+    /// Publishes operation `s` and wakes the members asleep on it.
+    #[inline]
+    fn arrive(&self, s: u64) {
+        self.arrive_quietly(s);
+        self.wake_others();
+    }
+
+    /// Publishes operation `s`; the caller owes the members the wake-up (`wait_arrived` with
+    /// `owed`), which costs less once the store has left this core: a fence right behind it
+    /// waits for every reader's copy of the line to go.
+    #[inline]
+    fn arrive_quietly(&self, s: u64) {
+        let (l, slot) = self.at(self.me);
+        self.seg.coll_arrive(l, slot, s);
+    }
+
+    fn finish(&self, s: u64) {
+        let (l, slot) = self.at(self.me);
+        self.seg.coll_finish(l, slot, s);
+        self.wake_others();
+    }
+
+    fn wake_others(&self) {
+        self.seg
+            .wake_sleepers(&self.others, |r| self.world.eng().notify(r));
+    }
+
+    /// Waits until every member in `who` has published operation `s`; with `owed`, wakes the
+    /// members asleep on this rank's own arrival before it could sleep itself, and at the end.
+    /// (A member asleep on it has arrived, so this wait never needs it; and one that has not
+    /// arrived is not asleep on it.)
+    fn wait_arrived(
+        &self,
+        s: u64,
+        who: impl Iterator<Item = usize> + Clone,
+        owed: bool,
+    ) -> Result<(), RecvError> {
+        let every = who.clone().count() == self.size();
+        let r = self.wait(
+            |seg| {
+                who.clone().find(|&i| {
+                    let (l, slot) = self.at(i);
+                    seg.coll_arrived(l, slot, s) < s
+                })
+            },
+            owed,
+        );
+        if every && r.is_ok() {
+            self.all_arrived.store(s, Ordering::Relaxed);
+        }
+        if owed {
+            self.wake_others();
+        }
+        r
+    }
+
+    /// Before writing operation `s`'s data: waits until no member still reads operation
+    /// `s - 2`'s (the same buffer).
+    #[inline(always)]
+    fn wait_readers(&self, s: u64) -> Result<(), RecvError> {
+        if s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s {
+            return Ok(());
+        }
+        self.wait_readers_slow(s)
+    }
+
+    #[inline(never)]
+    fn wait_readers_slow(&self, s: u64) -> Result<(), RecvError> {
+        // A member that published operation s - 1 has finished s - 2 (it ran them in order).
+        self.wait(
+            |seg| {
+                (0..self.size()).find(|&i| {
+                    let (l, slot) = self.at(i);
+                    i != self.me
+                        && seg.coll_arrived(l, slot, s - 1) < s - 1
+                        && seg.coll_done(l, slot) < s - 2
+                })
+            },
+            false,
+        )
+    }
+
+    /// Waits until `pending` finds no member left to wait for; with `owed`, wakes the others
+    /// before it sleeps.
+    #[inline]
+    fn wait(
+        &self,
+        mut pending: impl FnMut(&Segment) -> Option<usize>,
+        owed: bool,
+    ) -> Result<(), RecvError> {
+        if pending(&self.seg).is_none() {
+            return Ok(());
+        }
+        self.wait_slow(&mut pending, owed)
+    }
+
+    #[cold]
+    fn wait_slow(
+        &self,
+        pending: &mut dyn FnMut(&Segment) -> Option<usize>,
+        mut owed: bool,
+    ) -> Result<(), RecvError> {
+        let w = &self.world;
+        let mut waiter = Waiter::new(w.inner.cfg.wait);
+        let mut turns = 0u32;
+        loop {
+            turns = turns.wrapping_add(1);
+            if waiter.blocking || turns.is_multiple_of(64) {
+                if owed && waiter.blocking {
+                    // About to sleep: whoever sleeps on this rank must be awake first.
+                    self.wake_others();
+                    owed = false;
+                }
+                // The rest of the world moves on while this rank waits here (MPI's progress
+                // rule), and a member that ended is noticed.
+                if let Err(e) = w.progress() {
+                    waiter.finish(w);
+                    return Err(e);
+                }
+                if let Some(i) = pending(&self.seg) {
+                    let local = self.members[i].local as usize;
+                    let fate = w.eng().local_fate(local);
+                    if let Some(fate) = fate {
+                        waiter.finish(w);
+                        return Err(RecvError::PeerLost(PeerLost {
+                            rank: w.inner.l2g[local],
+                            fate,
+                        }));
+                    }
+                }
+            }
+            if pending(&self.seg).is_none() {
+                waiter.finish(w);
+                return Ok(());
+            }
+            waiter.pause(w)?;
+        }
+    }
+
+    /// Returns once every member has called it.
+    #[inline]
+    pub fn barrier(&self) -> Result<(), RecvError> {
+        let s = self.next();
+        self.arrive_quietly(s);
+        // No `done`: a barrier reads no buffer.
+        self.wait_arrived(s, 0..self.size(), true)
+    }
+
+    /// Copies `buf` of member `root` into every other member's `buf` (all the same length, at
+    /// most [`SHM_COLL_BYTES`]).
+    #[inline]
+    pub fn bcast(&self, root: usize, buf: &mut [u8]) -> Result<(), RecvError> {
+        let s = self.next();
+        let (l, slot) = self.at(root);
+        if self.me == root {
+            self.wait_readers(s)?;
+            self.seg.coll_write(l, slot, s, buf);
+            self.arrive(s);
+        } else {
+            self.wait_arrived(s, std::iter::once(root), false)?;
+            self.seg.coll_read(l, slot, s, buf);
+            // The root may be at s + 2 already, waiting to write this buffer again.
+            self.finish(s);
+        }
+        Ok(())
+    }
+
+    /// The first half of a reduction: publishes this rank's contribution `mine` (every member's
+    /// the same length, at most [`SHM_COLL_BYTES`]) to the ranks that fold: `root`, or every
+    /// member when None. [`ShmGroup::fold`] is the second half (at every member: away from the
+    /// root it only says this rank is done).
+    #[inline(always)]
+    pub fn contribute(&self, root: Option<usize>, mine: &[u8]) -> Result<Contribution, RecvError> {
+        let s = self.next();
+        let (l, slot) = self.at(self.me);
+        self.wait_readers(s)?;
+        self.seg.coll_write(l, slot, s, mine);
+        // Where every member folds, every member waits for every arrival next, and wakes the
+        // others there; a contribution to one root must wake it now.
+        let folds = root.is_none_or(|r| r == self.me);
+        if root.is_some() {
+            self.arrive(s);
+        } else {
+            self.arrive_quietly(s);
+        }
+        Ok(Contribution {
+            s,
+            len: mine.len(),
+            folds,
+            root: root.is_some(),
+        })
+    }
+
+    /// The second half of a reduction: where this rank folds, waits for every contribution and
+    /// calls `fold` with each, from the last member to the first, so that it can compute
+    /// `c0 op (c1 op (... op c(n-1)))`; then says this rank is done.
+    pub fn fold<E: From<RecvError>>(
+        &self,
+        c: Contribution,
+        mut fold: impl FnMut(usize, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (s, len) = (c.s, c.len);
+        if c.folds {
+            self.wait_arrived(s, 0..self.size(), !c.root)?;
+            let mut each = |b: &mut [u8]| -> Result<(), E> {
+                for i in (0..self.size()).rev() {
+                    let (l, slot) = self.at(i);
+                    self.seg.coll_read(l, slot, s, b);
+                    fold(i, b)?;
+                }
+                Ok(())
+            };
+            if len <= COLL_INLINE {
+                each(&mut [0u8; COLL_INLINE][..len])?;
+            } else {
+                SCRATCH.with_borrow_mut(|b| each(&mut b[..len]))?;
+            }
+            // A reduction's other members may be at s + 2, waiting to write their buffers
+            // again; an allreduce's members read each other's, and their next arrival says it.
+            if c.root {
+                self.finish(s);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A contribution published by [`ShmGroup::contribute`], to be finished by [`ShmGroup::fold`].
+#[must_use = "a contribution must be finished with ShmGroup::fold"]
+pub struct Contribution {
+    s: u64,
+    len: usize,
+    folds: bool,
+    /// A reduction to one member (not an allreduce).
+    root: bool,
+}
