@@ -33,19 +33,20 @@
 static const char *part = "start";
 static long at_step = -1;
 
-#define EXPECT(cond, ...)                                                                  \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "coll_shm: rank %d, %s, step %ld: ", world_rank(), part, at_step); \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            CHECK(cond);                                                                   \
-        }                                                                                  \
+#define EXPECT(cond, ...)                                                                   \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "coll_shm: rank %d, %s, step %ld: ", world_rank(), part,        \
+                    at_step);                                                               \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fputc('\n', stderr);                                                            \
+            CHECK(cond);                                                                    \
+        }                                                                                   \
     } while (0)
 
 static int rank, size;
 
-/* ---- values ---------------------------------------------------------------------------- */
+/* ---- values ---------------------------------------------------------------------------------- */
 
 static uint64_t fmix(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
@@ -121,7 +122,7 @@ static int keep_going(MPI_Comm c, long i, long min, long max, double start, doub
     return !late;
 }
 
-/* ---- communicators and their ranks, computed serially ------------------------------------ */
+/* ---- communicators and their ranks, computed serially ---------------------------------------- */
 
 /* The members (world ranks, in rank order) of the calling rank's part of
  * MPI_Comm_split(world, colour[w], key[w]): by key, ties by the rank in the world (MPI-3.1
@@ -161,7 +162,7 @@ static MPI_Comm split_checked(const int *colour, const int *key, int *members, i
     return c;
 }
 
-/* ---- the non-commutative operation: 2x2 matrices mod a prime ---------------------------- */
+/* ---- the non-commutative operation: 2x2 matrices mod a prime --------------------------------- */
 
 #define PRIME 32749
 
@@ -222,7 +223,7 @@ static void vsum_op(void *in, void *inout, int *len, MPI_Datatype *t) {
 static MPI_Op matmul, vsum, vsum_nc;
 static MPI_Datatype mat;
 
-/* ---- 1 and 2: a tight loop of every kind, counts and roots rotating, MPI_IN_PLACE --------- */
+/* ---- 1 and 2: a tight loop of every kind, counts and roots rotating, MPI_IN_PLACE ------------ */
 
 static const int COUNTS[] = {0, 1, 3, 17, 255, 1024};
 #define NCOUNTS 6
@@ -308,7 +309,7 @@ static void tight_loop(void) {
     CHECK(sb && rb);
     int *is = sb, *ir = rb;
     double *ds = sb, *dr = rb;
-    for (long i = 0; keep_going(MPI_COMM_WORLD, i, 20, 2000, start, 2.0); i++) {
+    for (long i = 0; keep_going(MPI_COMM_WORLD, i, 15, 2000, start, 2.0); i++) {
         at_step = i;
         /* Bcast from root i % size, of ints or doubles. */
         int root = (int)(i % size), n = pick_count(i, 0);
@@ -328,7 +329,8 @@ static void tight_loop(void) {
                 EXPECT(is[k] == ival(T_BC, i, root, k), "bcast int [%d] of %d from %d: %d", k, n,
                        root, is[k]);
         }
-        /* Reduce (sum of ints or doubles) to another root; in place at the root every third step. */
+        /* Reduce (sum of ints or doubles) to another root; in place at the root every third
+         * step. */
         root = (int)((i * 7 + 3) % size);
         n = pick_count(i, 1);
         dbl = (int)(h4(T_RED, (uint64_t)i, 99, 99) & 1);
@@ -357,8 +359,9 @@ static void tight_loop(void) {
                     int want = 0;
                     for (int r = 0; r < size; r++)
                         want += ival(T_RED, i, r, k);
-                    EXPECT(((int *)out)[k] == want, "reduce sum int [%d] of %d at %d%s: %d, want %d",
-                           k, n, root, in_place ? " (in place)" : "", ((int *)out)[k], want);
+                    EXPECT(((int *)out)[k] == want,
+                           "reduce sum int [%d] of %d at %d%s: %d, want %d", k, n, root,
+                           in_place ? " (in place)" : "", ((int *)out)[k], want);
                 }
             }
         /* Two allreduces of rotating kinds, each in place half of the time; between them they go
@@ -373,7 +376,7 @@ static void tight_loop(void) {
     free(rb);
 }
 
-/* ---- 3: the non-commutative operation, in rank order --------------------------------------- */
+/* ---- 3: the non-commutative operation, in rank order ----------------------------------------- */
 
 static void noncommutative(MPI_Comm c, const int *members, int n, const char *name, int iters) {
     part = name;
@@ -502,7 +505,7 @@ static void derived(void) {
     free(b);
 }
 
-/* ---- 5: Barrier holds every rank until the last one has entered -------------------------------- */
+/* ---- 5: Barrier holds every rank until the last one has entered ------------------------------ */
 
 static void barrier_timing(void) {
     part = "5: barrier timing";
@@ -536,7 +539,7 @@ static void barrier_timing(void) {
     free(all);
 }
 
-/* ---- 6: many communicators, freed in another order and made again ------------------------- */
+/* ---- 6: many communicators, freed in another order and made again ---------------------------- */
 
 #define NCHURN 17 /* communicators made at once: more than the 16 shared slots */
 #define NNEW 4     /* of them freed, and made again with other members, while the rest live */
@@ -698,7 +701,7 @@ static void churn(void) {
     }
 }
 
-/* ---- 7: sleepy ranks ------------------------------------------------------------------------------ */
+/* ---- 7: sleepy ranks ------------------------------------------------------------------------- */
 
 static void sleepy(void) {
     part = "7: sleepy ranks";
@@ -749,7 +752,7 @@ static void sleepy(void) {
     }
 }
 
-/* ---- 8: a bcast root that races ahead ------------------------------------------------------------- */
+/* ---- 8: a bcast root that races ahead -------------------------------------------------------- */
 
 /* Rank 0 of c (world rank root_world) sends 200 small values in a row; the others sleep 1 ms
  * before every 20th receive (all at once, or staggered by rank). */
@@ -780,7 +783,9 @@ int main(int argc, char **argv) {
     OK(MPI_Type_contiguous(4, MPI_INT, &mat));
     OK(MPI_Type_commit(&mat));
 
+    /* The standard does not promise the arguments to every process: rank 0's decide. */
     full = argc > 1 && strcmp(argv[1], "full") == 0;
+    OK(MPI_Bcast(&full, 1, MPI_INT, 0, MPI_COMM_WORLD));
     tight_loop();
     part3();
     derived();
