@@ -567,6 +567,39 @@ fn netpipe_unmodified_on_shared_memory_in_all_three_modes() {
     }
 }
 
+/// The collective programs with ranks on three hosts (network namespaces), two on each (so
+/// the world's collectives cross the network and communicators split inside one host meet in
+/// its segment), over udp and eth, and with the fault device's loss and reordering: every
+/// result equals the serial computation.
+#[test]
+fn collectives_across_namespaces_over_udp_and_eth_also_with_loss_and_reordering() {
+    let s = Scratch::new("coll-net");
+    let progs = [
+        ("coll_sizes", build(&s.0, "coll_sizes", false)),
+        ("coll_shm", build(&s.0, "coll_shm", false)),
+    ];
+    let cases = [
+        ("udp", ""),
+        ("eth", ""),
+        ("udp", "loss=0.02,reorder=0.1,delay_us=50,seed=11"),
+        ("eth", "loss=0.02,reorder=0.1,delay_us=50,seed=12"),
+    ];
+    for (transport, faults) in cases {
+        let h = Hosts::new(3, 1500);
+        let mut env = vec![("VOLLEY_TRANSPORT", transport)];
+        if !faults.is_empty() {
+            env.push(("VOLLEY_FAULTS", faults));
+        }
+        for (name, exe) in &progs {
+            let out = must(
+                h.run(6, &env, &[exe.to_str().expect("utf-8 path")]),
+                &format!("{name} on 3 hosts over {transport} {faults}"),
+            );
+            assert!(out.contains(&format!("{name}: ok")), "{name}: {out}");
+        }
+    }
+}
+
 #[test]
 fn netpipe_unmodified_across_namespaces_over_udp_and_eth() {
     let s = Scratch::new("netpipe-net");
