@@ -152,15 +152,18 @@ fn collectives() {
             .into_iter()
             .flat_map(|r| [(r, true), (r, false)])
         {
+            // One host, or several with two ranks or more on each.
             let shape = |bytes: usize| Shape {
                 count: bytes / 4,
                 shared,
+                spread: !shared,
                 ..Shape::new(bytes, ranks)
             };
-            // Where the segment changes nothing, one line says it for both.
+            // Where the placement changes nothing, one line says it for both.
             let same = (0..=26).all(|k| {
                 let other = Shape {
                     shared: !shared,
+                    spread: shared,
                     ..shape(1 << k)
                 };
                 coll::select(c, shape(1 << k)) == coll::select(c, other)
@@ -208,7 +211,7 @@ fn collectives() {
             let place = match (same, shared) {
                 (true, _) => "",
                 (false, true) => ", one host",
-                (false, false) => ", across hosts",
+                (false, false) => ", several hosts",
             };
             println!("    {ranks:>3} ranks{place}: {}", text.join("; "));
         }

@@ -567,10 +567,10 @@ fn netpipe_unmodified_on_shared_memory_in_all_three_modes() {
     }
 }
 
-/// The collective programs with ranks on three hosts (network namespaces), two on each (so
-/// the world's collectives cross the network and communicators split inside one host meet in
-/// its segment), over udp and eth, and with the fault device's loss and reordering: every
-/// result equals the serial computation.
+/// The collective programs with ranks on three hosts (network namespaces), two on each or one
+/// host with one (so the world's short collectives go through the hosts' leaders, and
+/// communicators split inside one host meet in its segment), over udp and eth, and with the
+/// fault device's loss and reordering: every result equals the serial computation.
 #[test]
 fn collectives_across_namespaces_over_udp_and_eth_also_with_loss_and_reordering() {
     let s = Scratch::new("coll-net");
@@ -578,24 +578,40 @@ fn collectives_across_namespaces_over_udp_and_eth_also_with_loss_and_reordering(
         ("coll_sizes", build(&s.0, "coll_sizes", false)),
         ("coll_shm", build(&s.0, "coll_shm", false)),
     ];
+    // Six ranks: two on each host; five: one host with one rank (its own leader).
     let cases = [
-        ("udp", ""),
-        ("eth", ""),
-        ("udp", "loss=0.02,reorder=0.1,delay_us=50,seed=11"),
-        ("eth", "loss=0.02,reorder=0.1,delay_us=50,seed=12"),
+        ("udp", "", 6),
+        ("eth", "", 6),
+        ("udp", "", 5),
+        ("udp", "loss=0.02,reorder=0.1,delay_us=50,seed=11", 6),
+        ("eth", "loss=0.02,reorder=0.1,delay_us=50,seed=12", 6),
     ];
-    for (transport, faults) in cases {
+    for (transport, faults, n) in cases {
         let h = Hosts::new(3, 1500);
-        let mut env = vec![("VOLLEY_TRANSPORT", transport)];
+        let mut env = vec![("VOLLEY_TRANSPORT", transport), ("VOLLEY_COUNTERS", "1")];
         if !faults.is_empty() {
             env.push(("VOLLEY_FAULTS", faults));
         }
         for (name, exe) in &progs {
+            let o = h.run(n, &env, &[exe.to_str().expect("utf-8 path")]);
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
             let out = must(
-                h.run(6, &env, &[exe.to_str().expect("utf-8 path")]),
-                &format!("{name} on 3 hosts over {transport} {faults}"),
+                o,
+                &format!("{name}, {n} ranks on 3 hosts over {transport} {faults}"),
             );
             assert!(out.contains(&format!("{name}: ok")), "{name}: {out}");
+            // The world's short collectives went through the hosts' leaders: each host's two
+            // ranks claimed collective slots.
+            let claimed: u64 = err
+                .lines()
+                .filter_map(|l| {
+                    let mut w = l
+                        .split_whitespace()
+                        .skip_while(|w| *w != "coll_slots_claimed");
+                    w.nth(1)?.parse::<u64>().ok()
+                })
+                .sum();
+            assert!(claimed >= 4, "{name}: {claimed} slots claimed:\n{err}");
         }
     }
 }

@@ -129,6 +129,7 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
         commutative: op.is_none_or(Op::commutative),
         // The message-passing algorithms; `shm_for` asks about the segment.
         shared: false,
+        spread: false,
     }
 }
 
@@ -177,49 +178,130 @@ fn shm_group(c: &CommCore) -> R<Option<&volley::ShmGroup>> {
     Ok(c.shm.get().and_then(Option::as_ref))
 }
 
-/// The communicator and datatype of a call that may meet in the segment; None when the
-/// communicator cannot (an intercommunicator among them: its own path checks its arguments).
-fn shm_args(comm: H, dtype: H) -> R<Option<(std::sync::Arc<CommCore>, TypeRef)>> {
+/// The communicator and datatype of a call that may meet in the segment (its ranks on one
+/// host, or spread over several); None for an intercommunicator or a single rank (their own
+/// paths check their arguments).
+fn shm_args(comm: H, dtype: Option<H>) -> R<Option<(std::sync::Arc<CommCore>, Option<TypeRef>)>> {
     let rt = rt()?;
     let c = rt.comm(comm)?;
-    if !c.shared {
+    if c.is_inter() || c.size() < 2 {
         return Ok(None);
     }
-    Ok(Some((c, committed(&rt, dtype)?)))
+    let t = dtype.map(|d| committed(&rt, d)).transpose()?;
+    Ok(Some((c, t)))
 }
 
-/// MPI_Barrier in the segment; false when the communicator's barrier sends messages.
+/// The communicator's hosts when call `coll` of `bytes` goes through them
+/// (`collectives::select`): its ranks span hosts and share one on some; set up at the first
+/// such call (every member comes to it at the same collective).
+fn hier_for(
+    c: &CommCore,
+    coll: Coll,
+    bytes: usize,
+    count: usize,
+    op: Option<Op>,
+) -> R<Option<&crate::hier::Hier>> {
+    if c.shared {
+        return Ok(None);
+    }
+    let sh = Shape {
+        spread: true,
+        ..shape(bytes, c.size(), count, op)
+    };
+    if collectives::select(coll, sh) != Algo::Hierarchical {
+        return Ok(None);
+    }
+    if let Some(h) = c.hier.get() {
+        return Ok(h.as_ref());
+    }
+    let h = crate::hier::Hier::setup(c)?;
+    let _ = c.hier.set(h);
+    Ok(c.hier.get().and_then(Option::as_ref))
+}
+
+/// MPI_Barrier in the segment or through the hosts' leaders; false when it runs as messages.
 fn barrier_shm(comm: H) -> R<bool> {
-    let c = rt()?.comm(comm)?;
-    let Some(g) = shm_for(&c, Coll::Barrier, 0, 0, None)? else {
+    let Some((c, _)) = shm_args(comm, None)? else {
         return Ok(false);
     };
-    g.barrier().map_err(|e| from_recv(&e))?;
-    Ok(true)
+    if let Some(g) = shm_for(&c, Coll::Barrier, 0, 0, None)? {
+        g.barrier().map_err(|e| from_recv(&e))?;
+        return Ok(true);
+    }
+    if let Some(h) = hier_for(&c, Coll::Barrier, 0, 0, None)? {
+        h.barrier(&c, c.next_seq())?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
-/// MPI_Bcast in the segment (contiguous types); false when it sends messages.
+/// The bytes of a call in the segment: the program's buffer itself for a contiguous datatype,
+/// else a packed copy (the choice of algorithm depends on the type signature only, which MPI
+/// makes the same at every rank; the layout may differ).
+enum Bytes {
+    User(P),
+    Packed(Vec<u8>),
+}
+
+impl Bytes {
+    fn of(t: &Dtype, p: *const c_void, n: usize, fill: bool) -> Bytes {
+        if t.contig {
+            Bytes::User(P::new(p))
+        } else if fill {
+            Bytes::Packed(packed(t, p, n))
+        } else {
+            Bytes::Packed(vec![0u8; n * t.size])
+        }
+    }
+
+    fn ptr(&mut self) -> P {
+        match self {
+            Bytes::User(p) => *p,
+            Bytes::Packed(v) => P::new(v.as_mut_ptr()),
+        }
+    }
+
+    /// Back into the program's buffer at `p` (nothing for a contiguous type: it was there).
+    fn unpack(self, t: &Dtype, p: *mut c_void, n: usize) {
+        if let Bytes::Packed(v) = self {
+            unpacked(t, &v, p, n);
+        }
+    }
+}
+
+/// MPI_Bcast in the segment or through the hosts' leaders; false when it runs as messages.
 fn bcast_shm(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<bool> {
-    let Some((c, t)) = shm_args(comm, datatype)? else {
+    let Some((c, Some(t))) = shm_args(comm, Some(datatype))? else {
         return Ok(false);
     };
     let n = count(count_)?;
     let root = root_of(&c, root)?;
     let len = n * t.size;
-    if !t.contig {
+    let shm = shm_for(&c, Coll::Bcast, len, len, None)?;
+    let hier = match shm {
+        Some(_) => None,
+        None => hier_for(&c, Coll::Bcast, len, len, None)?,
+    };
+    if shm.is_none() && hier.is_none() {
         return Ok(false);
     }
-    let Some(g) = shm_for(&c, Coll::Bcast, len, len, None)? else {
-        return Ok(false);
-    };
-    // SAFETY: MPI's rule for the buffer (see user_bytes).
-    let buf = unsafe { user_bytes(P::new(buffer), len) };
-    g.bcast(root, buf).map_err(|e| from_recv(&e))?;
+    let mut data = Bytes::of(&t, buffer, n, c.rank == root);
+    // SAFETY: MPI's rule for the buffer (see user_bytes), or our packed copy.
+    let buf = unsafe { user_bytes(data.ptr(), len) };
+    match (shm, hier) {
+        (Some(g), _) => g.bcast(root, buf).map_err(|e| from_recv(&e))?,
+        (_, Some(h)) => h.bcast(&c, c.next_seq(), root, buf)?,
+        _ => unreachable!("one of them is set"),
+    }
+    if c.rank != root {
+        data.unpack(&t, buffer, n);
+    }
     Ok(true)
 }
 
-/// MPI_Reduce (`root`) and MPI_Allreduce (None) in the segment (contiguous types): every rank's
-/// contribution written once, folded in rank order; false when it sends messages.
+/// MPI_Reduce (`root`) and MPI_Allreduce (None) in the segment (every rank's contribution
+/// written once, folded in rank order) or, for an allreduce over several hosts, through the
+/// hosts' leaders; false when it runs as messages.
 #[allow(clippy::too_many_arguments)]
 fn reduce_shm(
     sendbuf: *const c_void,
@@ -230,7 +312,7 @@ fn reduce_shm(
     root: Option<c_int>,
     comm: H,
 ) -> R<bool> {
-    let Some((c, t)) = shm_args(comm, datatype)? else {
+    let Some((c, Some(t))) = shm_args(comm, Some(datatype))? else {
         return Ok(false);
     };
     let n = count(count_)?;
@@ -242,46 +324,67 @@ fn reduce_shm(
     } else {
         Coll::Allreduce
     };
-    if !t.contig {
+    let shm = shm_for(&c, coll, len, n, Some(op))?;
+    let hier = match (shm, root) {
+        (None, None) => hier_for(&c, coll, len, n, Some(op))?,
+        _ => None,
+    };
+    if shm.is_none() && hier.is_none() {
         return Ok(false);
     }
-    let Some(g) = shm_for(&c, coll, len, n, Some(op))? else {
-        return Ok(false);
-    };
     let folds = root.is_none_or(|r| r == c.rank);
     let src = if in_place(sendbuf) && folds {
         recvbuf as *const c_void
     } else {
         sendbuf
     };
-    // SAFETY: MPI's rule for the buffers (see user_bytes); the contribution is copied into the
-    // slot before the receive buffer (which may be the same, MPI_IN_PLACE) is written.
+    let mut mine = Bytes::of(&t, src, n, true);
+    let mut out = Bytes::of(&t, recvbuf, n, false);
+    let (mine_p, out_p) = (mine.ptr(), out.ptr());
+    if let Some(h) = hier {
+        h.allreduce(&c, c.next_seq(), op, &t, datatype, n, mine_p, out_p)?;
+        out.unpack(&t, recvbuf, n);
+        return Ok(true);
+    }
+    let g = shm.expect("one of them is set");
+    // SAFETY: MPI's rule for the buffers (see user_bytes), or our packed copies; the
+    // contribution is copied into the slot before the receive buffer (which may be the same,
+    // MPI_IN_PLACE) is written.
     let contribution = g
-        .contribute(root, unsafe { user_bytes(P::new(src), len) })
+        .contribute(root, unsafe { user_bytes(mine_p, len) })
         .map_err(|e| from_recv(&e))?;
-    let (recv, last) = (P::new(recvbuf), c.size() - 1);
+    let last = c.size() - 1;
     g.fold(contribution, |i, data| {
         // SAFETY: as above; only where this rank folds (MPI_Reduce's root, every rank of
         // MPI_Allreduce), whose receive buffer MPI gives.
-        let out = unsafe { user_bytes(recv, len) };
+        let o = unsafe { user_bytes(out_p, len) };
         if i == last {
-            out.copy_from_slice(data);
+            o.copy_from_slice(data);
             Ok(())
         } else {
-            apply(op, &t, datatype, n, data, out).map_err(FoldFail::Op)
+            apply(op, &t, datatype, n, data, o).map_err(FoldFail::Op)
         }
     })
-    .map_err(|e| match e {
-        FoldFail::Op(f) => f,
-        FoldFail::Lost(e) => from_recv(&e),
-    })?;
+    .map_err(FoldFail::into_fail)?;
+    if folds {
+        out.unpack(&t, recvbuf, n);
+    }
     Ok(true)
 }
 
 /// Why a fold in the segment failed: the operation, or a member lost.
-enum FoldFail {
+pub(crate) enum FoldFail {
     Op(crate::Fail),
     Lost(volley::RecvError),
+}
+
+impl FoldFail {
+    pub(crate) fn into_fail(self) -> crate::Fail {
+        match self {
+            FoldFail::Op(f) => f,
+            FoldFail::Lost(e) => from_recv(&e),
+        }
+    }
 }
 
 impl From<volley::RecvError> for FoldFail {
@@ -815,7 +918,7 @@ pub(crate) fn unpacked(t: &Dtype, data: &[u8], p: *mut c_void, n: usize) {
 /// # Safety
 /// MPI's rule: `p` holds `len` bytes that the program leaves alone until the call completes
 /// (the future that uses them is that call).
-unsafe fn user_bytes<'a>(p: P, len: usize) -> &'a mut [u8] {
+pub(crate) unsafe fn user_bytes<'a>(p: P, len: usize) -> &'a mut [u8] {
     if len == 0 {
         return &mut [];
     }

@@ -96,6 +96,10 @@ pub struct CommCore {
     /// Its collective slots, once its first such collective has claimed them (None inside: a
     /// member had no slot free, and its collectives send messages). See `coll::shm_group`.
     pub shm: std::sync::OnceLock<Option<volley::ShmGroup>>,
+    /// Its hosts, when its ranks span several (see `hier`), once its first collective that goes
+    /// through them has drawn the picture (None inside: nothing to gain, or a host's ranks had no
+    /// slot free).
+    pub hier: std::sync::OnceLock<Option<crate::hier::Hier>>,
 }
 
 impl CommCore {
@@ -459,6 +463,7 @@ impl Rt {
         Ok(CommCore {
             shared,
             shm: std::sync::OnceLock::new(),
+            hier: std::sync::OnceLock::new(),
             cid,
             ep,
             coll,

@@ -68,11 +68,17 @@ impl Coll {
     /// The algorithms this collective can run.
     pub fn algos(self) -> &'static [Algo] {
         match self {
-            Coll::Barrier => &[Algo::Dissemination, Algo::Shm],
-            Coll::Bcast => &[Algo::Binomial, Algo::ScatterRing, Algo::Shm],
+            Coll::Barrier => &[Algo::Dissemination, Algo::Shm, Algo::Hierarchical],
+            Coll::Bcast => &[
+                Algo::Binomial,
+                Algo::ScatterRing,
+                Algo::Shm,
+                Algo::Hierarchical,
+            ],
             Coll::Reduce => &[Algo::Binomial, Algo::Linear, Algo::Shm],
             Coll::Allreduce => &[
                 Algo::Shm,
+                Algo::Hierarchical,
                 Algo::RecursiveDoubling,
                 Algo::Rabenseifner,
                 Algo::ReduceBcast,
@@ -92,6 +98,9 @@ pub enum Algo {
     Shm,
     /// Barrier: log2(n) rounds, in round i rank r signals r + 2^i and waits for r - 2^i.
     Dissemination,
+    /// Ranks on several hosts, several on one: inside each host through the segment (to and from
+    /// the host's leader, its lowest rank), between the leaders by messages, one per host.
+    Hierarchical,
     /// A binomial tree: log2(n) rounds, the whole message on every edge.
     Binomial,
     /// Broadcast: the root scatters n pieces down a binomial tree, then a ring allgathers them.
@@ -123,6 +132,7 @@ impl Algo {
         match self {
             Algo::Shm => "shm",
             Algo::Dissemination => "dissemination",
+            Algo::Hierarchical => "hierarchical",
             Algo::Binomial => "binomial",
             Algo::ScatterRing => "scatter_ring",
             Algo::Linear => "linear",
@@ -151,6 +161,8 @@ pub struct Shape {
     /// Whether every rank of the communicator shares this host's segment (and its collective
     /// slots).
     pub shared: bool,
+    /// Whether the ranks span several hosts (each host's ranks can meet in its segment).
+    pub spread: bool,
 }
 
 impl Shape {
@@ -162,6 +174,7 @@ impl Shape {
             count: bytes,
             commutative: true,
             shared: false,
+            spread: false,
         }
     }
 }
@@ -202,6 +215,13 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
                 && (2..=SHM_MAX_RANKS).contains(&s.ranks)
                 && (s.bytes <= SHM_BYTES || c == Coll::Barrier)
         }
+        // Hosts fold their ranks' contributions out of rank order: commutative operations only.
+        Algo::Hierarchical => {
+            s.spread
+                && s.ranks >= 3
+                && s.commutative
+                && (s.bytes <= SHM_BYTES || c == Coll::Barrier)
+        }
         Algo::Rabenseifner => s.commutative && s.count >= pow2_below(s.ranks),
         Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
         _ => true,
@@ -214,6 +234,12 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         return (
             Algo::Shm,
             "one host, short: through the segment, a flag per rank instead of messages",
+        );
+    }
+    if applies(c, Algo::Hierarchical, s) {
+        return (
+            Algo::Hierarchical,
+            "several hosts, short: one message per host, not per rank, over the network",
         );
     }
     match c {
@@ -411,6 +437,28 @@ mod tests {
     }
 
     #[test]
+    fn short_calls_over_several_hosts_go_through_host_leaders() {
+        let spread = |bytes, ranks| Shape {
+            spread: true,
+            ..shape(bytes, ranks)
+        };
+        for c in [Coll::Barrier, Coll::Bcast, Coll::Allreduce] {
+            assert_eq!(select(c, spread(8, 4)), Algo::Hierarchical, "{c:?}");
+            assert_ne!(select(c, shape(8, 4)), Algo::Hierarchical, "{c:?}");
+        }
+        assert_ne!(
+            select(Coll::Allreduce, spread(SHM_BYTES + 1, 4)),
+            Algo::Hierarchical
+        );
+        let noncomm = Shape {
+            commutative: false,
+            ..spread(8, 4)
+        };
+        assert_ne!(select(Coll::Allreduce, noncomm), Algo::Hierarchical);
+        assert_ne!(select(Coll::Reduce, spread(8, 4)), Algo::Hierarchical);
+    }
+
+    #[test]
     fn every_algorithm_has_a_distinct_name_and_belongs_somewhere() {
         let mut names: Vec<&str> = Coll::ALL
             .iter()
@@ -418,7 +466,7 @@ mod tests {
             .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 13);
         assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
         assert!(!applies(
             Coll::Allgather,

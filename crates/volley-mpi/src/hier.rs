@@ -1,0 +1,258 @@
+//! Short collectives of a communicator whose ranks span hosts: inside each host through the
+//! segment (to and from the host's leader, its lowest rank in the communicator), between the
+//! leaders by messages, one per host instead of one per rank (MPICH's and Open MPI's
+//! "hierarchical" or "two-level" collectives, with volley's collective slots inside the host).
+//!
+//! The communicator learns its hosts at its first such collective: every member says which host
+//! it is on and which collective slot it claimed (an allgather), so every member draws the same
+//! picture. If one host's ranks could not all claim a slot, or every rank is alone on its host,
+//! nothing is set up and the communicator's collectives stay flat, at every member alike.
+//!
+//! Reductions fold each host's contributions at its leader (in rank order within the host),
+//! then every leader folds the hosts' partial results in the order of their leaders, so every
+//! rank ends with the same bits; the hosts are not contiguous in rank order, so only
+//! commutative operations go this way (`volley::collectives::applies`).
+
+use crate::coll::{
+    apply, exchange, user_bytes, FoldFail, Op, P, TAG_ALLREDUCE, TAG_BARRIER, TAG_BCAST,
+};
+use crate::dtype::Dtype;
+use crate::err::{from_recv, R};
+use crate::nbc::Seq;
+use crate::state::CommCore;
+use volley::{ShmGroup, SlotId};
+
+/// A communicator's hosts.
+pub struct Hier {
+    /// This host's members meeting in its segment (None: this rank is alone on its host).
+    node: Option<ShmGroup>,
+    /// The communicator rank of each host's leader, in the order of the leaders' ranks.
+    leaders: Vec<usize>,
+    /// The host (index into `leaders`) of each communicator rank.
+    host_of: Vec<usize>,
+    /// This rank's place in its host's group (0: the leader).
+    node_rank: usize,
+}
+
+/// Bytes each member says at setup: its host, then its slot.
+const ENTRY: usize = 24;
+
+impl Hier {
+    /// Sets the hierarchy up (every member of `c`, at the same collective), or says there is
+    /// none to use.
+    pub fn setup(c: &CommCore) -> R<Option<Hier>> {
+        let world = c.coll.world();
+        let me_w = c.group[c.rank];
+        let local_peers = c.group.iter().any(|&w| w != me_w && world.on_this_host(w));
+        let mine = if local_peers {
+            world.shm_claim()
+        } else {
+            SlotId::NONE
+        };
+        let mut entry = [0u8; ENTRY];
+        entry[..8].copy_from_slice(&(world.node_id() as u64).to_le_bytes());
+        entry[8..].copy_from_slice(&mine.to_bytes());
+        let mut all = vec![0u8; ENTRY * c.size()];
+        if let Err(e) = crate::coll::allgather_bytes(c, &entry, &mut all) {
+            let _ = world.shm_group(&[SlotId::NONE, mine], 1);
+            return Err(e);
+        }
+        let node_of: Vec<u64> = all
+            .chunks(ENTRY)
+            .map(|e| u64::from_le_bytes(e[..8].try_into().expect("8 bytes")))
+            .collect();
+        let slots: Vec<SlotId> = all
+            .chunks(ENTRY)
+            .map(|e| SlotId::from_bytes(&e[8..]))
+            .collect();
+        // Hosts in the order of their lowest rank; that rank leads.
+        let mut leaders: Vec<usize> = Vec::new();
+        let mut host_of = vec![0usize; c.size()];
+        for r in 0..c.size() {
+            match leaders.iter().position(|&l| node_of[l] == node_of[r]) {
+                Some(h) => host_of[r] = h,
+                None => {
+                    host_of[r] = leaders.len();
+                    leaders.push(r);
+                }
+            }
+        }
+        let crowded = leaders.len() < c.size();
+        // Every rank that shares a host claimed a slot, or the hierarchy is off everywhere.
+        let claimed = (0..c.size()).all(|r| {
+            let alone = host_of.iter().filter(|&&h| h == host_of[r]).count() == 1;
+            alone || slots[r] != SlotId::NONE
+        });
+        let members: Vec<usize> = (0..c.size())
+            .filter(|&r| host_of[r] == host_of[c.rank])
+            .collect();
+        let node_rank = members
+            .iter()
+            .position(|&r| r == c.rank)
+            .expect("a member is on its own host");
+        let node = if members.len() > 1 {
+            let ids: Vec<SlotId> = members.iter().map(|&r| slots[r]).collect();
+            world.shm_group(&ids, node_rank)
+        } else {
+            None
+        };
+        if !crowded || leaders.len() < 2 || !claimed {
+            // Dropping the group gives its slot back.
+            drop(node);
+            return Ok(None);
+        }
+        Ok(Some(Hier {
+            node,
+            leaders,
+            host_of,
+            node_rank,
+        }))
+    }
+
+    fn leader(&self) -> bool {
+        self.node_rank == 0
+    }
+
+    /// This rank's host, as an index into `leaders`.
+    fn host(&self, c: &CommCore) -> usize {
+        self.host_of[c.rank]
+    }
+
+    /// Returns once every member has called it.
+    pub fn barrier(&self, c: &CommCore, s: Seq) -> R {
+        if let Some(g) = &self.node {
+            g.barrier().map_err(|e| from_recv(&e))?;
+        }
+        if self.leader() {
+            // Dissemination among the leaders.
+            let (n, me) = (self.leaders.len(), self.host(c));
+            let tag = s.tag(TAG_BARRIER);
+            let mut k = 1;
+            while k < n {
+                let to = self.leaders[(me + k) % n];
+                let from = self.leaders[(me + n - k) % n];
+                exchange(c, &[(to, tag, &[])], &mut [(from, tag, &mut [])])?;
+                k *= 2;
+            }
+        }
+        if let Some(g) = &self.node {
+            // The leader lets its host go.
+            g.bcast(0, &mut []).map_err(|e| from_recv(&e))?;
+        }
+        Ok(())
+    }
+
+    /// `buf` of communicator rank `root` to every member.
+    pub fn bcast(&self, c: &CommCore, s: Seq, root: usize, buf: &mut [u8]) -> R {
+        let root_host = self.host_of[root];
+        let tag = s.tag(TAG_BCAST);
+        if self.host(c) == root_host {
+            // The root's host: straight from the root, its leader included.
+            if let Some(g) = &self.node {
+                let from = (0..=root).filter(|&r| self.host_of[r] == root_host).count() - 1;
+                g.bcast(from, buf).map_err(|e| from_recv(&e))?;
+            }
+            if self.leader() {
+                let sends: Vec<(usize, u32, &[u8])> = self
+                    .leaders
+                    .iter()
+                    .filter(|&&l| self.host_of[l] != root_host)
+                    .map(|&l| (l, tag, &*buf))
+                    .collect();
+                exchange(c, &sends, &mut [])?;
+            }
+        } else {
+            if self.leader() {
+                let from = self.leaders[root_host];
+                exchange(c, &[], &mut [(from, tag, &mut *buf)])?;
+            }
+            if let Some(g) = &self.node {
+                g.bcast(0, buf).map_err(|e| from_recv(&e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Allreduce of `mine` into `out` (the same length; `out` may hold `mine` already, for
+    /// MPI_IN_PLACE: `mine` is read before `out` is written) under commutative `op`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn allreduce(
+        &self,
+        c: &CommCore,
+        s: Seq,
+        op: Op,
+        t: &Dtype,
+        th: crate::abi::H,
+        n: usize,
+        mine: P,
+        out: P,
+    ) -> R {
+        let len = n * t.size;
+        if len == 0 {
+            return Ok(());
+        }
+        let user = |p: P| {
+            // SAFETY: MPI's rule for the program's buffers (or the caller's packed copies);
+            // each slice lives for one step, and `mine` is read before `out` is written.
+            unsafe { user_bytes(p, len) }
+        };
+        // 1. The host's contributions folded at its leader, into `out`.
+        match &self.node {
+            Some(g) => {
+                let contribution = g
+                    .contribute(Some(0), user(mine))
+                    .map_err(|e| from_recv(&e))?;
+                let last = g.size() - 1;
+                g.fold(contribution, |i, data| {
+                    let o = user(out);
+                    if i == last {
+                        o.copy_from_slice(data);
+                        Ok(())
+                    } else {
+                        apply(op, t, th, n, data, o).map_err(FoldFail::Op)
+                    }
+                })
+                .map_err(FoldFail::into_fail)?;
+            }
+            None => {
+                if mine.get() != out.get() {
+                    user(out).copy_from_slice(user(mine));
+                }
+            }
+        }
+        // 2. The leaders trade their hosts' results and fold them in the leaders' order.
+        if self.leader() {
+            let tag = s.tag(TAG_ALLREDUCE);
+            let h = self.leaders.len();
+            let me = self.host(c);
+            let partial = user(out).to_vec();
+            let mut theirs = vec![0u8; len * h];
+            {
+                let sends: Vec<(usize, u32, &[u8])> = (0..h)
+                    .filter(|&k| k != me)
+                    .map(|k| (self.leaders[k], tag, &partial[..]))
+                    .collect();
+                let mut recvs: Vec<(usize, u32, &mut [u8])> = theirs
+                    .chunks_mut(len)
+                    .enumerate()
+                    .filter(|&(k, _)| k != me)
+                    .map(|(k, b)| (self.leaders[k], tag, &mut b[..len]))
+                    .collect();
+                exchange(c, &sends, &mut recvs)?;
+            }
+            if len > 0 {
+                theirs[me * len..(me + 1) * len].copy_from_slice(&partial);
+            }
+            let o = user(out);
+            o.copy_from_slice(&theirs[(h - 1) * len..h * len]);
+            for k in (0..h - 1).rev() {
+                apply(op, t, th, n, &theirs[k * len..(k + 1) * len], o)?;
+            }
+        }
+        // 3. The result from each leader to its host.
+        if let Some(g) = &self.node {
+            g.bcast(0, user(out)).map_err(|e| from_recv(&e))?;
+        }
+        Ok(())
+    }
+}
