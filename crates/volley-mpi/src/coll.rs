@@ -372,6 +372,62 @@ fn reduce_shm(
     Ok(true)
 }
 
+/// MPI_Allgather in the segment: every rank's block written once into its slot, read by every
+/// rank into its place; false when it runs as messages.
+#[allow(clippy::too_many_arguments)]
+fn allgather_shm(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    comm: H,
+) -> R<bool> {
+    let Some((c, Some(t))) = shm_args(comm, Some(recvtype))? else {
+        return Ok(false);
+    };
+    let rn = count(recvcount)?;
+    let len = rn * t.size;
+    let Some(g) = shm_for(&c, Coll::Allgather, len, len, None)? else {
+        return Ok(false);
+    };
+    let mut mine = if in_place(sendbuf) {
+        Bytes::of(&t, at(recvbuf, (c.rank * rn) as isize, &t), rn, true)
+    } else {
+        let st = committed(&*rt()?, sendtype)?;
+        let sn = count(sendcount)?;
+        if sn * st.size != len {
+            return Err(fail(
+                class::TRUNCATE,
+                format!(
+                    "MPI_Allgather: each rank receives {len} bytes per rank, this rank sends {}",
+                    sn * st.size
+                ),
+            ));
+        }
+        Bytes::of(&st, sendbuf, sn, true)
+    };
+    let k = c.size();
+    let mut out = Bytes::of(&t, recvbuf, rn * k, false);
+    let (mine_p, out_p) = (mine.ptr(), out.ptr());
+    // SAFETY: MPI's rule for the buffers (see user_bytes), or our packed copies; this rank's
+    // block is copied into its slot before the receive buffer (MPI_IN_PLACE: the same) is
+    // written.
+    let contribution = g
+        .contribute(None, unsafe { user_bytes(mine_p, len) })
+        .map_err(|e| from_recv(&e))?;
+    g.fold(contribution, |i, data| {
+        // SAFETY: as above: the receive buffer holds every rank's block.
+        let o = unsafe { user_bytes(out_p, len * k) };
+        o[i * len..(i + 1) * len].copy_from_slice(data);
+        Ok::<(), FoldFail>(())
+    })
+    .map_err(FoldFail::into_fail)?;
+    out.unpack(&t, recvbuf, rn * k);
+    Ok(true)
+}
+
 /// Why a fold in the segment failed: the operation, or a member lost.
 pub(crate) enum FoldFail {
     Op(crate::Fail),
@@ -2004,6 +2060,9 @@ crate::mpi! {
     }
 
     fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        if allgather_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)? {
+            return Ok(());
+        }
         run(allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 

@@ -83,7 +83,12 @@ impl Coll {
                 Algo::Rabenseifner,
                 Algo::ReduceBcast,
             ],
-            Coll::Allgather => &[Algo::RecursiveDoubling, Algo::Ring, Algo::GatherBcast],
+            Coll::Allgather => &[
+                Algo::Shm,
+                Algo::RecursiveDoubling,
+                Algo::Ring,
+                Algo::GatherBcast,
+            ],
             Coll::Alltoall => &[Algo::Linear, Algo::Pairwise],
             Coll::ReduceScatter => &[Algo::Pairwise, Algo::ReduceScatterv],
         }
@@ -412,7 +417,13 @@ mod tests {
             shared: true,
             ..shape(bytes, ranks)
         };
-        for c in [Coll::Barrier, Coll::Bcast, Coll::Reduce, Coll::Allreduce] {
+        for c in [
+            Coll::Barrier,
+            Coll::Bcast,
+            Coll::Reduce,
+            Coll::Allreduce,
+            Coll::Allgather,
+        ] {
             assert_eq!(select(c, shared(8, 2)), Algo::Shm, "{c:?}");
             assert_eq!(
                 select(c, shared(SHM_BYTES, SHM_MAX_RANKS)),
