@@ -285,6 +285,8 @@ fn every_collective_algorithm_forced_gives_the_standard_results() {
         &[
             ("VOLLEY_COLL_ALLREDUCE", "reduce_bcast"),
             ("VOLLEY_COLL_ALLGATHER", "gather_bcast"),
+            ("VOLLEY_COLL_ALLTOALL", "bruck"),
+            ("VOLLEY_COLL_BARRIER", "dissemination"),
         ],
     ];
     for env in sets {

@@ -357,6 +357,44 @@ pub async fn alltoall_pairwise(
     Ok(())
 }
 
+/// Alltoall by Bruck's algorithm (Bruck, Ho, Kipnis, Upfal and Weathersby, 1997): ceil(log2 n)
+/// rounds instead of n - 1 messages, each block moving up to log2(n) times, so for short blocks
+/// among many ranks. `send` and `recv` hold n blocks of `b` bytes, block r for (from) rank r.
+/// Every rank first rotates its blocks so that slot i holds the one for rank me + i; in round k
+/// (k = 1, 2, 4, ...) it sends the slots whose index has bit k set to rank me + k and takes the
+/// same slots from rank me - k; after the rounds, slot i holds the block from rank me - i.
+pub async fn alltoall_bruck(c: &CommCore, tag: u32, send: &[u8], recv: &mut [u8], b: usize) -> R {
+    let (n, me) = (c.size(), c.rank);
+    let blk = |i: usize| i * b..(i + 1) * b;
+    let mut slots = vec![0u8; n * b];
+    for i in 0..n {
+        slots[blk(i)].copy_from_slice(&send[blk((me + i) % n)]);
+    }
+    let mut k = 1;
+    while k < n {
+        let moving: Vec<usize> = (0..n).filter(|i| i & k != 0).collect();
+        let mut out = Vec::with_capacity(moving.len() * b);
+        for &i in &moving {
+            out.extend_from_slice(&slots[blk(i)]);
+        }
+        let mut got = vec![0u8; moving.len() * b];
+        exchange_a(
+            c,
+            &[((me + k) % n, tag, &out)],
+            &mut [((me + n - k) % n, tag, &mut got)],
+        )
+        .await?;
+        for (j, &i) in moving.iter().enumerate() {
+            slots[blk(i)].copy_from_slice(&got[blk(j)]);
+        }
+        k <<= 1;
+    }
+    for i in 0..n {
+        recv[blk((me + n - i) % n)].copy_from_slice(&slots[blk(i)]);
+    }
+    Ok(())
+}
+
 /// Reduce-scatter, each contribution straight to its block's rank: every rank sends block r of
 /// its vector (`counts[r]` elements) to rank r and receives every rank's contribution to its own
 /// block, all in one step, then folds them in rank order (so any operation will do). Each rank

@@ -1545,8 +1545,8 @@ fn alltoall_op(
         if st.contig && count(sendcount)? * st.size == b {
             // Sent from the send buffer and received into the receive buffer, as they are.
             let s = c.next_seq();
-            let pairwise =
-                collectives::select(Coll::Alltoall, shape(b, n, rn, None)) == Algo::Pairwise;
+            let algo = collectives::select(Coll::Alltoall, shape(b, n, rn, None));
+            let pairwise = algo == Algo::Pairwise;
             let (send, recv) = (P::new(sendbuf), P::new(recvbuf));
             return Ok(done(async move {
                 // SAFETY: MPI's rule for both buffers (see user_bytes); they do not overlap.
@@ -1557,6 +1557,9 @@ fn alltoall_op(
                     return Ok(());
                 }
                 let tag = s.tag(TAG_ALLTOALL);
+                if algo == Algo::Bruck {
+                    return algos::alltoall_bruck(&c, tag, send, recv, b).await;
+                }
                 if pairwise {
                     for i in 1..n {
                         let (to, from) = ((me + i) % n, (me + n - i) % n);
@@ -1600,7 +1603,8 @@ fn alltoall_op(
     }
     let s = c.next_seq();
     let recvbuf = P::new(recvbuf);
-    let pairwise = collectives::select(Coll::Alltoall, shape(b, n, rn, None)) == Algo::Pairwise;
+    let algo = collectives::select(Coll::Alltoall, shape(b, n, rn, None));
+    let pairwise = algo == Algo::Pairwise;
     Ok(done(async move {
         let put = |r: usize, data: &[u8]| {
             unpacked(
@@ -1610,6 +1614,13 @@ fn alltoall_op(
                 rn,
             );
         };
+        if algo == Algo::Bruck && b > 0 {
+            let send: Vec<u8> = blocks.concat();
+            let mut got = vec![0u8; n * b];
+            algos::alltoall_bruck(&c, s.tag(TAG_ALLTOALL), &send, &mut got, b).await?;
+            got.chunks(b).enumerate().for_each(|(r, d)| put(r, d));
+            return Ok(());
+        }
         if pairwise {
             let mut got = vec![vec![0u8; b]; n];
             algos::alltoall_pairwise(&c, s.tag(TAG_ALLTOALL), &blocks, &mut got).await?;

@@ -89,7 +89,7 @@ impl Coll {
                 Algo::Ring,
                 Algo::GatherBcast,
             ],
-            Coll::Alltoall => &[Algo::Linear, Algo::Pairwise],
+            Coll::Alltoall => &[Algo::Linear, Algo::Pairwise, Algo::Bruck],
             Coll::ReduceScatter => &[Algo::Pairwise, Algo::ReduceScatterv],
         }
     }
@@ -130,6 +130,9 @@ pub enum Algo {
     Pairwise,
     /// Reduce_scatter: reduce to rank 0, then scatter the blocks.
     ReduceScatterv,
+    /// Alltoall: ceil(log2 n) rounds, in round k every rank passes the blocks whose distance to
+    /// their destination has bit k set to the rank k ahead (Bruck et al. 1997).
+    Bruck,
 }
 
 impl Algo {
@@ -148,6 +151,7 @@ impl Algo {
             Algo::GatherBcast => "gather_bcast",
             Algo::Pairwise => "pairwise",
             Algo::ReduceScatterv => "reduce_scatterv",
+            Algo::Bruck => "bruck",
         }
     }
 }
@@ -196,6 +200,10 @@ pub const ALLREDUCE_RD_BYTES: usize = 2 << 10;
 /// Up to this many bytes gathered in all an allgather over a power of two runs recursive
 /// doubling.
 pub const ALLGATHER_RD_BYTES: usize = 512 << 10;
+/// Up to this many bytes per block, with at least ALLTOALL_BRUCK_RANKS ranks, an alltoall runs
+/// Bruck's algorithm (MPICH's switch points: 256 bytes, 8 ranks).
+pub const ALLTOALL_BRUCK_BYTES: usize = 256;
+pub const ALLTOALL_BRUCK_RANKS: usize = 8;
 /// Up to this many bytes per block an alltoall posts every block at once.
 pub const ALLTOALL_LINEAR_BYTES: usize = 32 << 10;
 /// Up to this many bytes in all a reduce-scatter reduces to one rank and scatters.
@@ -286,6 +294,10 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         Coll::Allgather => (
             Algo::Ring,
             "long or not a power of two: n - 1 rounds, one block each",
+        ),
+        Coll::Alltoall if s.bytes <= ALLTOALL_BRUCK_BYTES && s.ranks >= ALLTOALL_BRUCK_RANKS => (
+            Algo::Bruck,
+            "tiny blocks, many ranks: log2(n) messages instead of n - 1",
         ),
         Coll::Alltoall if s.bytes <= ALLTOALL_LINEAR_BYTES => {
             (Algo::Linear, "short blocks: everything in flight at once")
@@ -399,7 +411,9 @@ mod tests {
         );
         assert_eq!(select(Coll::Allgather, shape(8, 6)), Algo::Ring);
         assert_eq!(select(Coll::Allgather, shape(1 << 20, 8)), Algo::Ring);
-        assert_eq!(select(Coll::Alltoall, shape(8, 8)), Algo::Linear);
+        assert_eq!(select(Coll::Alltoall, shape(8, 8)), Algo::Bruck);
+        assert_eq!(select(Coll::Alltoall, shape(8, 4)), Algo::Linear);
+        assert_eq!(select(Coll::Alltoall, shape(257, 8)), Algo::Linear);
         assert_eq!(select(Coll::Alltoall, shape(1 << 20, 8)), Algo::Pairwise);
         assert_eq!(
             select(Coll::ReduceScatter, shape(8, 8)),
@@ -477,7 +491,7 @@ mod tests {
             .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 14);
         assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
         assert!(!applies(
             Coll::Allgather,
