@@ -134,37 +134,61 @@ fn volley_info_lists_the_collective_algorithms_by_size() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let out = info(&[]);
-    let line = |out: &str, coll: &str, ranks: &str| -> String {
+    // `which`: "8 ranks, one host", "8 ranks, several hosts", or "64 ranks" where the placement
+    // changes nothing.
+    let line = |out: &str, coll: &str, which: &str| -> String {
         let mut in_coll = false;
         for l in out.lines() {
             if l.starts_with("  ") && !l.starts_with("   ") {
                 in_coll = l.trim_start().starts_with(&format!("{coll} ("));
-            } else if in_coll && l.trim_start().starts_with(&format!("{ranks} ranks:")) {
+            } else if in_coll && l.trim_start().starts_with(&format!("{which}:")) {
                 return l.to_string();
             }
         }
-        panic!("no line for {coll} at {ranks} ranks:\n{out}")
+        panic!("no line for {coll} at {which}:\n{out}")
     };
-    let b8 = line(&out, "bcast", "8");
+    let b8 = line(&out, "bcast", "8 ranks, several hosts");
     assert!(
-        b8.contains("binomial from 0 B") && b8.contains("scatter_ring from 12 KiB"),
+        b8.contains("hierarchical from 0 B")
+            && b8.contains("binomial from 4097 B")
+            && b8.contains("scatter_ring from 12 KiB"),
         "{b8}"
     );
-    let a8 = line(&out, "allreduce", "8");
-    assert!(a8.contains("rabenseifner from 2049 B"), "{a8}");
-    let g6 = line(&out, "allgather", "6");
+    let b8 = line(&out, "bcast", "8 ranks, one host");
+    assert!(
+        b8.contains("shm from 0 B") && b8.contains("binomial from 4097 B"),
+        "{b8}"
+    );
+    let a8 = line(&out, "allreduce", "8 ranks, one host");
+    assert!(
+        a8.contains("shm from 0 B") && a8.contains("rabenseifner from 4097 B"),
+        "{a8}"
+    );
+    let a64 = line(&out, "allreduce", "64 ranks, one host");
+    assert!(
+        a64.contains("recursive_doubling from 0 B") && a64.contains("rabenseifner from 2049 B"),
+        "{a64}"
+    );
+    let g6 = line(&out, "allgather", "6 ranks, several hosts");
     assert!(
         g6.contains("ring from 0 B") && !g6.contains("recursive"),
         "{g6}"
     );
+    let t8 = line(&out, "alltoall", "8 ranks");
+    assert!(
+        t8.contains("bruck from 0 B") && t8.contains("linear from 257 B"),
+        "{t8}"
+    );
+    let barrier = line(&out, "barrier", "4 ranks, one host");
+    assert!(barrier.contains("shm from 0 B"), "{barrier}");
     let forced = info(&[("VOLLEY_COLL_ALLTOALL", "pairwise")]);
     assert!(
-        line(&forced, "alltoall", "4").contains("pairwise from 0 B (forced)"),
+        line(&forced, "alltoall", "4 ranks").contains("pairwise from 0 B (forced)"),
         "{forced}"
     );
-    let bad = info(&[("VOLLEY_COLL_ALLTOALL", "bruck")]);
+    let bad = info(&[("VOLLEY_COLL_ALLTOALL", "nonesuch")]);
     assert!(
-        bad.contains("VOLLEY_COLL_ALLTOALL=\"bruck\" is not an algorithm of alltoall"),
+        bad.contains("VOLLEY_COLL_ALLTOALL=\"nonesuch\" is not an algorithm of alltoall"),
         "{bad}"
     );
 }
