@@ -268,11 +268,21 @@ fn run(args: &BenchArgs, sizes: Vec<u64>) -> Result<(), String> {
         }
         for m in meds.iter().skip(1) {
             // volley's latency as a fraction of the other's: below 1 is faster.
-            row.push_str(&format!(" {:>12}", format!("{:.2}x", meds[0] / m)));
+            row.push_str(&format!(" {:>12}", format!("{}x", ratio(meds[0] / m))));
         }
         println!("{row}");
     }
     Ok(())
+}
+
+/// A ratio with two decimals, or as many as it takes to show two significant digits (a system
+/// stalled for a millisecond beside one taking 0.2 us must not read 0.00x).
+fn ratio(r: f64) -> String {
+    if !r.is_finite() || r <= 0.0 || r >= 0.01 {
+        return format!("{r:.2}");
+    }
+    let decimals = (1.0 - r.log10().floor()) as usize;
+    format!("{r:.decimals$}")
 }
 
 /// Removes the build directory when the run ends, however it ends.
@@ -298,5 +308,14 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(System::parse("tcp").is_err());
+    }
+
+    #[test]
+    fn small_ratios_keep_two_significant_digits() {
+        assert_eq!(ratio(0.93), "0.93");
+        assert_eq!(ratio(2.5), "2.50");
+        assert_eq!(ratio(0.000107), "0.00011");
+        assert_eq!(ratio(0.0123), "0.01");
+        assert_eq!(ratio(0.0099), "0.0099");
     }
 }
