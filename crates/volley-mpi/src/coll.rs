@@ -6,7 +6,7 @@
 //! allgather and alltoall the ones `volley::collectives` chooses by size and rank count
 //! (`algos`: binomial reduce, recursive doubling, Rabenseifner, scatter-ring broadcast, ring
 //! allgather, pairwise exchange). Blocking barrier, bcast, reduce and allreduce of a
-//! communicator on one host, up to 4 KiB, meet in the job segment instead (`shm_for`,
+//! communicator on one host, up to 4 KiB, meet in the job segment instead (`place_for`,
 //! `volley::ShmGroup`). Each is written once, as a future (`nbc`): MPI_Bcast runs it to its end, MPI_Ibcast
 //! keeps it in its request and every test and wait moves it on. Every step posts its receives
 //! before its sends and completes when all have, so no two ranks can wait on each other's sends.
@@ -127,33 +127,39 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
         ranks,
         count,
         commutative: op.is_none_or(Op::commutative),
-        // The message-passing algorithms; `shm_for` asks about the segment.
+        // The message-passing algorithms; `place_for` asks about the segment and the hosts.
         shared: false,
         spread: false,
     }
 }
 
-/// The communicator's collective slots when call `coll` of `bytes` (per rank) meets in the
-/// segment: a blocking collective on an intracommunicator whose ranks share this host, short
-/// enough for a slot (`collectives::select`, which `VOLLEY_COLL_<NAME>` can steer).
-fn shm_for(
+/// Where a blocking collective of an intracommunicator meets without messages between every
+/// pair: its ranks' slots in this host's segment, or its hosts' segments and their leaders.
+enum Place<'a> {
+    Shm(&'a volley::ShmGroup),
+    Hier(&'a crate::hier::Hier),
+}
+
+/// Where call `coll` of `bytes` (per rank) meets: in the segment when the communicator's ranks
+/// share this host, through the hosts' leaders when they span hosts, if `collectives::select`
+/// (which `VOLLEY_COLL_<NAME>` can steer) chooses so; None: it runs as messages.
+fn place_for(
     c: &CommCore,
     coll: Coll,
     bytes: usize,
     count: usize,
     op: Option<Op>,
-) -> R<Option<&volley::ShmGroup>> {
-    if !c.shared {
-        return Ok(None);
-    }
+) -> R<Option<Place<'_>>> {
     let sh = Shape {
-        shared: true,
+        shared: c.shared,
+        spread: !c.shared,
         ..shape(bytes, c.size(), count, op)
     };
-    if collectives::select(coll, sh) != Algo::Shm {
-        return Ok(None);
-    }
-    shm_group(c)
+    Ok(match collectives::select(coll, sh) {
+        Algo::Shm => shm_group(c)?.map(Place::Shm),
+        Algo::Hierarchical => hier(c)?.map(Place::Hier),
+        _ => None,
+    })
 }
 
 /// The communicator's collective slots, claimed at its first collective that meets in the
@@ -169,11 +175,14 @@ fn shm_group(c: &CommCore) -> R<Option<&volley::ShmGroup>> {
     let mine = world.shm_claim();
     let mut all = vec![0u8; 16 * c.size()];
     if let Err(e) = allgather_bytes(c, &mine.to_bytes(), &mut all) {
-        // Nobody will use it: the communicator is broken anyway; give it back.
-        let _ = world.shm_group(&[volley::SlotId::NONE, mine], 1);
+        // Nobody will use it: the communicator is broken anyway.
+        world.shm_unclaim(mine);
         return Err(e);
     }
-    let ids: Vec<volley::SlotId> = all.chunks(16).map(volley::SlotId::from_bytes).collect();
+    let ids: Vec<volley::SlotId> = all
+        .chunks_exact(16)
+        .map(volley::SlotId::from_bytes)
+        .collect();
     let _ = c.shm.set(world.shm_group(&ids, c.rank));
     Ok(c.shm.get().and_then(Option::as_ref))
 }
@@ -191,26 +200,9 @@ fn shm_args(comm: H, dtype: Option<H>) -> R<Option<(std::sync::Arc<CommCore>, Op
     Ok(Some((c, t)))
 }
 
-/// The communicator's hosts when call `coll` of `bytes` goes through them
-/// (`collectives::select`): its ranks span hosts and share one on some; set up at the first
-/// such call (every member comes to it at the same collective).
-fn hier_for(
-    c: &CommCore,
-    coll: Coll,
-    bytes: usize,
-    count: usize,
-    op: Option<Op>,
-) -> R<Option<&crate::hier::Hier>> {
-    if c.shared {
-        return Ok(None);
-    }
-    let sh = Shape {
-        spread: true,
-        ..shape(bytes, c.size(), count, op)
-    };
-    if collectives::select(coll, sh) != Algo::Hierarchical {
-        return Ok(None);
-    }
+/// The communicator's hosts, drawn at its first collective that goes through them (every
+/// member comes to it at the same collective).
+fn hier(c: &CommCore) -> R<Option<&crate::hier::Hier>> {
     if let Some(h) = c.hier.get() {
         return Ok(h.as_ref());
     }
@@ -224,15 +216,12 @@ fn barrier_shm(comm: H) -> R<bool> {
     let Some((c, _)) = shm_args(comm, None)? else {
         return Ok(false);
     };
-    if let Some(g) = shm_for(&c, Coll::Barrier, 0, 0, None)? {
-        g.barrier().map_err(|e| from_recv(&e))?;
-        return Ok(true);
+    match place_for(&c, Coll::Barrier, 0, 0, None)? {
+        Some(Place::Shm(g)) => g.barrier().map_err(|e| from_recv(&e))?,
+        Some(Place::Hier(h)) => h.barrier(&c, c.next_seq())?,
+        None => return Ok(false),
     }
-    if let Some(h) = hier_for(&c, Coll::Barrier, 0, 0, None)? {
-        h.barrier(&c, c.next_seq())?;
-        return Ok(true);
-    }
-    Ok(false)
+    Ok(true)
 }
 
 /// The bytes of a call in the segment: the program's buffer itself for a contiguous datatype,
@@ -277,21 +266,15 @@ fn bcast_shm(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm:
     let n = count(count_)?;
     let root = root_of(&c, root)?;
     let len = n * t.size;
-    let shm = shm_for(&c, Coll::Bcast, len, len, None)?;
-    let hier = match shm {
-        Some(_) => None,
-        None => hier_for(&c, Coll::Bcast, len, len, None)?,
-    };
-    if shm.is_none() && hier.is_none() {
+    let Some(place) = place_for(&c, Coll::Bcast, len, len, None)? else {
         return Ok(false);
-    }
+    };
     let mut data = Bytes::of(&t, buffer, n, c.rank == root);
     // SAFETY: MPI's rule for the buffer (see user_bytes), or our packed copy.
     let buf = unsafe { user_bytes(data.ptr(), len) };
-    match (shm, hier) {
-        (Some(g), _) => g.bcast(root, buf).map_err(|e| from_recv(&e))?,
-        (_, Some(h)) => h.bcast(&c, c.next_seq(), root, buf)?,
-        _ => unreachable!("one of them is set"),
+    match place {
+        Place::Shm(g) => g.bcast(root, buf).map_err(|e| from_recv(&e))?,
+        Place::Hier(h) => h.bcast(&c, c.next_seq(), root, buf)?,
     }
     if c.rank != root {
         data.unpack(&t, buffer, n);
@@ -324,14 +307,10 @@ fn reduce_shm(
     } else {
         Coll::Allreduce
     };
-    let shm = shm_for(&c, coll, len, n, Some(op))?;
-    let hier = match (shm, root) {
-        (None, None) => hier_for(&c, coll, len, n, Some(op))?,
-        _ => None,
-    };
-    if shm.is_none() && hier.is_none() {
+    // Hierarchical applies to allreduce only (`collectives::applies`).
+    let Some(place) = place_for(&c, coll, len, n, Some(op))? else {
         return Ok(false);
-    }
+    };
     let folds = root.is_none_or(|r| r == c.rank);
     let src = if in_place(sendbuf) && folds {
         recvbuf as *const c_void
@@ -340,36 +319,50 @@ fn reduce_shm(
     };
     let mut mine = Bytes::of(&t, src, n, true);
     let mut out = Bytes::of(&t, recvbuf, n, false);
-    let (mine_p, out_p) = (mine.ptr(), out.ptr());
-    if let Some(h) = hier {
-        h.allreduce(&c, c.next_seq(), op, &t, datatype, n, mine_p, out_p)?;
-        out.unpack(&t, recvbuf, n);
-        return Ok(true);
+    let red = algos::Red {
+        op,
+        t: &t,
+        th: datatype,
+    };
+    match place {
+        Place::Shm(g) => reduce_in_slots(g, root, red, n, mine.ptr(), out.ptr())?,
+        Place::Hier(h) => h.allreduce(&c, c.next_seq(), red, n, mine.ptr(), out.ptr())?,
     }
-    let g = shm.expect("one of them is set");
-    // SAFETY: MPI's rule for the buffers (see user_bytes), or our packed copies; the
-    // contribution is copied into the slot before the receive buffer (which may be the same,
-    // MPI_IN_PLACE) is written.
-    let contribution = g
-        .contribute(root, unsafe { user_bytes(mine_p, len) })
-        .map_err(|e| from_recv(&e))?;
-    let last = c.size() - 1;
-    g.fold(contribution, |i, data| {
-        // SAFETY: as above; only where this rank folds (MPI_Reduce's root, every rank of
-        // MPI_Allreduce), whose receive buffer MPI gives.
-        let o = unsafe { user_bytes(out_p, len) };
-        if i == last {
-            o.copy_from_slice(data);
-            Ok(())
-        } else {
-            apply(op, &t, datatype, n, data, o).map_err(FoldFail::Op)
-        }
-    })
-    .map_err(FoldFail::into_fail)?;
     if folds {
         out.unpack(&t, recvbuf, n);
     }
     Ok(true)
+}
+
+/// A reduction in the group's slots: `n` elements at `mine` contributed, folded in rank order
+/// into `out` at `root` (every member when None). `mine` may be `out` (MPI_IN_PLACE): the
+/// contribution is copied into the slot before `out` is written.
+pub(crate) fn reduce_in_slots(
+    g: &volley::ShmGroup,
+    root: Option<usize>,
+    red: algos::Red,
+    n: usize,
+    mine: P,
+    out: P,
+) -> R {
+    let len = n * red.t.size;
+    // SAFETY: MPI's rule for the program's buffers (see user_bytes), or the caller's packed
+    // copies; this slice ends before `out`'s are made.
+    let contribution = g
+        .contribute(root, unsafe { user_bytes(mine, len) })
+        .map_err(|e| from_recv(&e))?;
+    let last = g.size() - 1;
+    g.fold(contribution, |i, data| {
+        // SAFETY: as above; only where this rank folds, whose receive buffer MPI gives.
+        let o = unsafe { user_bytes(out, len) };
+        if i == last {
+            o.copy_from_slice(data);
+            Ok(())
+        } else {
+            apply(red.op, red.t, red.th, n, data, o).map_err(FoldFail::Op)
+        }
+    })
+    .map_err(FoldFail::into_fail)
 }
 
 /// MPI_Allgather in the segment: every rank's block written once into its slot, read by every
@@ -389,7 +382,7 @@ fn allgather_shm(
     };
     let rn = count(recvcount)?;
     let len = rn * t.size;
-    let Some(g) = shm_for(&c, Coll::Allgather, len, len, None)? else {
+    let Some(Place::Shm(g)) = place_for(&c, Coll::Allgather, len, len, None)? else {
         return Ok(false);
     };
     let mut mine = if in_place(sendbuf) {

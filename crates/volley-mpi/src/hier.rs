@@ -13,10 +13,10 @@
 //! rank ends with the same bits; the hosts are not contiguous in rank order, so only
 //! commutative operations go this way (`volley::collectives::applies`).
 
+use crate::algos::Red;
 use crate::coll::{
-    apply, exchange, user_bytes, FoldFail, Op, P, TAG_ALLREDUCE, TAG_BARRIER, TAG_BCAST,
+    apply, exchange, reduce_in_slots, user_bytes, P, TAG_ALLREDUCE, TAG_BARRIER, TAG_BCAST,
 };
-use crate::dtype::Dtype;
 use crate::err::{from_recv, R};
 use crate::nbc::Seq;
 use crate::state::CommCore;
@@ -54,7 +54,7 @@ impl Hier {
         entry[8..].copy_from_slice(&mine.to_bytes());
         let mut all = vec![0u8; ENTRY * c.size()];
         if let Err(e) = crate::coll::allgather_bytes(c, &entry, &mut all) {
-            let _ = world.shm_group(&[SlotId::NONE, mine], 1);
+            world.shm_unclaim(mine);
             return Err(e);
         }
         let node_of: Vec<u64> = all
@@ -175,19 +175,8 @@ impl Hier {
 
     /// Allreduce of `mine` into `out` (the same length; `out` may hold `mine` already, for
     /// MPI_IN_PLACE: `mine` is read before `out` is written) under commutative `op`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn allreduce(
-        &self,
-        c: &CommCore,
-        s: Seq,
-        op: Op,
-        t: &Dtype,
-        th: crate::abi::H,
-        n: usize,
-        mine: P,
-        out: P,
-    ) -> R {
-        let len = n * t.size;
+    pub fn allreduce(&self, c: &CommCore, s: Seq, red: Red, n: usize, mine: P, out: P) -> R {
+        let len = n * red.t.size;
         if len == 0 {
             return Ok(());
         }
@@ -198,22 +187,7 @@ impl Hier {
         };
         // 1. The host's contributions folded at its leader, into `out`.
         match &self.node {
-            Some(g) => {
-                let contribution = g
-                    .contribute(Some(0), user(mine))
-                    .map_err(|e| from_recv(&e))?;
-                let last = g.size() - 1;
-                g.fold(contribution, |i, data| {
-                    let o = user(out);
-                    if i == last {
-                        o.copy_from_slice(data);
-                        Ok(())
-                    } else {
-                        apply(op, t, th, n, data, o).map_err(FoldFail::Op)
-                    }
-                })
-                .map_err(FoldFail::into_fail)?;
-            }
+            Some(g) => reduce_in_slots(g, Some(0), red, n, mine, out)?,
             None => {
                 if mine.get() != out.get() {
                     user(out).copy_from_slice(user(mine));
@@ -246,7 +220,7 @@ impl Hier {
             let o = user(out);
             o.copy_from_slice(&theirs[(h - 1) * len..h * len]);
             for k in (0..h - 1).rev() {
-                apply(op, t, th, n, &theirs[k * len..(k + 1) * len], o)?;
+                apply(red.op, red.t, red.th, n, &theirs[k * len..(k + 1) * len], o)?;
             }
         }
         // 3. The result from each leader to its host.

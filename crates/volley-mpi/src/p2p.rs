@@ -540,15 +540,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     if nbc_pending {
         // The others in flight move on too (MPI's progress rule): the one waited for may need
         // them, e.g. a communicator creation waits for the contexts an earlier one holds.
-        let others: Vec<(usize, u32)> = rt
-            .reqs
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, r))| r.as_ref().is_some_and(|r| r.nbc.is_some()))
-            .map(|(i, (g, _))| (i, *g))
-            .filter(|k| !sc.slots.contains(k))
-            .collect();
+        let others: Vec<(usize, u32)> = nbc_slots(rt).filter(|k| !sc.slots.contains(k)).collect();
         for (i, g) in others {
             poll_nbc(rt, i, g);
         }
@@ -634,18 +626,21 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
     }
 }
 
-/// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
-/// to let go of something, e.g. the contexts a communicator creation holds).
-pub fn progress_nbcs() {
-    let Ok(mut rt) = rt() else { return };
-    let slots: Vec<(usize, u32)> = rt
-        .reqs
+/// The request slots (index, generation) of the non-blocking collectives in flight.
+fn nbc_slots(rt: &Rt) -> impl Iterator<Item = (usize, u32)> + '_ {
+    rt.reqs
         .slots
         .iter()
         .enumerate()
         .filter(|(_, (_, r))| r.as_ref().is_some_and(|r| r.nbc.is_some()))
         .map(|(i, (g, _))| (i, *g))
-        .collect();
+}
+
+/// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
+/// to let go of something, e.g. the contexts a communicator creation holds).
+pub fn progress_nbcs() {
+    let Ok(mut rt) = rt() else { return };
+    let slots: Vec<(usize, u32)> = nbc_slots(&rt).collect();
     if slots.is_empty() {
         let _ = rt.world.progress();
     } else {

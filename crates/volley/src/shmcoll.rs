@@ -54,13 +54,16 @@ impl SlotId {
         b
     }
 
+    /// The 16 bytes of [`SlotId::to_bytes`]; a slice of another length reads as NONE.
     pub fn from_bytes(b: &[u8]) -> SlotId {
-        let w = |r: std::ops::Range<usize>| b.get(r).unwrap_or(&[]).to_vec();
-        let u32_of = |v: Vec<u8>| v.try_into().map(u32::from_le_bytes).unwrap_or(u32::MAX);
+        let Ok(b) = <&[u8; 16]>::try_from(b) else {
+            return SlotId::NONE;
+        };
+        let [l0, l1, l2, l3, s0, s1, s2, s3, g @ ..] = *b;
         SlotId {
-            local: u32_of(w(0..4)),
-            slot: u32_of(w(4..8)),
-            gen: w(8..16).try_into().map(u64::from_le_bytes).unwrap_or(0),
+            local: u32::from_le_bytes([l0, l1, l2, l3]),
+            slot: u32::from_le_bytes([s0, s1, s2, s3]),
+            gen: u64::from_le_bytes(g),
         }
     }
 }
@@ -133,6 +136,13 @@ impl World {
         }
     }
 
+    /// Gives back a slot [`World::shm_claim`] returned, unused (its group never met).
+    pub fn shm_unclaim(&self, id: SlotId) {
+        if id.local as usize == self.local_rank() && (id.slot as usize) < COLL_SLOTS {
+            self.inner.coll_slots.borrow_mut()[id.slot as usize] = SlotState::Free;
+        }
+    }
+
     /// The group whose members claimed `members` (in group order; this rank is `me`), or None
     /// when one of them has no slot; this rank's claim is then given back.
     pub fn shm_group(&self, members: &[SlotId], me: usize) -> Option<ShmGroup> {
@@ -142,9 +152,7 @@ impl World {
             .iter()
             .any(|m| m.local >= n || m.slot as usize >= COLL_SLOTS)
         {
-            if mine.local < n && (mine.slot as usize) < COLL_SLOTS {
-                self.inner.coll_slots.borrow_mut()[mine.slot as usize] = SlotState::Free;
-            }
+            self.shm_unclaim(mine);
             self.eng().count(Counter::CollSlotsMissing, 1);
             return None;
         }
