@@ -95,88 +95,216 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddrV4> {
     Ok(from_sockaddr_in(&sa))
 }
 
-/// Preallocated message headers, buffers and addresses for sendmmsg/recvmmsg: one batch of
-/// `n` packets of up to `slot` bytes, set up once so that sending or receiving a batch
-/// allocates nothing.
-pub struct MmsgBatch {
-    bufs: Vec<u8>,
-    slot: usize,
+/// Most packets the kernel takes in one UDP segmentation-offload send (UDP_MAX_SEGMENTS of
+/// the kernels that introduced it; newer ones take more).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes of one UDP datagram over IPv4: the limit for a whole GSO send, and the
+/// largest datagram GRO hands over.
+pub const UDP_MAX_PAYLOAD: usize = 65_507;
+
+/// Room for one control message of up to 8 bytes of data (CMSG_SPACE(8) is 24 on 64-bit
+/// Linux), aligned as a cmsghdr must be.
+type Ctrl = [u64; 4];
+const CTRL_LEN: usize = std::mem::size_of::<Ctrl>();
+
+/// Enables UDP generic receive offload on a socket: the kernel may hand over several packets
+/// of one sender, of equal size, as one datagram, and says their size in a control message.
+pub fn enable_udp_gro(fd: RawFd) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
+}
+
+/// One send of a [`UdpTx`] batch: packets to one address laid end to end, all `seg` bytes but
+/// the last (which may be shorter); several packets go as one segmentation-offload send.
+#[derive(Clone, Copy)]
+struct Entry {
+    to: SocketAddrV4,
+    start: usize,
+    seg: usize,
+    count: usize,
+    total: usize,
+    /// Its last packet was shorter than `seg`: nothing more may join.
+    closed: bool,
+}
+
+/// A batch of outgoing UDP packets written end to end into one preallocated arena, sent with
+/// one sendmmsg. With segmentation offload (GSO) on, consecutive packets to one address that
+/// share a size (the last may be shorter) go as one send carrying a UDP_SEGMENT control
+/// message: the kernel (or the NIC) cuts it into datagrams, so a window of full-size packets
+/// crosses the stack once instead of once per packet. A lone packet goes as a plain datagram.
+/// Nothing is allocated per batch.
+pub struct UdpTx {
+    arena: Vec<u8>,
+    max_packet: usize,
+    gso: bool,
+    ents: Vec<Entry>,
     addrs: Vec<libc::sockaddr_in>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<Ctrl>,
+    /// Entries in use, the first not yet sent, bytes of the arena in use, packets in the batch.
+    n: usize,
+    first: usize,
+    end: usize,
+    packets: usize,
 }
 
 // SAFETY: the raw pointers in the headers point into the batch's own vectors (heap memory that
 // moves with it, not with the thread); nothing refers to thread-local state.
-unsafe impl Send for MmsgBatch {}
+unsafe impl Send for UdpTx {}
 
-impl MmsgBatch {
-    pub fn new(n: usize, slot: usize) -> MmsgBatch {
-        let mut b = MmsgBatch {
-            bufs: vec![0u8; n * slot],
-            slot,
+impl UdpTx {
+    /// Room for `packets` packets of up to `max_packet` bytes; `gso`: join packets into
+    /// segmentation-offload sends.
+    pub fn new(packets: usize, max_packet: usize, gso: bool) -> UdpTx {
+        let packets = packets.max(1);
+        let mut b = UdpTx {
+            arena: vec![0u8; packets * max_packet],
+            max_packet,
+            gso,
+            ents: vec![
+                Entry {
+                    to: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                    start: 0,
+                    seg: 0,
+                    count: 0,
+                    total: 0,
+                    closed: false,
+                };
+                packets
+            ],
             // SAFETY: all-zero sockaddr_in, iovec and mmsghdr are valid values.
-            addrs: vec![unsafe { std::mem::zeroed() }; n],
-            iovs: vec![unsafe { std::mem::zeroed() }; n],
-            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+            addrs: vec![unsafe { std::mem::zeroed() }; packets],
+            iovs: vec![unsafe { std::mem::zeroed() }; packets],
+            hdrs: vec![unsafe { std::mem::zeroed() }; packets],
+            ctrl: vec![[0; 4]; packets],
+            n: 0,
+            first: 0,
+            end: 0,
+            packets: 0,
         };
         // The vectors are never resized again, so these pointers stay valid for the life of
         // the batch.
-        for i in 0..n {
-            b.iovs[i].iov_base = b.bufs[i * slot..].as_mut_ptr() as *mut libc::c_void;
-            b.iovs[i].iov_len = slot;
+        for i in 0..packets {
             b.hdrs[i].msg_hdr.msg_iov = &mut b.iovs[i];
             b.hdrs[i].msg_hdr.msg_iovlen = 1;
             b.hdrs[i].msg_hdr.msg_name =
                 &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+            b.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
         }
         b
     }
 
-    pub fn capacity(&self) -> usize {
-        self.hdrs.len()
+    /// Whether packets are joined into segmentation-offload sends.
+    pub fn gso(&self) -> bool {
+        self.gso
     }
 
-    pub fn slot(&self) -> usize {
-        self.slot
+    /// Turns joining off (the kernel refused a GSO send) or on, for packets added from now on.
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso = on;
     }
 
-    /// The buffer of packet `i` (the whole slot).
-    pub fn buf_mut(&mut self, i: usize) -> &mut [u8] {
-        &mut self.bufs[i * self.slot..(i + 1) * self.slot]
+    /// Whether packets wait in the batch (none added since the last complete send, or some the
+    /// kernel had no room for).
+    pub fn is_empty(&self) -> bool {
+        self.first == self.n
     }
 
-    /// The `i`-th packet received by the last [`MmsgBatch::recv`].
-    pub fn packet(&self, i: usize) -> &[u8] {
-        let len = (self.hdrs[i].msg_len as usize).min(self.slot);
-        &self.bufs[i * self.slot..i * self.slot + len]
+    /// Whether no packet has been added since the batch was last emptied: only then may more
+    /// be added (packets the kernel had no room for go first, alone).
+    pub fn filling(&self) -> bool {
+        self.first == 0
     }
 
-    /// Where the `i`-th received packet came from.
-    pub fn source(&self, i: usize) -> SocketAddrV4 {
-        from_sockaddr_in(&self.addrs[i])
+    /// The buffer for the next packet (`max_packet` bytes), if the batch has room for one.
+    pub fn room(&mut self) -> Option<&mut [u8]> {
+        if self.first != 0
+            || self.packets == self.ents.len()
+            || self.arena.len() - self.end < self.max_packet
+        {
+            return None;
+        }
+        Some(&mut self.arena[self.end..self.end + self.max_packet])
     }
 
-    /// Sets packet `i` to go to `to` with `len` bytes.
-    pub fn set(&mut self, i: usize, to: SocketAddrV4, len: usize) {
-        self.addrs[i] = sockaddr_in(to);
-        self.iovs[i].iov_len = len;
-        self.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    /// Adds the packet of `len` bytes just written into [`UdpTx::room`]'s buffer, for `to`.
+    pub fn push(&mut self, to: SocketAddrV4, len: usize) {
+        assert!(
+            len <= self.max_packet && self.room().is_some(),
+            "push without room"
+        );
+        self.packets += 1;
+        let start = self.end;
+        self.end += len;
+        if self.gso && self.n > 0 {
+            let e = &mut self.ents[self.n - 1];
+            if e.to == to
+                && !e.closed
+                && len <= e.seg
+                && e.count < GSO_MAX_SEGMENTS
+                && e.total + len <= UDP_MAX_PAYLOAD
+            {
+                e.count += 1;
+                e.total += len;
+                e.closed = len < e.seg;
+                return;
+            }
+        }
+        self.ents[self.n] = Entry {
+            to,
+            start,
+            seg: len,
+            count: 1,
+            total: len,
+            closed: false,
+        };
+        self.n += 1;
     }
 
-    /// Sends packets `0..n` as set; returns how many the kernel took (it may take fewer: the
-    /// rest is for the caller to retry). Never blocks.
-    pub fn send(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
-        let n = n.min(self.hdrs.len());
-        if n == 0 {
+    /// Sends what waits; returns how many packets the kernel took (it may take fewer, 0 when
+    /// its buffer is full: the rest waits for the next call). Never blocks. An error leaves
+    /// the batch as it was: [`UdpTx::front_is_gso`] says whether the refused send was a GSO
+    /// one, which [`UdpTx::split`] can turn into plain datagrams.
+    pub fn send(&mut self, fd: RawFd) -> io::Result<usize> {
+        let (first, n) = (self.first, self.n);
+        if first == n {
             return Ok(0);
         }
-        // SAFETY: hdrs[..n] point into this batch's live buffers, addresses and iovecs.
+        for i in first..n {
+            let e = self.ents[i];
+            self.addrs[i] = sockaddr_in(e.to);
+            self.iovs[i].iov_base = self.arena[e.start..].as_mut_ptr() as *mut libc::c_void;
+            self.iovs[i].iov_len = e.total;
+            let h = &mut self.hdrs[i].msg_hdr;
+            if e.count > 1 {
+                let c = &mut self.ctrl[i];
+                *c = [0; 4];
+                h.msg_control = c.as_mut_ptr() as *mut libc::c_void;
+                // SAFETY: CMSG_SPACE is arithmetic.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: msg_control points at CTRL_LEN bytes, aligned for a cmsghdr, which
+                // hold CMSG_SPACE(2) (checked by the assertion); the header and its 2 data bytes
+                // are written inside them.
+                unsafe {
+                    debug_assert!(libc::CMSG_SPACE(2) as usize <= CTRL_LEN);
+                    let cm = libc::CMSG_FIRSTHDR(h);
+                    (*cm).cmsg_level = libc::SOL_UDP;
+                    (*cm).cmsg_type = libc::UDP_SEGMENT;
+                    (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    (libc::CMSG_DATA(cm) as *mut u16).write_unaligned(e.seg as u16);
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+        }
+        // SAFETY: hdrs[first..n] point into this batch's live arena, addresses, iovecs and
+        // control buffers.
         let r = unsafe {
             libc::sendmmsg(
                 fd,
-                self.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
+                self.hdrs[first..].as_mut_ptr(),
+                (n - first) as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
         };
@@ -187,29 +315,165 @@ impl MmsgBatch {
             }
             return Err(e);
         }
-        Ok(r as usize)
+        let done = first + r as usize;
+        let sent = self.ents[first..done].iter().map(|e| e.count).sum();
+        self.first = done;
+        if done == n {
+            self.first = 0;
+            self.n = 0;
+            self.end = 0;
+            self.packets = 0;
+        }
+        Ok(sent)
     }
 
-    /// Moves the packets `from..from + n` to the front (after a partial send).
-    pub fn shift(&mut self, from: usize, n: usize) {
-        for k in 0..n {
-            let (s, d) = ((from + k) * self.slot, k * self.slot);
-            let len = self.iovs[from + k].iov_len;
-            self.bufs.copy_within(s..s + len, d);
-            self.addrs[k] = self.addrs[from + k];
-            self.iovs[k].iov_len = len;
-            self.hdrs[k].msg_hdr.msg_namelen = self.hdrs[from + k].msg_hdr.msg_namelen;
+    /// Whether the next send waiting carries several packets (a GSO send).
+    pub fn front_is_gso(&self) -> bool {
+        self.first < self.n && self.ents[self.first].count > 1
+    }
+
+    /// Sends of several packets waiting (counted on a complete send by the caller, if wanted).
+    pub fn gso_sends(&self) -> usize {
+        self.ents[self.first..self.n]
+            .iter()
+            .filter(|e| e.count > 1)
+            .count()
+    }
+
+    /// Turns every send waiting into plain datagrams, one per packet, in order, and stops
+    /// joining: for a kernel or path that refuses segmentation offload.
+    pub fn split(&mut self) {
+        self.gso = false;
+        let waiting: Vec<Entry> = self.ents[self.first..self.n].to_vec();
+        let mut k = 0;
+        for e in waiting {
+            for j in 0..e.count {
+                let start = e.start + j * e.seg;
+                let len = if j + 1 == e.count {
+                    e.total - j * e.seg
+                } else {
+                    e.seg
+                };
+                self.ents[k] = Entry {
+                    to: e.to,
+                    start,
+                    seg: len,
+                    count: 1,
+                    total: len,
+                    closed: false,
+                };
+                k += 1;
+            }
+        }
+        // Entries before `first` were sent; the split ones start at 0 (filling stays off until
+        // the batch is empty, as `first` is set to the start of the waiting ones).
+        self.first = 0;
+        self.n = k;
+        // Not filling until these are sent (the arena's tail may sit after earlier, sent
+        // packets): no room until then.
+        self.end = if k > 0 { self.arena.len() } else { 0 };
+        if k == 0 {
+            self.packets = 0;
         }
     }
+}
 
-    /// Receives up to a batch of packets without blocking; 0 when none is waiting.
+/// Preallocated buffers, addresses and control space for recvmmsg: one batch of `n` datagrams
+/// of up to `slot` bytes each, set up once so that receiving allocates nothing. With GRO on
+/// the socket ([`enable_udp_gro`]) a datagram may hold several packets of one sender;
+/// [`UdpRx::seg_size`] says their size.
+pub struct UdpRx {
+    bufs: Vec<u8>,
+    slot: usize,
+    addrs: Vec<libc::sockaddr_in>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<Ctrl>,
+}
+
+// SAFETY: as for UdpTx.
+unsafe impl Send for UdpRx {}
+
+impl UdpRx {
+    pub fn new(n: usize, slot: usize) -> UdpRx {
+        let mut b = UdpRx {
+            bufs: vec![0u8; n * slot],
+            slot,
+            // SAFETY: all-zero sockaddr_in, iovec and mmsghdr are valid values.
+            addrs: vec![unsafe { std::mem::zeroed() }; n],
+            iovs: vec![unsafe { std::mem::zeroed() }; n],
+            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+            ctrl: vec![[0; 4]; n],
+        };
+        // The vectors are never resized again, so these pointers stay valid for the life of
+        // the batch.
+        for i in 0..n {
+            b.iovs[i].iov_base = b.bufs[i * slot..].as_mut_ptr() as *mut libc::c_void;
+            b.iovs[i].iov_len = slot;
+            b.hdrs[i].msg_hdr.msg_iov = &mut b.iovs[i];
+            b.hdrs[i].msg_hdr.msg_iovlen = 1;
+            b.hdrs[i].msg_hdr.msg_name =
+                &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+            b.hdrs[i].msg_hdr.msg_control = b.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+        }
+        b
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// The `i`-th datagram received by the last [`UdpRx::recv`].
+    pub fn packet(&self, i: usize) -> &[u8] {
+        let len = (self.hdrs[i].msg_len as usize).min(self.slot);
+        &self.bufs[i * self.slot..i * self.slot + len]
+    }
+
+    /// Whether the `i`-th datagram was longer than its buffer (the rest is lost).
+    pub fn truncated(&self, i: usize) -> bool {
+        self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
+            || self.hdrs[i].msg_len as usize > self.slot
+    }
+
+    /// Where the `i`-th datagram came from.
+    pub fn source(&self, i: usize) -> SocketAddrV4 {
+        from_sockaddr_in(&self.addrs[i])
+    }
+
+    /// The size of the packets the kernel coalesced into the `i`-th datagram (all but the last,
+    /// which may be shorter), if it coalesced several.
+    pub fn seg_size(&self, i: usize) -> Option<usize> {
+        let h = &self.hdrs[i].msg_hdr;
+        if h.msg_controllen == 0 {
+            return None;
+        }
+        // SAFETY: the kernel wrote msg_controllen bytes of well-formed control messages into
+        // this entry's control buffer; CMSG_FIRSTHDR/NXTHDR stay inside it.
+        unsafe {
+            let mut cm = libc::CMSG_FIRSTHDR(h);
+            while !cm.is_null() {
+                if (*cm).cmsg_level == libc::SOL_UDP && (*cm).cmsg_type == libc::UDP_GRO {
+                    let v = (libc::CMSG_DATA(cm) as *const libc::c_int).read_unaligned();
+                    return (v > 0).then_some(v as usize);
+                }
+                cm = libc::CMSG_NXTHDR(h, cm);
+            }
+        }
+        None
+    }
+
+    /// Receives up to a batch of datagrams without blocking; 0 when none is waiting.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         for i in 0..self.hdrs.len() {
             self.iovs[i].iov_len = self.slot;
-            self.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            h.msg_controllen = CTRL_LEN;
+            h.msg_flags = 0;
         }
-        // SAFETY: as in send; the kernel writes at most iov_len bytes per buffer and
-        // msg_namelen bytes per address.
+        // SAFETY: hdrs point into this batch's live buffers, addresses and control space; the
+        // kernel writes at most iov_len bytes per buffer, msg_namelen bytes per address and
+        // msg_controllen bytes of control messages.
         let r = unsafe {
             libc::recvmmsg(
                 fd,

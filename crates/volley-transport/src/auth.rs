@@ -98,6 +98,9 @@ impl Device for AuthDevice {
         })
     }
 
+    fn offload(&self) -> Option<String> {
+        self.inner.offload()
+    }
     fn next_due(&self) -> Option<u64> {
         self.inner.next_due()
     }

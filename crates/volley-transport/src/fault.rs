@@ -205,6 +205,10 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.transmit(fill)
     }
 
+    fn offload(&self) -> Option<String> {
+        self.inner.offload()
+    }
+
     fn next_due(&self) -> Option<u64> {
         let mine = self.held.peek().map(|Reverse((t, ..))| *t);
         match (mine, self.inner.next_due()) {

@@ -118,6 +118,11 @@ pub trait Device: Send {
     fn next_due(&self) -> Option<u64> {
         None
     }
+    /// Which offloads the device uses and why not the others, in words (UDP's segmentation
+    /// offload); None for a device that has none.
+    fn offload(&self) -> Option<String> {
+        None
+    }
     /// Anomalies the device counted: (name, value), each name one of [`DEVICE_COUNTERS`].
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
@@ -173,6 +178,21 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "udp_tx_full",
         "events",
         "times the UDP socket buffer stayed full: packets were held for the next send, none lost",
+    ),
+    (
+        "udp_gso_sends",
+        "sends",
+        "UDP sends that carried a run of packets to one peer in one segmentation-offload (GSO) send",
+    ),
+    (
+        "udp_gro_datagrams",
+        "datagrams",
+        "received UDP datagrams the kernel had coalesced from a run of packets (GRO)",
+    ),
+    (
+        "udp_rx_truncated",
+        "datagrams",
+        "received UDP datagrams longer than their buffer, dropped unread (none expected)",
     ),
     (
         "loopback_tx_full",
@@ -245,6 +265,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn next_due(&self) -> Option<u64> {
         (**self).next_due()
+    }
+    fn offload(&self) -> Option<String> {
+        (**self).offload()
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         (**self).counters()

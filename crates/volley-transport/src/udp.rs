@@ -1,50 +1,160 @@
-//! UDP, batched: one sendmmsg per batch of packets, one recvmmsg per batch received.
+//! UDP, batched: one sendmmsg per batch of packets, one recvmmsg per batch received; with
+//! segmentation offload where the kernel offers it (GSO: a run of full-size packets to one peer
+//! goes down the stack as one send; GRO: the kernel hands such a run over as one datagram),
+//! so a window of packets crosses the kernel once, as TCP's 64 KiB segments do.
 
 use crate::{Addr, Device, Fill};
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use volley_sys::net::{self, MmsgBatch};
+use volley_sys::net::{self, UdpRx, UdpTx, UDP_MAX_PAYLOAD};
 
-const BATCH: usize = 64;
+/// Packets per transmit batch (several GSO sends at MTU 1500: up to 44 packets each).
+const TX_PACKETS: usize = 256;
+/// Datagrams per receive batch.
+const RX_BATCH: usize = 64;
 /// IPv4 and UDP headers.
 pub const OVERHEAD: usize = 28;
+
+/// Which offloads a device may use (each falls back by itself where the kernel refuses it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offload {
+    /// Send runs of packets to one peer as one UDP_SEGMENT send.
+    pub gso: bool,
+    /// Ask the kernel to coalesce received runs (UDP_GRO).
+    pub gro: bool,
+}
+
+impl Default for Offload {
+    fn default() -> Offload {
+        Offload {
+            gso: true,
+            gro: true,
+        }
+    }
+}
 
 pub struct UdpDevice {
     fd: OwnedFd,
     addr: SocketAddrV4,
     max_packet: usize,
     peers: Vec<Option<SocketAddrV4>>,
-    tx: MmsgBatch,
-    rx: MmsgBatch,
-    /// Packets at the front of `tx` that the kernel had no room for (socket buffer full): sent
-    /// first on the next call, before the protocol is asked for more. A packet the device took
-    /// is never dropped; back-pressure reaches the protocol as "no room", not as loss.
-    held: usize,
+    tx: UdpTx,
+    rx: UdpRx,
+    /// Whether the socket coalesces received runs (UDP_GRO accepted).
+    gro: bool,
+    /// Why GSO is off, if it was asked for and the kernel refused it.
+    gso_refused: Option<String>,
     /// Times the socket buffer stayed full and packets were held for the next call.
     tx_full: u64,
     /// Packets dropped: not from the address of the rank they name.
     rx_foreign: u64,
+    /// Sends that carried several packets; received datagrams that held several.
+    gso_sends: u64,
+    gro_datagrams: u64,
+    /// Datagrams longer than their buffer (cannot happen with buffers of the largest
+    /// datagram; counted, never parsed, if a kernel ever does it).
+    rx_truncated: u64,
 }
 
 impl UdpDevice {
-    /// A socket on `ip` (any port), carrying packets of up to `mtu - 28` bytes.
-    pub fn open(ip: std::net::Ipv4Addr, mtu: usize) -> io::Result<UdpDevice> {
+    /// A socket on `ip` (any port), carrying packets of up to `mtu - 28` bytes, with both
+    /// offloads where the kernel offers them.
+    pub fn open(ip: Ipv4Addr, mtu: usize) -> io::Result<UdpDevice> {
+        UdpDevice::open_with(ip, mtu, Offload::default())
+    }
+
+    /// Like [`UdpDevice::open`], with the offloads `off` allows.
+    pub fn open_with(ip: Ipv4Addr, mtu: usize, off: Offload) -> io::Result<UdpDevice> {
         let fd = net::udp_socket(SocketAddrV4::new(ip, 0), 16 << 20)?;
         let addr = net::local_addr(fd.as_raw_fd())?;
         let max_packet = mtu.saturating_sub(OVERHEAD).min(65_000);
+        let gro = off.gro && net::enable_udp_gro(fd.as_raw_fd()).is_ok();
+        // With GRO a datagram may hold a whole run: each buffer takes the largest datagram.
+        let slot = if gro {
+            UDP_MAX_PAYLOAD
+        } else {
+            max_packet.max(2048)
+        };
         Ok(UdpDevice {
             fd,
             addr,
             max_packet,
             peers: Vec::new(),
-            tx: MmsgBatch::new(BATCH, max_packet),
-            rx: MmsgBatch::new(BATCH, max_packet.max(2048)),
-            held: 0,
+            tx: UdpTx::new(TX_PACKETS, max_packet, off.gso),
+            rx: UdpRx::new(RX_BATCH, slot),
+            gro,
+            gso_refused: None,
             tx_full: 0,
             rx_foreign: 0,
+            gso_sends: 0,
+            gro_datagrams: 0,
+            rx_truncated: 0,
         })
     }
+
+    /// What the device does about offloads, in words (`volley info`, bench headers).
+    pub fn offload_status(&self) -> String {
+        let gso = match (&self.gso_refused, self.tx.gso()) {
+            (Some(why), _) => format!("GSO off ({why})"),
+            (None, true) => "GSO on".to_string(),
+            (None, false) => "GSO off (not asked for)".to_string(),
+        };
+        let gro = if self.gro { "GRO on" } else { "GRO off" };
+        format!("{gso}, {gro}")
+    }
+
+    /// Sends what the batch holds; false when the socket stayed full (the rest is held).
+    fn flush(&mut self, sent: &mut usize) -> io::Result<bool> {
+        let mut spins = 0;
+        while !self.tx.is_empty() {
+            let gso = self.tx.gso_sends() as u64;
+            let k = match self.tx.send(self.fd.as_raw_fd()) {
+                Ok(k) => k,
+                Err(e) if self.tx.front_is_gso() => {
+                    // The kernel or the path refuses segmentation offload (EIO: the device
+                    // has no checksum offload; EINVAL: a kernel without UDP_SEGMENT): the
+                    // packets go one by one, now and from now on.
+                    self.gso_refused = Some(format!("the kernel refused a GSO send: {e}"));
+                    self.tx.split();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if k == 0 {
+                spins += 1;
+                if spins > 64 {
+                    // The socket buffer stays full: keep the rest for the next call, and take
+                    // nothing more from the protocol.
+                    self.tx_full += 1;
+                    return Ok(false);
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            *sent += k;
+            self.gso_sends += gso - self.tx.gso_sends() as u64;
+        }
+        Ok(true)
+    }
+}
+
+/// Whether a GSO send of two packets to itself is accepted on `ip` (a socket of its own, so the
+/// job's device never sees the probe): None if so, else why not.
+pub fn probe_gso(ip: Ipv4Addr) -> Option<String> {
+    let probe = || -> io::Result<()> {
+        let fd = net::udp_socket(SocketAddrV4::new(ip, 0), 1 << 16)?;
+        let me = net::local_addr(fd.as_raw_fd())?;
+        let mut tx = UdpTx::new(2, 64, true);
+        for _ in 0..2 {
+            tx.room().expect("room for two")[..64].fill(0);
+            tx.push(me, 64);
+        }
+        tx.send(fd.as_raw_fd()).map(|_| ())
+    };
+    probe()
+        .err()
+        .map(|e| format!("the kernel refused a GSO send: {e}"))
 }
 
 impl Device for UdpDevice {
@@ -74,14 +184,26 @@ impl Device for UdpDevice {
         for _ in 0..4 {
             let n = self.rx.recv(self.fd.as_raw_fd())?;
             for i in 0..n {
-                let p = self.rx.packet(i);
-                if crate::from_its_rank(&self.peers, p, &self.rx.source(i)) {
-                    f(p);
-                } else {
-                    self.rx_foreign += 1;
+                if self.rx.truncated(i) {
+                    self.rx_truncated += 1;
+                    continue;
+                }
+                let d = self.rx.packet(i);
+                let seg = self.rx.seg_size(i).filter(|&s| s < d.len());
+                if seg.is_some() {
+                    self.gro_datagrams += 1;
+                }
+                // A coalesced datagram is a run of packets of `seg` bytes (the last may be
+                // shorter), all from the one sender whose address the datagram carries.
+                for p in d.chunks(seg.unwrap_or(d.len().max(1))) {
+                    if crate::from_its_rank(&self.peers, p, &self.rx.source(i)) {
+                        f(p);
+                    } else {
+                        self.rx_foreign += 1;
+                    }
+                    total += 1;
                 }
             }
-            total += n;
             if n < self.rx.capacity() {
                 break;
             }
@@ -93,9 +215,11 @@ impl Device for UdpDevice {
         let mut sent = 0;
         loop {
             // Packets held from an earlier call go first, in order.
-            let mut n = self.held;
-            while n < BATCH {
-                let buf = self.tx.buf_mut(n);
+            if !self.tx.filling() && !self.flush(&mut sent)? {
+                return Ok(sent);
+            }
+            let mut added = 0;
+            while let Some(buf) = self.tx.room() {
                 let Some((peer, len)) = fill(buf) else {
                     break;
                 };
@@ -107,50 +231,36 @@ impl Device for UdpDevice {
                         format!("no address for rank {peer}"),
                     ));
                 };
-                self.tx.set(n, *to, len);
-                n += 1;
+                let to = *to;
+                self.tx.push(to, len);
+                added += 1;
             }
-            if n == 0 {
+            if added == 0 {
                 return Ok(sent);
             }
-            let mut off = 0;
-            let mut spins = 0;
-            while off < n {
-                let k = self.tx.send(self.fd.as_raw_fd(), n - off)?;
-                if k == 0 {
-                    spins += 1;
-                    if spins > 64 {
-                        // The socket buffer stays full: keep the rest (now at the front of the
-                        // batch) for the next call, and take nothing more from the protocol.
-                        self.held = n - off;
-                        self.tx_full += 1;
-                        return Ok(sent);
-                    }
-                    std::thread::yield_now();
-                    continue;
-                }
-                off += k;
-                sent += k;
-                if off < n {
-                    self.tx.shift(k, n - off);
-                }
-            }
-            self.held = 0;
-            if n < BATCH {
+            let full = self.tx.room().is_none();
+            if !self.flush(&mut sent)? || !full {
                 return Ok(sent);
             }
         }
     }
 
+    fn offload(&self) -> Option<String> {
+        Some(self.offload_status())
+    }
+
     fn next_due(&self) -> Option<u64> {
         // Held packets want another try soon, whether or not anything arrives.
-        (self.held > 0).then_some(0)
+        (!self.tx.is_empty()).then_some(0)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("udp_tx_full", self.tx_full),
             ("udp_rx_foreign", self.rx_foreign),
+            ("udp_gso_sends", self.gso_sends),
+            ("udp_gro_datagrams", self.gro_datagrams),
+            ("udp_rx_truncated", self.rx_truncated),
         ]
     }
 }

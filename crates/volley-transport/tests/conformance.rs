@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use volley_transport::fault::FaultDevice;
 use volley_transport::loopback::{Hub, QUEUE_PACKETS};
-use volley_transport::udp::UdpDevice;
+use volley_transport::udp::{Offload, UdpDevice};
 use volley_transport::{Addr, Device, DEVICE_COUNTERS};
 
 type Dev = Box<dyn Device>;
@@ -45,6 +45,19 @@ fn udp() -> (Dev, Dev) {
     connect(
         Box::new(UdpDevice::open(ip, 1500).unwrap()),
         Box::new(UdpDevice::open(ip, 1500).unwrap()),
+    )
+}
+
+/// UDP without segmentation offload: one datagram per packet both ways.
+fn udp_plain() -> (Dev, Dev) {
+    let ip = std::net::Ipv4Addr::LOCALHOST;
+    let off = Offload {
+        gso: false,
+        gro: false,
+    };
+    connect(
+        Box::new(UdpDevice::open_with(ip, 1500, off).unwrap()),
+        Box::new(UdpDevice::open_with(ip, 1500, off).unwrap()),
     )
 }
 
@@ -115,6 +128,12 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "udp",
             make: udp,
+            lossless: false,
+            ordered: true,
+        },
+        Kind {
+            name: "udp without offload",
+            make: udp_plain,
             lossless: false,
             ordered: true,
         },
@@ -212,6 +231,98 @@ fn packets_of_every_size_arrive_intact() {
         assert_eq!(send(&mut b, 0, &back), 2, "{name}");
         assert_eq!(receive(&mut a, &mut b, 2), back, "{name}: 1 -> 0");
     });
+}
+
+/// Issue 15: a run of packets to one peer goes down the stack as one segmentation-offload send
+/// and comes up as one coalesced datagram, which the device cuts back into the packets, each
+/// intact and in order. A run ends at a shorter packet (it may close a run, never sit inside
+/// one) and at another peer; a lone packet is a plain datagram. Without offload the same
+/// packets arrive the same way, one datagram each.
+#[test]
+fn a_run_of_packets_crosses_as_one_offloaded_send_and_arrives_whole() {
+    let counter = |d: &Dev, name: &str| {
+        d.counters()
+            .into_iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+            .unwrap_or(0)
+    };
+    for (kind, offload) in [("udp", true), ("udp without offload", false)] {
+        let (mut a, mut b) = if offload { udp() } else { udp_plain() };
+        let max = a.max_packet();
+        // Runs: 30 full packets; 10 full then a short one closing the run; a short one alone
+        // then 3 of 500 bytes (a run of their own); 5 full again.
+        let mut sizes = vec![max; 30];
+        sizes.extend([max; 10]);
+        sizes.push(100);
+        sizes.push(64);
+        sizes.extend([500; 3]);
+        sizes.extend([max; 5]);
+        let pkts: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| raw(0, i, n))
+            .collect();
+        assert_eq!(send(&mut a, 1, &pkts), pkts.len(), "{kind}");
+        let got = receive(&mut b, &mut a, pkts.len());
+        assert_eq!(got.len(), pkts.len(), "{kind}: packets lost on loopback");
+        assert!(got == pkts, "{kind}: packets changed or reordered");
+        let (gso, gro) = (
+            counter(&a, "udp_gso_sends"),
+            counter(&b, "udp_gro_datagrams"),
+        );
+        if offload {
+            // The runs: 30+10+1 (closed by the short one), [64], 3 x 500, 5.
+            assert_eq!(gso, 3, "{kind}: GSO sends");
+            assert_eq!(gro, 3, "{kind}: coalesced datagrams received");
+        } else {
+            assert_eq!((gso, gro), (0, 0), "{kind}: offload used although off");
+        }
+    }
+}
+
+/// A kernel that refuses a segmentation-offload send (here a real refusal: a socket whose UDP
+/// checksums are off, SO_NO_CHECK, gets EINVAL for UDP_SEGMENT, as a path without checksum
+/// offload gets EIO) loses nothing: the run goes as plain datagrams, GSO stays off from then on,
+/// and the device says why.
+#[test]
+fn a_refused_offloaded_send_falls_back_to_plain_datagrams() {
+    let ip = std::net::Ipv4Addr::LOCALHOST;
+    let a = UdpDevice::open(ip, 1500).unwrap();
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on the device's live socket with a c_int option value.
+    let r = unsafe {
+        libc::setsockopt(
+            a.fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+    assert_eq!(a.offload_status(), "GSO on, GRO on");
+    let (mut a, mut b): (Dev, Dev) =
+        connect(Box::new(a), Box::new(UdpDevice::open(ip, 1500).unwrap()));
+    let max = a.max_packet();
+    for round in 0..2 {
+        let pkts: Vec<Vec<u8>> = (0..20).map(|i| raw(0, round * 100 + i, max)).collect();
+        assert_eq!(send(&mut a, 1, &pkts), pkts.len(), "round {round}");
+        let got = receive(&mut b, &mut a, pkts.len());
+        assert!(
+            got == pkts,
+            "round {round}: {} of {} arrived",
+            got.len(),
+            pkts.len()
+        );
+    }
+    let c: BTreeMap<_, _> = a.counters().into_iter().collect();
+    assert_eq!(c.get("udp_gso_sends"), Some(&0), "{c:?}");
+    let why = a.offload().unwrap();
+    assert!(
+        why.starts_with("GSO off (the kernel refused a GSO send") && why.ends_with("GRO on"),
+        "{why}"
+    );
 }
 
 #[test]

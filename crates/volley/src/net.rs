@@ -46,6 +46,9 @@ pub struct NetConfig {
     /// Authenticate every packet with the job's key (`volley_transport::auth`).
     /// VOLLEY_NET_AUTH, default on; 0 on a trusted, dedicated network.
     pub auth: bool,
+    /// UDP segmentation offload on send and receive (VOLLEY_UDP_GSO, VOLLEY_UDP_GRO; default
+    /// on where the kernel offers them).
+    pub offload: volley_transport::udp::Offload,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -135,6 +138,21 @@ impl NetConfig {
                 })
             }
         };
+        let on_off = |var: &'static str| -> Result<bool, InitError> {
+            match env(var).as_deref() {
+                None | Some("1") => Ok(true),
+                Some("0") => Ok(false),
+                Some(o) => Err(InitError::Env {
+                    var,
+                    value: o.into(),
+                    why: "must be 1 (the default: used where the kernel offers it) or 0 (one datagram per packet)".into(),
+                }),
+            }
+        };
+        let offload = volley_transport::udp::Offload {
+            gso: on_off("VOLLEY_UDP_GSO")?,
+            gro: on_off("VOLLEY_UDP_GRO")?,
+        };
         Ok(NetConfig {
             transport,
             interface: env("VOLLEY_NET_IF"),
@@ -142,6 +160,7 @@ impl NetConfig {
             proto,
             keeper,
             auth,
+            offload,
         })
     }
 }
@@ -209,8 +228,13 @@ pub fn describe_transports() -> Vec<String> {
         Err(e) => out.push(format!("interface: none ({e})")),
     }
     let udp = match &ifc {
-        Ok(i) if i.ipv4.is_some() => "udp available".to_string(),
-        Ok(_) => "udp unavailable: the interface has no IPv4 address".into(),
+        Ok(i) => match i.ipv4 {
+            Some(ip) => format!(
+                "udp available; segmentation offload: {}",
+                udp_offload(ip, cfg.offload)
+            ),
+            None => "udp unavailable: the interface has no IPv4 address".into(),
+        },
         Err(_) => "udp unavailable: no interface".into(),
     };
     let eth = match &ifc {
@@ -232,6 +256,26 @@ pub fn describe_transports() -> Vec<String> {
         out.push(format!("fault injection on receive: {f:?} (VOLLEY_FAULTS)"));
     }
     out
+}
+
+/// What a UDP device on `ip` would do about segmentation offload with the settings `off`: a real
+/// device opened (GRO is a socket option the kernel accepts or not) and a GSO send probed.
+fn udp_offload(ip: std::net::Ipv4Addr, off: volley_transport::udp::Offload) -> String {
+    let gso = if !off.gso {
+        "GSO off (VOLLEY_UDP_GSO=0)".to_string()
+    } else {
+        match volley_transport::udp::probe_gso(ip) {
+            None => "GSO on".to_string(),
+            Some(why) => format!("GSO off ({why})"),
+        }
+    };
+    let gro = match UdpDevice::open_with(ip, 1500, off) {
+        _ if !off.gro => "GRO off (VOLLEY_UDP_GRO=0)".to_string(),
+        Ok(d) if d.offload_status().ends_with("GRO on") => "GRO on".to_string(),
+        Ok(_) => "GRO off (the kernel refused UDP_GRO)".to_string(),
+        Err(e) => format!("GRO unknown (no socket: {e})"),
+    };
+    format!("{gso}, {gro}")
 }
 
 /// The IPv4 address of the interface a multi-host job uses here (VOLLEY_NET_IF, or the only
@@ -331,7 +375,8 @@ fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
                 )
             })?;
             Box::new(
-                UdpDevice::open(ip, ifc.mtu as usize).map_err(|e| format!("udp on {ip}: {e}"))?,
+                UdpDevice::open_with(ip, ifc.mtu as usize, cfg.offload)
+                    .map_err(|e| format!("udp on {ip}: {e}"))?,
             )
         }
     };
