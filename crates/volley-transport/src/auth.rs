@@ -1,60 +1,127 @@
-//! A device that authenticates every packet with the job's key: each packet carries a 16-byte
-//! tag, a keyed BLAKE3 hash of the packet, after its last byte; a received packet whose tag does
-//! not match (forged, altered, from another job) is dropped and counted before the protocol sees
-//! it. The CRC32C inside the packet stays (it catches damage in the rare case the tag is off),
-//! so this is a MAC layered on the unchanged wire format: the header's length field says where
-//! the packet ends and the tag starts (Ethernet may pad a short frame after it).
+//! A device that seals every packet under the job's key with AES-128-GCM: the 28-byte common
+//! header stays readable and is authenticated (the AEAD's associated data), the rest of the
+//! packet is encrypted in place, and after its last byte come the 16-byte tag and the 8-byte
+//! counter that, with the header's source rank, makes the nonce. A received packet that does not
+//! open (forged, altered, from another job, or another job's key) is dropped and counted before
+//! the protocol sees it. The CRC32C inside the packet stays (computed over the plaintext), so
+//! this is a layer over the unchanged wire format: the header's length field says where the
+//! packet ends and the trailer starts (Ethernet may pad a short frame after it).
 //!
-//! BLAKE3 in keyed mode is a MAC (a PRF keyed by 32 bytes); truncated to 128 bits it leaves a
-//! forger one chance in 2^128 per try. Replayed genuine packets are the protocol's duplicates.
+//! Why AES-GCM, through `ring`: the first version tagged packets with keyed BLAKE3, which costs
+//! about 1.6 us per 1.5 KB packet on the development VM (BLAKE3's parallel lanes need more than
+//! the two 1 KiB chunks of a packet); after UDP segmentation offload that tag was the bulk
+//! path's main cost. AES-GCM on AES-NI and carry-less multiply seals the same packet in about
+//! 0.3 us (and 9 KB in 1 us against 2.6), and encrypts the payload too. `ring` is the AEAD
+//! implementation with the fastest x86-64 and AArch64 assembly among the maintained crates
+//! (BoringSSL's), and is widely audited; a GMAC over the whole packet (no encryption) measured
+//! slower in both `ring` and RustCrypto, whose associated-data path hashes one block at a time.
+//!
+//! Nonces never repeat under a key: the nonce is the sender's rank (from the authenticated
+//! header) and a 64-bit counter per device that starts at a random point below 2^63, so two
+//! devices of one rank (a second world in one process) would need 2^62 packets to meet.
+//! Replayed genuine packets open, and are the protocol's duplicates.
 
 use crate::{Addr, Device, Fill};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, NONCE_LEN};
 use std::io;
 use std::os::fd::RawFd;
+use volley_wire::HEADER_LEN;
 
-/// Bytes of the tag after each packet.
-pub const TAG_LEN: usize = 16;
+/// Bytes after each packet: the tag, then the counter.
+pub const TRAILER_LEN: usize = TAG_LEN + 8;
+const TAG_LEN: usize = 16;
 
-/// The tag of `packet` under `key`: the first 16 bytes of its keyed BLAKE3 hash (hashed in
-/// one call, which lets BLAKE3 work on a packet's 1 KiB chunks in parallel lanes).
-pub fn tag(key: &[u8; 32], packet: &[u8]) -> [u8; TAG_LEN] {
-    let h = blake3::keyed_hash(key, packet);
-    let mut t = [0u8; TAG_LEN];
-    t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
-    t
+/// The job's 32-byte key made into the AES-128-GCM key of this layer (a key of its own, so
+/// that the job's key can serve other purposes without ever meeting AES).
+fn packet_key(job_key: &[u8; 32]) -> LessSafeKey {
+    let k = blake3::derive_key("volley 2026-11 packet sealing, AES-128-GCM", job_key);
+    LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &k[..16]).expect("a 16-byte AES-128 key"))
 }
 
-/// Where a received buffer's packet ends (its header's length field), if the buffer holds the
-/// packet and a whole tag after it.
-fn packet_len(buf: &[u8]) -> Option<usize> {
-    let len = u16::from_be_bytes(buf.get(4..6)?.try_into().ok()?) as usize;
-    (len >= volley_wire::HEADER_LEN && buf.len() >= len + TAG_LEN).then_some(len)
+fn nonce(header: &[u8], counter: u64) -> Nonce {
+    let mut n = [0u8; NONCE_LEN];
+    // The source rank (bytes 16..20 of the common header).
+    n[..4].copy_from_slice(&header[16..20]);
+    n[4..].copy_from_slice(&counter.to_be_bytes());
+    Nonce::assume_unique_for_key(n)
 }
 
-/// Whether `buf` holds a packet followed by its right tag; the packet.
-pub fn open<'a>(key: &[u8; 32], buf: &'a [u8]) -> Option<&'a [u8]> {
-    let len = packet_len(buf)?;
-    let (p, t) = (&buf[..len], &buf[len..len + TAG_LEN]);
-    // Compared in constant time: the comparison's duration says nothing about the right tag.
-    let want = tag(key, p);
-    let diff = want.iter().zip(t).fold(0u8, |d, (a, b)| d | (a ^ b));
-    (diff == 0).then_some(p)
+/// Seals and opens packets under one job's key.
+pub struct Sealer {
+    key: LessSafeKey,
+    next: u64,
+}
+
+impl Sealer {
+    pub fn new(job_key: &[u8; 32]) -> Sealer {
+        Sealer {
+            key: packet_key(job_key),
+            next: volley_sys::random_u64() >> 1,
+        }
+    }
+
+    /// Seals the packet in `buf[..len]` in place and writes its trailer after it; returns the
+    /// sealed length (`len + TRAILER_LEN`). None if `buf` has no room for the trailer or the
+    /// packet is shorter than a header (nothing the protocol makes).
+    pub fn seal(&mut self, buf: &mut [u8], len: usize) -> Option<usize> {
+        if len < HEADER_LEN || buf.len() < len + TRAILER_LEN {
+            return None;
+        }
+        let counter = self.next;
+        self.next += 1;
+        let (header, rest) = buf.split_at_mut(HEADER_LEN);
+        let n = nonce(header, counter);
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(n, Aad::from(&header[..]), &mut rest[..len - HEADER_LEN])
+            .ok()?;
+        let t = len - HEADER_LEN;
+        rest[t..t + TAG_LEN].copy_from_slice(tag.as_ref());
+        rest[t + TAG_LEN..t + TRAILER_LEN].copy_from_slice(&counter.to_be_bytes());
+        Some(len + TRAILER_LEN)
+    }
+
+    /// Opens a sealed packet in place: the plaintext packet, if `buf` holds a packet and its
+    /// trailer and they open under this key.
+    pub fn open<'a>(&self, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+        let len = u16::from_be_bytes(buf.get(4..6)?.try_into().ok()?) as usize;
+        if len < HEADER_LEN || buf.len() < len + TRAILER_LEN {
+            return None;
+        }
+        let counter = u64::from_be_bytes(buf[len + TAG_LEN..len + TRAILER_LEN].try_into().ok()?);
+        let (header, rest) = buf.split_at_mut(HEADER_LEN);
+        let n = nonce(header, counter);
+        // The tag follows the ciphertext: ring opens them as one, in place, comparing the tag
+        // in constant time.
+        self.key
+            .open_in_place(
+                n,
+                Aad::from(&header[..]),
+                &mut rest[..len - HEADER_LEN + TAG_LEN],
+            )
+            .ok()?;
+        Some(&buf[..len])
+    }
 }
 
 pub struct AuthDevice {
     inner: Box<dyn Device>,
-    key: [u8; 32],
-    /// Packets dropped: no tag, or a wrong one.
+    sealer: Sealer,
+    /// A received packet is copied here and opened in place (the inner device lends it
+    /// read-only).
+    scratch: Vec<u8>,
+    /// Packets dropped: did not open under the job's key.
     rejected: u64,
 }
 
 impl AuthDevice {
-    /// Wraps `inner`: every packet sent gets its tag under `key`, every packet received must
-    /// carry the right one.
+    /// Wraps `inner`: every packet sent is sealed under `key`, every packet received must open
+    /// under it.
     pub fn new(inner: Box<dyn Device>, key: [u8; 32]) -> AuthDevice {
         AuthDevice {
+            scratch: vec![0; inner.max_packet().max(HEADER_LEN + TRAILER_LEN)],
             inner,
-            key,
+            sealer: Sealer::new(&key),
             rejected: 0,
         }
     }
@@ -67,7 +134,7 @@ impl Device for AuthDevice {
         self.inner.kind()
     }
     fn max_packet(&self) -> usize {
-        self.inner.max_packet() - TAG_LEN
+        self.inner.max_packet() - TRAILER_LEN
     }
     fn local_addr(&self) -> Addr {
         self.inner.local_addr()
@@ -80,21 +147,26 @@ impl Device for AuthDevice {
     }
 
     fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let (key, rejected) = (&self.key, &mut self.rejected);
-        self.inner.receive(now, &mut |buf| match open(key, buf) {
-            Some(p) => f(p),
-            None => *rejected += 1,
+        let (sealer, scratch, rejected) = (&self.sealer, &mut self.scratch, &mut self.rejected);
+        self.inner.receive(now, &mut |buf| {
+            let n = buf.len().min(scratch.len());
+            scratch[..n].copy_from_slice(&buf[..n]);
+            match sealer.open(&mut scratch[..n]) {
+                Some(p) => f(p),
+                None => *rejected += 1,
+            }
         })
     }
 
     fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
-        let key = &self.key;
+        let sealer = &mut self.sealer;
         self.inner.transmit(&mut |buf: &mut [u8]| {
-            let room = buf.len().checked_sub(TAG_LEN)?;
+            let room = buf.len().checked_sub(TRAILER_LEN)?;
             let (peer, len) = fill(&mut buf[..room])?;
-            let t = tag(key, &buf[..len]);
-            buf[len..len + TAG_LEN].copy_from_slice(&t);
-            Some((peer, len + TAG_LEN))
+            let sealed = sealer
+                .seal(buf, len)
+                .expect("the protocol writes whole packets, with room left for the trailer");
+            Some((peer, sealed))
         })
     }
 
@@ -122,39 +194,64 @@ mod tests {
         p
     }
 
-    fn sealed(key: &[u8; 32], p: &[u8]) -> Vec<u8> {
+    fn sealed(s: &mut Sealer, p: &[u8]) -> Vec<u8> {
         let mut b = p.to_vec();
-        b.extend_from_slice(&tag(key, p));
+        b.resize(p.len() + TRAILER_LEN, 0);
+        assert_eq!(s.seal(&mut b, p.len()), Some(b.len()));
         b
     }
 
     #[test]
-    fn a_sealed_packet_opens_with_its_key_only() {
+    fn a_sealed_packet_opens_with_its_key_only_and_hides_its_payload() {
         let k = [7; 32];
-        let other = [8; 32];
-        for len in [28, 100, 1472, 8972] {
+        let mut s = Sealer::new(&k);
+        let other = Sealer::new(&[8; 32]);
+        for len in [28, 29, 100, 1472, 8972] {
             let p = packet(len);
-            let b = sealed(&k, &p);
-            assert_eq!(open(&k, &b), Some(&p[..]), "{len}");
-            assert_eq!(open(&other, &b), None, "{len}: another job's key");
-            // Ethernet padding after the tag does not matter.
+            let b = sealed(&mut s, &p);
+            assert_eq!(
+                b[..HEADER_LEN],
+                p[..HEADER_LEN],
+                "{len}: the header stays readable"
+            );
+            if len > HEADER_LEN + 8 {
+                assert_ne!(
+                    b[HEADER_LEN..len],
+                    p[HEADER_LEN..],
+                    "{len}: payload in the clear"
+                );
+            }
+            assert_eq!(s.open(&mut b.clone()), Some(&p[..]), "{len}");
+            assert_eq!(other.open(&mut b.clone()), None, "{len}: another job's key");
+            // Ethernet padding after the trailer does not matter.
             let mut padded = b.clone();
             padded.extend_from_slice(&[0; 20]);
-            assert_eq!(open(&k, &padded), Some(&p[..]), "{len}: padded");
+            assert_eq!(s.open(&mut padded), Some(&p[..]), "{len}: padded");
         }
     }
 
     #[test]
-    fn any_flipped_bit_or_missing_tag_is_rejected() {
-        let k = [3; 32];
-        let b = sealed(&k, &packet(64));
+    fn one_packet_sealed_twice_never_looks_the_same() {
+        // A fresh nonce per seal: a retransmission is a new ciphertext and a new tag.
+        let mut s = Sealer::new(&[1; 32]);
+        let p = packet(200);
+        let (a, b) = (sealed(&mut s, &p), sealed(&mut s, &p));
+        assert_ne!(a, b);
+        assert_eq!(s.open(&mut a.clone()), Some(&p[..]));
+        assert_eq!(s.open(&mut b.clone()), Some(&p[..]));
+    }
+
+    #[test]
+    fn any_flipped_bit_or_missing_trailer_is_rejected() {
+        let mut s = Sealer::new(&[3; 32]);
+        let b = sealed(&mut s, &packet(64));
         for i in 0..b.len() * 8 {
             let mut x = b.clone();
             x[i / 8] ^= 1 << (i % 8);
-            assert_eq!(open(&k, &x), None, "bit {i}");
+            assert_eq!(s.open(&mut x), None, "bit {i}");
         }
-        for cut in [0, 5, 27, 64, 64 + TAG_LEN - 1] {
-            assert_eq!(open(&k, &b[..cut]), None, "cut at {cut}");
+        for cut in [0, 5, 27, 64, 64 + TRAILER_LEN - 1] {
+            assert_eq!(s.open(&mut b[..cut].to_vec()), None, "cut at {cut}");
         }
     }
 }

@@ -542,7 +542,7 @@ impl Net {
         let mut proto_cfg = cfg.proto.clone();
         proto_cfg.max_packet = raw.max_packet()
             - if cfg.auth {
-                volley_transport::auth::TAG_LEN
+                volley_transport::auth::TRAILER_LEN
             } else {
                 0
             };
