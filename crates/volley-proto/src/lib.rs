@@ -51,7 +51,8 @@ pub struct Config {
     pub window: u32,
     /// The receiver's eager buffer pool per peer: credit, in bytes.
     pub pool_bytes: u64,
-    /// Messages larger than this go by rendezvous.
+    /// Messages larger than this go by rendezvous (128 KiB, MPICH's eager limit over TCP: a 64 KiB
+    /// message then streams without waiting a round trip for its CTS).
     pub rndv_threshold: usize,
     /// Who makes room for a rendezvous message. False: the engine, in message order within
     /// `rndv_budget`, reassembling it in a buffer of its own and delivering it whole
@@ -92,7 +93,7 @@ impl Default for Config {
             max_packet: 1472,
             window: 4096,
             pool_bytes: 4 << 20,
-            rndv_threshold: 32 << 10,
+            rndv_threshold: 128 << 10,
             receiver_places: false,
             rndv_budget: 256 << 20,
             max_message: 1 << 40,
