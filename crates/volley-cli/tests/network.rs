@@ -878,28 +878,41 @@ fn bench_runs_across_hosts_beside_kernel_tcp() {
         let json =
             std::env::temp_dir().join(format!("volley-net-bench-{}-{t}.json", std::process::id()));
         let j = json.to_str().unwrap();
+        // Over udp the launcher binds the ranks (issue 15, point 6: --cpus across hosts), in
+        // an order no default would give; over eth nothing binds them.
+        let pin: &[&str] = if t == "udp" { &["--cpus", "1,0"] } else { &[] };
         let out = ok(h.run(
             2,
             &[("VOLLEY_TRANSPORT", t)],
             &[
-                VOLLEY,
-                "bench",
-                "pingpong",
-                "--vs",
-                "tcp",
-                "--sizes",
-                "8,65536,1048576",
-                "--budget-ms",
-                "50",
-                "--reps",
-                "1",
-                "--json",
-                j,
-            ],
+                pin,
+                &[
+                    VOLLEY,
+                    "bench",
+                    "pingpong",
+                    "--vs",
+                    "tcp",
+                    "--sizes",
+                    "8,65536,1048576",
+                    "--budget-ms",
+                    "50",
+                    "--reps",
+                    "1",
+                    "--json",
+                    j,
+                ],
+            ]
+            .concat(),
         ));
         let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap())
             .unwrap_or_else(|e| panic!("{e}\n{out}"));
         let _ = std::fs::remove_file(&json);
+        let want = if t == "udp" {
+            serde_json::json!("1,0")
+        } else {
+            serde_json::Value::Null
+        };
+        assert_eq!(r["placement"]["cpus"], want, "{t}: {}", r["placement"]);
         let series = r["series"].as_array().unwrap();
         let names: Vec<&str> = series
             .iter()

@@ -163,6 +163,28 @@ const C_OR: u64 = 6;
 const C_ISEND: u64 = 7;
 const C_IDLE: u64 = 8;
 const C_PROBE: u64 = 9;
+const C_AFFINITY: u64 = 10;
+
+/// The one CPU this process is bound to, if it is bound to one (u64::MAX otherwise).
+fn pinned_cpu() -> u64 {
+    match volley_sys::allowed_cpus()[..] {
+        [c] => c as u64,
+        _ => u64::MAX,
+    }
+}
+
+/// Where the two ranks run, in words: "0,1" when each is bound to one CPU (by `--cpus` here or
+/// by the launcher that started them: `volley run --cpus`, also across hosts), else what is
+/// known.
+fn placement_words(mine: u64, peer: u64) -> Option<String> {
+    let cpu = |c: u64| (c != u64::MAX).then(|| c.to_string());
+    match (cpu(mine), cpu(peer)) {
+        (Some(a), Some(b)) => Some(format!("{a},{b}")),
+        (Some(a), None) => Some(format!("rank 0 on {a}, rank 1 unpinned")),
+        (None, Some(b)) => Some(format!("rank 0 unpinned, rank 1 on {b}")),
+        (None, None) => None,
+    }
+}
 
 /// What rank 0 measured in one command.
 #[derive(Default)]
@@ -369,6 +391,7 @@ impl Bench {
             );
             match code {
                 C_DONE => return Ok(()),
+                C_AFFINITY => self.ctl.send_u64s(&[pinned_cpu()])?,
                 C_PROBE => {
                     self.probe_round += 1;
                     if let Some(pl) = &self.probe {
@@ -710,6 +733,9 @@ impl Bench {
         let reps = self.args.reps.max(1);
         let nlinks = self.links.len() as u64;
         let probe_before = self.placement_probe()?;
+        self.cmd(&[C_AFFINITY, 0, 0, 0, 0])?;
+        let peer_cpu = self.ctl.recv_u64s()?.first().copied().unwrap_or(u64::MAX);
+        let cpus = placement_words(pinned_cpu(), peer_cpu);
         let modes: Vec<(u64, &str)> = if test == "idle" {
             vec![(0, "busy"), (1, "block"), (2, "spin")]
         } else {
@@ -776,7 +802,7 @@ impl Bench {
             &self.args,
             sizes.to_vec(),
             Placement {
-                cpus: self.args.cpus.clone(),
+                cpus,
                 probe_before_ns: probe_before,
                 probe_after_ns: probe_after,
             },
