@@ -157,7 +157,13 @@ fn a_rank_killed_under_hydra_ends_the_job_and_survivors_hear_of_it() {
     // -disable-auto-cleanup, once it reaps the dead one) and exits non-zero.
     let o = hydra(&["-n", "2", CHECK, "killed-peer"], &[]);
     assert!(!o.status.success(), "{:?}", text(&o));
-    assert!(text(&o).0.contains("BAD TERMINATION"), "{:?}", text(&o));
+    // Hydra says so with its banner, or (when its proxy meets the dead rank's closed PMI socket
+    // first, a race of Hydra's own) with its process manager's error: either way it noticed.
+    let (out, err) = text(&o);
+    assert!(
+        out.contains("BAD TERMINATION") || err.contains("process manager error"),
+        "{out}\n{err}"
+    );
     assert!(dev_shm_volley_entries().is_empty());
     // With -disable-auto-cleanup, a rank that exits without closing its world leaves the others
     // running (Hydra sends them SIGUSR1, which killed-peer ignores): the survivor must learn of

@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cc;
 mod counters;
 mod peer;
 
@@ -85,6 +86,9 @@ pub struct Config {
     /// [`Engine::send`] says [`SendError::Busy`]. A message is always accepted into an empty
     /// queue, whatever its size.
     pub send_budget: u64,
+    /// Congestion control (see [`cc`]): a window that follows losses, so flows share a
+    /// bottleneck. Off: only `window` and the receiver's credit limit a sender.
+    pub congestion_control: bool,
 }
 
 impl Default for Config {
@@ -105,6 +109,7 @@ impl Default for Config {
             heartbeat: 1000 * MS,
             peer_timeout: 10_000 * MS,
             send_budget: 64 << 20,
+            congestion_control: true,
         }
     }
 }

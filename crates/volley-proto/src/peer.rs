@@ -6,6 +6,7 @@
 //! cumulative point `rcv_next` marks what has arrived; fragments are copied into their message's
 //! buffer as they come, in any order; messages are handed out in the order they were sent.
 
+use crate::cc::Cc;
 use crate::counters::PeerCounters;
 use crate::{unwrap32, Config, Credit, Event, Instant, Placement, Reliability};
 use std::collections::VecDeque;
@@ -237,7 +238,11 @@ pub(crate) struct Peer {
     snd_una: u64,
     snd_nxt: u64,
     sent: VecDeque<Sent>,
+    /// Entries of `sent` acknowledged (out of order) but not yet popped.
+    sacked: u64,
     retx: VecDeque<u64>,
+    /// Congestion control: how many of the packets `sent` holds may be in flight.
+    cc: Cc,
     out: VecDeque<OutMsg>,
     out_base: u64,
     next_msg: u64,
@@ -261,6 +266,12 @@ pub(crate) struct Peer {
     rack: (Instant, u64),
     /// When to run loss detection again for packets not yet late enough.
     rack_at: Option<Instant>,
+    /// When to send a tail loss probe (RACK-TLP, RFC 8985 section 7): the last packet again,
+    /// if no acknowledgement came for two round trips, so that a flight lost whole (a
+    /// segmentation-offload run dropped as one) is found by RACK instead of by the timer.
+    tlp_at: Option<Instant>,
+    /// The probe sent and not yet answered (its sequence number): one at a time.
+    tlp_seq: Option<u64>,
     /// The RACK packet was a retransmission.
     rack_retx: bool,
     /// Smallest round trip measured.
@@ -312,7 +323,9 @@ impl Peer {
             snd_una: 0,
             snd_nxt: 0,
             sent: VecDeque::new(),
+            sacked: 0,
             retx: VecDeque::new(),
+            cc: Cc::new(cfg.congestion_control),
             out: VecDeque::new(),
             out_base: 0,
             next_msg: 0,
@@ -330,6 +343,8 @@ impl Peer {
             rto_at: None,
             rack: (0, 0),
             rack_at: None,
+            tlp_at: None,
+            tlp_seq: None,
             min_rtt: u64::MAX,
             rack_retx: false,
             probe_at: None,
@@ -388,8 +403,8 @@ impl Peer {
             })
             .collect();
         format!(
-            "peer {} lost={} sent=[{}] snd {}..{} retx={:?} cursor={} out=[{}] ctl={:?} credit {}/{} stalled={} rto={} rto_at={:?} | rcv_next={} gaps={} in_base={} in=[{}] released={} rndv_out={} ack_now={} ack_at={:?}",
-            self.rank, self.lost, sent.join(" "), self.snd_una, self.snd_nxt, self.retx, self.cursor, out.join(" "), self.ctl,
+            "peer {} lost={} sent=[{}] snd {}..{} cwnd {:.1} retx={:?} cursor={} out=[{}] ctl={:?} credit {}/{} stalled={} rto={} rto_at={:?} | rcv_next={} gaps={} in_base={} in=[{}] released={} rndv_out={} ack_now={} ack_at={:?}",
+            self.rank, self.lost, sent.join(" "), self.snd_una, self.snd_nxt, self.cc.window(), self.retx, self.cursor, out.join(" "), self.ctl,
             self.eager_charged, self.peer_credit, self.credit_stalled, self.rto, self.rto_at,
             self.rcv_next, self.rcv_gaps, self.in_base, inm.join(" "), self.eager_released, self.rndv_outstanding, self.ack_now, self.ack_at
         )
@@ -971,6 +986,8 @@ impl Peer {
         if cum > self.snd_nxt {
             return Err(Malformed::Field);
         }
+        let pipe = self.pipe();
+        let acked_before = self.sacked;
         let mut progress = false;
         let mut sample: Option<(Instant, u64)> = None;
         for s in self.snd_una..cum {
@@ -986,9 +1003,11 @@ impl Peer {
                 }
             }
         }
+        self.cc.on_acked(self.sacked - acked_before, pipe);
         while self.sent.front().is_some_and(|p| p.acked) {
             self.sent.pop_front();
             self.snd_una += 1;
+            self.sacked -= 1;
         }
         if let Some((_, r)) = sample {
             self.rtt_sample(cfg, r);
@@ -997,6 +1016,8 @@ impl Peer {
             self.detect_losses(now);
             self.complete_messages(pool);
             self.rto_at = (!self.sent.is_empty()).then(|| now + self.rto);
+            self.tlp_seq = None;
+            self.arm_tlp(cfg, now);
         }
         Ok(())
     }
@@ -1010,6 +1031,7 @@ impl Peer {
             return false;
         }
         p.acked = true;
+        self.sacked += 1;
         if !p.retx && sample.is_none_or(|(at, _)| p.sent_at > at) {
             *sample = Some((p.sent_at, now.saturating_sub(p.sent_at)));
         }
@@ -1032,6 +1054,21 @@ impl Peer {
             }
         }
         true
+    }
+
+    /// Arms the tail loss probe two smoothed round trips from `now` (plus the peer's
+    /// acknowledgement delay when one packet is in flight), if congestion control is on,
+    /// something is in flight and no probe is out.
+    fn arm_tlp(&mut self, cfg: &Config, now: Instant) {
+        self.tlp_at = None;
+        if !cfg.congestion_control || self.tlp_seq.is_some() || self.pipe() == 0 {
+            return;
+        }
+        let Some(srtt) = self.srtt else {
+            return;
+        };
+        let extra = if self.pipe() == 1 { cfg.ack_delay } else { 0 };
+        self.tlp_at = Some(now + 2 * srtt + extra);
     }
 
     fn rtt_sample(&mut self, cfg: &Config, r: u64) {
@@ -1076,7 +1113,11 @@ impl Peer {
             if now >= due {
                 p.queued = true;
                 p.by_timer = false;
-                self.retx.push_back(self.snd_una + k as u64);
+                let seq = self.snd_una + k as u64;
+                self.retx.push_back(seq);
+                if self.cc.on_loss(seq, self.snd_nxt) {
+                    self.counters.cwnd_reductions += 1;
+                }
             } else {
                 // Not yet: look again when it would be late (RACK's reordering timer).
                 self.rack_at = Some(self.rack_at.map_or(due, |t| t.min(due)));
@@ -1105,9 +1146,15 @@ impl Peer {
             return None;
         }
         let mut t = (self.last_heard + cfg.peer_timeout).min(self.last_sent + cfg.heartbeat);
-        for x in [self.rto_at, self.ack_at, self.probe_at, self.rack_at]
-            .into_iter()
-            .flatten()
+        for x in [
+            self.rto_at,
+            self.ack_at,
+            self.probe_at,
+            self.rack_at,
+            self.tlp_at,
+        ]
+        .into_iter()
+        .flatten()
         {
             t = t.min(x);
         }
@@ -1125,19 +1172,49 @@ impl Peer {
         if self.rack_at.is_some_and(|t| now >= t) {
             self.detect_losses(now);
         }
+        if self.tlp_at.is_some_and(|t| now >= t) {
+            self.tlp_at = None;
+            // The last packet sent and not acknowledged goes again: its acknowledgement (or
+            // the ranges it carries) lets RACK find what else was lost. Not a loss signal by
+            // itself: the window stays.
+            if let Some(k) = self.sent.iter().rposition(|p| !p.acked && !p.queued) {
+                let seq = self.snd_una + k as u64;
+                self.sent[k].queued = true;
+                self.sent[k].by_timer = false;
+                self.retx.push_front(seq);
+                self.tlp_seq = Some(seq);
+                self.counters.tail_probes += 1;
+            }
+        }
         if self.rto_at.is_some_and(|t| now >= t) {
-            // Only the oldest packet goes again (as TCP does): its acknowledgement, when it
-            // comes, carries the ranges that let RACK find the others. Sending everything
-            // outstanding again would flood a receiver that is merely slow.
-            if let Some((k, p)) = self
-                .sent
-                .iter_mut()
-                .enumerate()
-                .find(|(_, p)| !p.acked && !p.queued && now >= p.sent_at + self.rto)
-            {
+            // The oldest packet goes again first: its acknowledgement, when it comes, carries
+            // the ranges that let RACK find the others. Without congestion control only it
+            // goes (sending everything outstanding again would flood a receiver that is merely
+            // slow). With it, as TCP does after a timeout (RFC 6675, 5.1), every packet as old
+            // is taken for lost too and goes again as the window, restarting from two packets,
+            // allows: otherwise they would count as in flight and hold the window shut, and
+            // each would wait for a timer of its own, each twice as long as the last.
+            let rto = self.rto;
+            let mut first = true;
+            let all = self.cc.on_timeout(self.snd_nxt);
+            for (k, p) in self.sent.iter_mut().enumerate() {
+                if p.acked || p.queued || now < p.sent_at + rto {
+                    continue;
+                }
                 p.queued = true;
                 p.by_timer = true;
                 self.retx.push_back(self.snd_una + k as u64);
+                if first && all {
+                    self.counters.cwnd_reductions += 1;
+                }
+                first = false;
+                if !all {
+                    break;
+                }
+            }
+            if first && all {
+                // Nothing was old enough: the timer fired early (a retransmission's own).
+                self.counters.cwnd_reductions += 1;
             }
             self.counters.rto_backoffs += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);
@@ -1159,6 +1236,9 @@ impl Peer {
         self.out.clear();
         self.be_out.clear();
         self.sent.clear();
+        self.sacked = 0;
+        self.tlp_at = None;
+        self.tlp_seq = None;
         self.retx.clear();
         self.ctl.clear();
         self.in_msgs.clear();
@@ -1240,8 +1320,15 @@ impl Peer {
         .emit(buf)
     }
 
+    /// Whether a new sequenced packet may leave: within the fixed window (the receiver's
+    /// reordering window) and congestion control's.
     fn window_open(&self, cfg: &Config) -> bool {
-        self.snd_nxt - self.snd_una < cfg.window as u64
+        self.snd_nxt - self.snd_una < cfg.window as u64 && self.cc.allows(self.pipe())
+    }
+
+    /// Packets in flight: sent, not acknowledged, not found lost and waiting to go again.
+    fn pipe(&self) -> u64 {
+        (self.sent.len() as u64).saturating_sub(self.sacked + self.retx.len() as u64)
     }
 
     /// Writes one packet of `what` with sequence number `seq`.
@@ -1335,6 +1422,9 @@ impl Peer {
         });
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
+        }
+        if self.tlp_at.is_none() {
+            self.arm_tlp(cfg, now);
         }
         self.emit_seq(cfg, me, token, seq, what, buf)
     }
@@ -1482,8 +1572,14 @@ impl Peer {
             self.counters.acks_sent += 1;
             return Some(self.emit_ack(cfg, me, token, false, buf));
         }
-        // 2. Retransmissions.
-        while let Some(seq) = self.retx.pop_front() {
+        // 2. Retransmissions, within congestion control's window (as TCP's recovery sends no
+        //    more than its window allows; with nothing in flight, one always goes).
+        while let Some(&seq) = self.retx.front() {
+            // A tail loss probe goes whatever the window: it is sent because nothing came back.
+            if Some(seq) != self.tlp_seq && !self.cc.allows(self.pipe()) {
+                break;
+            }
+            self.retx.pop_front();
             if seq < self.snd_una {
                 continue;
             }
@@ -1508,8 +1604,10 @@ impl Peer {
             }
             return Some(self.emit_seq(cfg, me, token, seq, what, buf));
         }
-        // 3. Clear-to-send for the peer's announced messages.
-        if !self.ctl.is_empty() && self.window_open(cfg) {
+        // 3. Clear-to-send for the peer's announced messages: within the fixed window but not
+        //    congestion control's (a CTS is a control packet, as an acknowledgement is: the
+        //    data it lets come is the other side's, under that side's window).
+        if !self.ctl.is_empty() && self.snd_nxt - self.snd_una < cfg.window as u64 {
             let msg = self.ctl.pop_front().expect("not empty");
             return Some(self.push_new(cfg, me, token, now, What::Cts { msg }, buf));
         }

@@ -41,6 +41,15 @@ struct Faults {
     jitter: u64,
 }
 
+/// A switch port in front of each destination that drains at `bytes_per_us` and queues at
+/// most `queue` packets, dropping what arrives when it is full (tail drop): the bottleneck that
+/// congestion control must share and keep from overflowing.
+#[derive(Clone, Copy, Debug)]
+struct Bottleneck {
+    bytes_per_us: u64,
+    queue: usize,
+}
+
 /// The byte at position `i` of message `k` from `src` to `dst`.
 fn pattern(src: usize, dst: usize, k: usize, i: usize) -> u8 {
     let h =
@@ -105,6 +114,15 @@ struct Sim {
     finished: Vec<(usize, u32)>,
     /// Packets the link carried, by direction (for the partition test).
     down: bool,
+    bottleneck: Option<Bottleneck>,
+    /// Per destination port: when it is free, departure times of the packets it queues.
+    bn_free: Vec<u64>,
+    bn_queue: Vec<VecDeque<u64>>,
+    /// Packets that reached a bottleneck, and those it dropped.
+    bn_in: u64,
+    bn_dropped: u64,
+    /// Bytes of reliable messages delivered, per (src, dst).
+    delivered_bytes: Vec<Vec<u64>>,
 }
 
 impl Sim {
@@ -148,6 +166,12 @@ impl Sim {
             lost: Vec::new(),
             finished: Vec::new(),
             down: false,
+            bottleneck: None,
+            bn_free: vec![0; n],
+            bn_queue: (0..n).map(|_| VecDeque::new()).collect(),
+            bn_in: 0,
+            bn_dropped: 0,
+            delivered_bytes: vec![vec![0; n]; n],
         }
     }
 
@@ -193,7 +217,23 @@ impl Sim {
             let i = self.rng.below(pkt.len() as u64) as usize;
             pkt[i] ^= 1 << self.rng.below(8);
         }
-        let mut at = self.link_free[src] + f.delay + self.rng.below(f.jitter + 1);
+        let mut base = self.link_free[src];
+        if let Some(b) = self.bottleneck {
+            let q = &mut self.bn_queue[dst];
+            while q.front().is_some_and(|&d| d <= base) {
+                q.pop_front();
+            }
+            self.bn_in += 1;
+            if q.len() >= b.queue {
+                self.bn_dropped += 1;
+                return;
+            }
+            let depart = self.bn_free[dst].max(base) + pkt.len() as u64 * 1000 / b.bytes_per_us;
+            self.bn_free[dst] = depart;
+            q.push_back(depart);
+            base = depart;
+        }
+        let mut at = base + f.delay + self.rng.below(f.jitter + 1);
         if self.rng.chance(f.reorder) {
             at += self.rng.below(200 * US);
         }
@@ -274,6 +314,7 @@ impl Sim {
                             list.remove(at)
                         } else {
                             self.delivered += 1;
+                            self.delivered_bytes[src][r] += data.len() as u64;
                             self.expect[src][r]
                                 .pop_front()
                                 .unwrap_or_else(|| panic!("{src}->{r}: a message delivered that was never sent (or twice)"))
@@ -527,6 +568,16 @@ fn run_seed(seed: u64) -> (usize, usize) {
     };
     let mut sim = Sim::new(seed, n, &cfg, faults.clone());
     sim.hold = [0.0, 0.3][rng.below(2) as usize];
+    // A third of the seeds send through a bottleneck (1, 2.5 or 10 Gbit/s; a queue of 16, 64 or
+    // 256 packets), with a bulk message beside the others: congestion control must keep its
+    // queue from overflowing most of the time, whatever else the link does.
+    if seed % 3 == 2 {
+        sim.bottleneck = Some(Bottleneck {
+            bytes_per_us: [125, 312, 1250][rng.below(3) as usize],
+            queue: [16, 64, 256][rng.below(3) as usize],
+        });
+        sim.plan(0, 1, 2 << 20, Reliability::Reliable);
+    }
     let msgs = 10 + rng.below(30) as usize;
     for _ in 0..msgs {
         let src = rng.below(n as u64) as usize;
@@ -552,6 +603,16 @@ fn run_seed(seed: u64) -> (usize, usize) {
         .sum();
     if faults.corrupt == 0.0 && faults.junk == 0.0 {
         assert_eq!(c, 0, "drops with no corruption and no junk");
+    }
+    if let Some(b) = sim.bottleneck {
+        // Stable: slow start may overshoot, then losses cut the window; a sender that kept
+        // blasting would lose most of what it sent.
+        assert!(
+            sim.bn_dropped as f64 <= 0.1 * sim.bn_in as f64 + 20.0,
+            "{b:?}: the bottleneck dropped {} of {} packets",
+            sim.bn_dropped,
+            sim.bn_in
+        );
     }
     (sim.placed, sim.discarded)
 }
@@ -600,6 +661,99 @@ fn quiet_config() -> Config {
         heartbeat: 50 * MS,
         peer_timeout: 1000 * MS,
         ..Config::default()
+    }
+}
+
+/// A 1 Gbit/s port with a queue of 64 packets in front of every destination, 20 µs away.
+const GIGABIT: Bottleneck = Bottleneck {
+    bytes_per_us: 125,
+    queue: 64,
+};
+
+fn bottleneck_sim(seed: u64, n: usize, cc: bool) -> Sim {
+    let cfg = Config {
+        congestion_control: cc,
+        ..quiet_config()
+    };
+    let faults = Faults {
+        delay: 20 * US,
+        jitter: 5 * US,
+        ..Faults::default()
+    };
+    let mut sim = Sim::new(seed, n, &cfg, faults);
+    sim.bottleneck = Some(GIGABIT);
+    sim
+}
+
+/// Issue 15, point 5: alone, a flow fills the bottleneck (at least 80% of its rate) and its
+/// queue rarely overflows; with congestion control off, the fixed window of 4096 packets
+/// overflows it again and again.
+#[test]
+fn congestion_control_fills_a_bottleneck_without_overflowing_it() {
+    const TOTAL: u64 = 16 << 20;
+    for seed in 0..10 {
+        let mut sim = bottleneck_sim(seed, 2, true);
+        for _ in 0..64 {
+            sim.plan(0, 1, (TOTAL / 64) as usize, Reliability::Reliable);
+        }
+        sim.run(60_000 * MS);
+        let rate = TOTAL as f64 / (sim.now as f64 / 1000.0);
+        let dropped = sim.bn_dropped as f64 / sim.bn_in as f64;
+        assert!(
+            rate >= 0.8 * GIGABIT.bytes_per_us as f64,
+            "seed {seed}: {rate:.1} bytes/us through a 125 bytes/us bottleneck"
+        );
+        assert!(
+            dropped <= 0.02,
+            "seed {seed}: {:.2}% dropped",
+            dropped * 100.0
+        );
+        let cut: u64 = sim.engines[0].peer_counters(1).unwrap().cwnd_reductions;
+        assert!(cut > 0, "seed {seed}: the window never met the bottleneck");
+        if seed == 0 {
+            let mut blast = bottleneck_sim(seed, 2, false);
+            for _ in 0..64 {
+                blast.plan(0, 1, (TOTAL / 64) as usize, Reliability::Reliable);
+            }
+            blast.run(60_000 * MS);
+            let blasted = blast.bn_dropped as f64 / blast.bn_in as f64;
+            assert!(
+                blasted > 5.0 * dropped.max(0.01),
+                "without congestion control {:.2}% dropped, with it {:.2}%",
+                blasted * 100.0,
+                dropped * 100.0
+            );
+        }
+    }
+}
+
+/// Two flows into one destination through its bottleneck, started together: when the first
+/// is done, the other has had a fair part of the port (at least a third of what the first got;
+/// AIMD flows converge to equal shares).
+#[test]
+fn two_flows_share_a_bottleneck() {
+    const TOTAL: u64 = 16 << 20;
+    for seed in 0..10 {
+        let mut sim = bottleneck_sim(seed, 3, true);
+        for _ in 0..64 {
+            sim.plan(0, 2, (TOTAL / 64) as usize, Reliability::Reliable);
+            sim.plan(1, 2, (TOTAL / 64) as usize, Reliability::Reliable);
+        }
+        while sim.delivered_bytes[0][2] < TOTAL && sim.delivered_bytes[1][2] < TOTAL {
+            assert!(sim.now < 60_000 * MS && sim.step(), "seed {seed}: stuck");
+        }
+        let (a, b) = (sim.delivered_bytes[0][2], sim.delivered_bytes[1][2]);
+        let (hi, lo) = (a.max(b), a.min(b));
+        assert!(
+            lo * 3 >= hi,
+            "seed {seed}: one flow moved {hi} bytes while the other moved {lo}"
+        );
+        let rate = (a + b) as f64 / (sim.now as f64 / 1000.0);
+        assert!(
+            rate >= 0.8 * GIGABIT.bytes_per_us as f64,
+            "seed {seed}: together {rate:.1} bytes/us"
+        );
+        sim.run(60_000 * MS);
     }
 }
 

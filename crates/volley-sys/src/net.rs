@@ -49,6 +49,11 @@ fn from_sockaddr_in(a: &libc::sockaddr_in) -> SocketAddrV4 {
 /// A non-blocking UDP socket bound to `addr` (port 0: any), with `bufsize` bytes of socket
 /// buffers if the kernel allows (as root, beyond the sysctl limits).
 pub fn udp_socket(addr: SocketAddrV4, bufsize: usize) -> io::Result<OwnedFd> {
+    udp_socket_with(addr, bufsize, bufsize)
+}
+
+/// Like [`udp_socket`], with a receive buffer of `rcvbuf` bytes and a send buffer of `sndbuf`.
+pub fn udp_socket_with(addr: SocketAddrV4, rcvbuf: usize, sndbuf: usize) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2).
     let fd = cvt(unsafe {
         libc::socket(
@@ -59,10 +64,9 @@ pub fn udp_socket(addr: SocketAddrV4, bufsize: usize) -> io::Result<OwnedFd> {
     })?;
     // SAFETY: fd was just returned by socket(2) and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let sz = bufsize as libc::c_int;
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    for (force, plain, sz) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf as libc::c_int),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, sndbuf as libc::c_int),
     ] {
         if setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, force, &sz).is_err() {
             let _ = setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, plain, &sz);

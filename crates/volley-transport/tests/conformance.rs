@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use volley_transport::fault::FaultDevice;
 use volley_transport::loopback::{Hub, QUEUE_PACKETS};
-use volley_transport::udp::{Offload, UdpDevice};
+use volley_transport::udp::{UdpDevice, UdpOptions};
 use volley_transport::{Addr, Device, DEVICE_COUNTERS};
 
 type Dev = Box<dyn Device>;
@@ -51,9 +51,10 @@ fn udp() -> (Dev, Dev) {
 /// UDP without segmentation offload: one datagram per packet both ways.
 fn udp_plain() -> (Dev, Dev) {
     let ip = std::net::Ipv4Addr::LOCALHOST;
-    let off = Offload {
+    let off = UdpOptions {
         gso: false,
         gro: false,
+        ..UdpOptions::default()
     };
     connect(
         Box::new(UdpDevice::open_with(ip, 1500, off).unwrap()),

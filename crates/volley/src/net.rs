@@ -48,7 +48,7 @@ pub struct NetConfig {
     pub auth: bool,
     /// UDP segmentation offload on send and receive (VOLLEY_UDP_GSO, VOLLEY_UDP_GRO; default
     /// on where the kernel offers them).
-    pub offload: volley_transport::udp::Offload,
+    pub offload: volley_transport::udp::UdpOptions,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -149,9 +149,32 @@ impl NetConfig {
                 }),
             }
         };
-        let offload = volley_transport::udp::Offload {
+        let send_buffer = match env_u64("VOLLEY_UDP_SNDBUF")? {
+            None => volley_transport::udp::SEND_BUFFER,
+            Some(b) if (4096..=1 << 30).contains(&b) => b as usize,
+            Some(b) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_UDP_SNDBUF",
+                    value: b.to_string(),
+                    why: "must be 4096 to 1073741824 bytes (the default, 131072, keeps volley from filling a rate-limiting queue on its own host; more only for NICs faster than 10 Gbit/s)".into(),
+                })
+            }
+        };
+        let offload = volley_transport::udp::UdpOptions {
             gso: on_off("VOLLEY_UDP_GSO")?,
             gro: on_off("VOLLEY_UDP_GRO")?,
+            send_buffer,
+        };
+        proto.congestion_control = match env("VOLLEY_NET_CC").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(o) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NET_CC",
+                    value: o.into(),
+                    why: "must be 1 (the default: a window that follows losses, to share the network) or 0 (a fixed window, for a network the job has to itself)".into(),
+                })
+            }
         };
         Ok(NetConfig {
             transport,
@@ -260,7 +283,7 @@ pub fn describe_transports() -> Vec<String> {
 
 /// What a UDP device on `ip` would do about segmentation offload with the settings `off`: a real
 /// device opened (GRO is a socket option the kernel accepts or not) and a GSO send probed.
-fn udp_offload(ip: std::net::Ipv4Addr, off: volley_transport::udp::Offload) -> String {
+fn udp_offload(ip: std::net::Ipv4Addr, off: volley_transport::udp::UdpOptions) -> String {
     let gso = if !off.gso {
         "GSO off (VOLLEY_UDP_GSO=0)".to_string()
     } else {

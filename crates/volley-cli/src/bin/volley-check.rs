@@ -244,6 +244,43 @@ fn slow_receiver(w: &World, count: u64, size: usize) -> R {
     Ok(())
 }
 
+/// Rank 0 streams messages of `size` bytes to rank 1 for `ms` milliseconds, then an empty one
+/// that ends the stream; rank 1 reports the rate over the first `ms` after its first message (a
+/// sustained flow, for sharing a link with other flows).
+fn stream_for(w: &World, ms: u64, size: usize) -> R {
+    let me = w.rank();
+    let ep = w.open(3)?;
+    if me == 0 {
+        ep.target(1, 3)?;
+        let msg = vec![0x5au8; size];
+        let end = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < end {
+            ep.send(&msg)?;
+        }
+        ep.send(&[])?;
+    } else if me == 1 {
+        // The rate over the first `ms` of the stream (what the sender queued before it
+        // stopped still arrives, later, and is not counted).
+        let mut buf = vec![0u8; size];
+        let (mut bytes, mut first) = (0u64, None::<Instant>);
+        loop {
+            let (len, _) = ep.recv_into(&mut buf)?;
+            if len == 0 {
+                break;
+            }
+            let f = *first.get_or_insert_with(Instant::now);
+            if f.elapsed() <= Duration::from_millis(ms) {
+                bytes += len as u64;
+            }
+        }
+        println!(
+            "result: stream bytes={bytes} mbytes_per_s={:.1}",
+            bytes as f64 / (ms as f64 / 1e3) / 1e6
+        );
+    }
+    Ok(())
+}
+
 /// Ranks 1.. send `count` messages of `size` to rank 0, which keeps every message `recv()` lends
 /// it until all have arrived (none dropped early), then checks them all: holding lent messages
 /// must not stop later ones.
@@ -1424,6 +1461,7 @@ fn main() {
         ),
         Some("active-match") => active_while_matching(&world),
         Some("slow") => slow_receiver(&world, num(1, 1000), num(2, 65536) as usize),
+        Some("stream") => stream_for(&world, num(1, 3000), num(2, 1 << 20) as usize),
         Some("killed-peer") => killed_peer(
             &world,
             args.iter().any(|a| a == "exit"),
