@@ -1195,8 +1195,10 @@ impl Peer {
             // allows: otherwise they would count as in flight and hold the window shut, and
             // each would wait for a timer of its own, each twice as long as the last.
             let rto = self.rto;
-            let mut first = true;
             let all = self.cc.on_timeout(self.snd_nxt);
+            if all {
+                self.counters.cwnd_reductions += 1;
+            }
             for (k, p) in self.sent.iter_mut().enumerate() {
                 if p.acked || p.queued || now < p.sent_at + rto {
                     continue;
@@ -1204,17 +1206,9 @@ impl Peer {
                 p.queued = true;
                 p.by_timer = true;
                 self.retx.push_back(self.snd_una + k as u64);
-                if first && all {
-                    self.counters.cwnd_reductions += 1;
-                }
-                first = false;
                 if !all {
                     break;
                 }
-            }
-            if first && all {
-                // Nothing was old enough: the timer fired early (a retransmission's own).
-                self.counters.cwnd_reductions += 1;
             }
             self.counters.rto_backoffs += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);
