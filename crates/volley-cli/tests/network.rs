@@ -267,7 +267,7 @@ fn forged_packets_from_other_processes_are_dropped_and_end_nothing() {
     assert_eq!(total, 2 * forged.len() as u64, "{row}");
 }
 
-/// Every packet between hosts carries a tag under the job's key by default; VOLLEY_NET_AUTH=0
+/// Every packet between hosts is sealed under the job's key by default; VOLLEY_NET_AUTH=0
 /// turns the tags off (a trusted dedicated network) and messages still arrive; a bad value is
 /// refused by name (issue 16, defect 1).
 #[test]
@@ -987,26 +987,9 @@ impl Routed {
             run(&["ip", "-n", ns, "addr", "add", addr, "dev", dev]);
             run(&["ip", "-n", ns, "link", "set", dev, "up"]);
         }
-        run(&[
-            "ip",
-            "-n",
-            a,
-            "route",
-            "add",
-            "default",
-            "via",
-            "198.18.9.254",
-        ]);
-        run(&[
-            "ip",
-            "-n",
-            b,
-            "route",
-            "add",
-            "default",
-            "via",
-            "198.18.10.254",
-        ]);
+        for (ns, gw) in [(a, "198.18.9.254"), (b, "198.18.10.254")] {
+            run(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
+        }
         run(&[
             "ip",
             "netns",

@@ -117,6 +117,21 @@ pub fn enable_udp_gro(fd: RawFd) -> io::Result<()> {
     setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
 }
 
+/// Points each message header at its own iovec and address, once (the vectors are never
+/// resized again, so the pointers stay valid for the life of the batch that owns them).
+fn link_headers(
+    hdrs: &mut [libc::mmsghdr],
+    iovs: &mut [libc::iovec],
+    addrs: &mut [libc::sockaddr_in],
+) {
+    for ((h, iov), a) in hdrs.iter_mut().zip(iovs.iter_mut()).zip(addrs.iter_mut()) {
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_name = a as *mut libc::sockaddr_in as *mut libc::c_void;
+        h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    }
+}
+
 /// One send of a [`UdpTx`] batch: packets to one address laid end to end, all `seg` bytes but
 /// the last (which may be shorter); several packets go as one segmentation-offload send.
 #[derive(Clone, Copy)]
@@ -150,6 +165,8 @@ pub struct UdpTx {
     first: usize,
     end: usize,
     packets: usize,
+    /// Sends of several packets the kernel took, since the batch was made.
+    gso_sent: u64,
 }
 
 // SAFETY: the raw pointers in the headers point into the batch's own vectors (heap memory that
@@ -185,16 +202,9 @@ impl UdpTx {
             first: 0,
             end: 0,
             packets: 0,
+            gso_sent: 0,
         };
-        // The vectors are never resized again, so these pointers stay valid for the life of
-        // the batch.
-        for i in 0..packets {
-            b.hdrs[i].msg_hdr.msg_iov = &mut b.iovs[i];
-            b.hdrs[i].msg_hdr.msg_iovlen = 1;
-            b.hdrs[i].msg_hdr.msg_name =
-                &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
-            b.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-        }
+        link_headers(&mut b.hdrs, &mut b.iovs, &mut b.addrs);
         b
     }
 
@@ -321,6 +331,10 @@ impl UdpTx {
         }
         let done = first + r as usize;
         let sent = self.ents[first..done].iter().map(|e| e.count).sum();
+        self.gso_sent += self.ents[first..done]
+            .iter()
+            .filter(|e| e.count > 1)
+            .count() as u64;
         self.first = done;
         if done == n {
             self.first = 0;
@@ -336,12 +350,9 @@ impl UdpTx {
         self.first < self.n && self.ents[self.first].count > 1
     }
 
-    /// Sends of several packets waiting (counted on a complete send by the caller, if wanted).
-    pub fn gso_sends(&self) -> usize {
-        self.ents[self.first..self.n]
-            .iter()
-            .filter(|e| e.count > 1)
-            .count()
+    /// Sends of several packets (GSO sends) the kernel took, since the batch was made.
+    pub fn gso_sends(&self) -> u64 {
+        self.gso_sent
     }
 
     /// Turns every send waiting into plain datagrams, one per packet, in order, and stops
@@ -409,15 +420,9 @@ impl UdpRx {
             hdrs: vec![unsafe { std::mem::zeroed() }; n],
             ctrl: vec![[0; 4]; n],
         };
-        // The vectors are never resized again, so these pointers stay valid for the life of
-        // the batch.
+        link_headers(&mut b.hdrs, &mut b.iovs, &mut b.addrs);
         for i in 0..n {
             b.iovs[i].iov_base = b.bufs[i * slot..].as_mut_ptr() as *mut libc::c_void;
-            b.iovs[i].iov_len = slot;
-            b.hdrs[i].msg_hdr.msg_iov = &mut b.iovs[i];
-            b.hdrs[i].msg_hdr.msg_iovlen = 1;
-            b.hdrs[i].msg_hdr.msg_name =
-                &mut b.addrs[i] as *mut libc::sockaddr_in as *mut libc::c_void;
             b.hdrs[i].msg_hdr.msg_control = b.ctrl[i].as_mut_ptr() as *mut libc::c_void;
         }
         b

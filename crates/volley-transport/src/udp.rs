@@ -63,8 +63,7 @@ pub struct UdpDevice {
     tx_full: u64,
     /// Packets dropped: not from the address of the rank they name.
     rx_foreign: u64,
-    /// Sends that carried several packets; received datagrams that held several.
-    gso_sends: u64,
+    /// Received datagrams that held several packets.
     gro_datagrams: u64,
     /// Datagrams longer than their buffer (cannot happen with buffers of the largest
     /// datagram; counted, never parsed, if a kernel ever does it).
@@ -101,7 +100,6 @@ impl UdpDevice {
             gso_refused: None,
             tx_full: 0,
             rx_foreign: 0,
-            gso_sends: 0,
             gro_datagrams: 0,
             rx_truncated: 0,
         })
@@ -122,7 +120,6 @@ impl UdpDevice {
     fn flush(&mut self, sent: &mut usize) -> io::Result<bool> {
         let mut spins = 0;
         while !self.tx.is_empty() {
-            let gso = self.tx.gso_sends() as u64;
             let k = match self.tx.send(self.fd.as_raw_fd()) {
                 Ok(k) => k,
                 Err(e) if self.tx.front_is_gso() => {
@@ -147,7 +144,6 @@ impl UdpDevice {
                 continue;
             }
             *sent += k;
-            self.gso_sends += gso - self.tx.gso_sends() as u64;
         }
         Ok(true)
     }
@@ -272,7 +268,7 @@ impl Device for UdpDevice {
         vec![
             ("udp_tx_full", self.tx_full),
             ("udp_rx_foreign", self.rx_foreign),
-            ("udp_gso_sends", self.gso_sends),
+            ("udp_gso_sends", self.tx.gso_sends()),
             ("udp_gro_datagrams", self.gro_datagrams),
             ("udp_rx_truncated", self.rx_truncated),
         ]

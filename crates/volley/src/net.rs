@@ -67,6 +67,20 @@ fn env_u64(name: &'static str) -> Result<Option<u64>, InitError> {
         .transpose()
 }
 
+/// A switch from the environment: 1 (or unset) on, 0 off; anything else an error whose `why`
+/// says what the two values mean.
+fn env_switch(name: &'static str, why: &str) -> Result<bool, InitError> {
+    match env(name).as_deref() {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(o) => Err(InitError::Env {
+            var: name,
+            value: o.into(),
+            why: why.into(),
+        }),
+    }
+}
+
 impl NetConfig {
     pub fn from_env() -> Result<NetConfig, InitError> {
         let transport = match env("VOLLEY_TRANSPORT").as_deref() {
@@ -116,39 +130,12 @@ impl NetConfig {
             }
             proto.window = w as u32;
         }
-        let keeper = match env("VOLLEY_LIVENESS_THREAD").as_deref() {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(o) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_LIVENESS_THREAD",
-                    value: o.into(),
-                    why: "must be 1 (the default) or 0".into(),
-                })
-            }
-        };
-        let auth = match env("VOLLEY_NET_AUTH").as_deref() {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(o) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_NET_AUTH",
-                    value: o.into(),
-                    why: "must be 1 (the default: every packet carries a tag under the job's key) or 0 (no tags, for a trusted dedicated network)".into(),
-                })
-            }
-        };
-        let on_off = |var: &'static str| -> Result<bool, InitError> {
-            match env(var).as_deref() {
-                None | Some("1") => Ok(true),
-                Some("0") => Ok(false),
-                Some(o) => Err(InitError::Env {
-                    var,
-                    value: o.into(),
-                    why: "must be 1 (the default: used where the kernel offers it) or 0 (one datagram per packet)".into(),
-                }),
-            }
-        };
+        let keeper = env_switch("VOLLEY_LIVENESS_THREAD", "must be 1 (the default) or 0")?;
+        let auth = env_switch(
+            "VOLLEY_NET_AUTH",
+            "must be 1 (the default: every packet is sealed under the job's key) or 0 (bare packets, for a trusted dedicated network)",
+        )?;
+        let offload = "must be 1 (the default: used where the kernel offers it) or 0 (one datagram per packet)";
         let send_buffer = match env_u64("VOLLEY_UDP_SNDBUF")? {
             None => volley_transport::udp::SEND_BUFFER,
             Some(b) if (4096..=1 << 30).contains(&b) => b as usize,
@@ -161,21 +148,14 @@ impl NetConfig {
             }
         };
         let offload = volley_transport::udp::UdpOptions {
-            gso: on_off("VOLLEY_UDP_GSO")?,
-            gro: on_off("VOLLEY_UDP_GRO")?,
+            gso: env_switch("VOLLEY_UDP_GSO", offload)?,
+            gro: env_switch("VOLLEY_UDP_GRO", offload)?,
             send_buffer,
         };
-        proto.congestion_control = match env("VOLLEY_NET_CC").as_deref() {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(o) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_NET_CC",
-                    value: o.into(),
-                    why: "must be 1 (the default: a window that follows losses, to share the network) or 0 (a fixed window, for a network the job has to itself)".into(),
-                })
-            }
-        };
+        proto.congestion_control = env_switch(
+            "VOLLEY_NET_CC",
+            "must be 1 (the default: a window that follows losses, to share the network) or 0 (a fixed window, for a network the job has to itself)",
+        )?;
         Ok(NetConfig {
             transport,
             interface: env("VOLLEY_NET_IF"),
