@@ -15,7 +15,9 @@ const SIZES: &[&str] = &[
 ];
 
 /// The environment for a transport: "udp" (segmentation offload where the kernel offers it,
-/// the default), "udp-plain" (UDP with GSO and GRO off: one datagram per packet), "eth".
+/// the default), "udp-plain" (UDP with GSO and GRO off: one datagram per packet), "eth", "xdp"
+/// (AF_XDP, its program where volley chooses: generic on a veth), "xdp-native" (the program in
+/// the veth's own receive path).
 fn transport_env(transport: &str) -> Vec<(&'static str, &'static str)> {
     match transport {
         "udp-plain" => vec![
@@ -25,6 +27,8 @@ fn transport_env(transport: &str) -> Vec<(&'static str, &'static str)> {
         ],
         "udp" => vec![("VOLLEY_TRANSPORT", "udp")],
         "eth" => vec![("VOLLEY_TRANSPORT", "eth")],
+        "xdp" => vec![("VOLLEY_TRANSPORT", "xdp")],
+        "xdp-native" => vec![("VOLLEY_TRANSPORT", "xdp"), ("VOLLEY_XDP_MODE", "native")],
         other => panic!("no transport {other}"),
     }
 }
@@ -69,6 +73,12 @@ fn pingpong_sizes(transport: &str, mtu: u32) {
     match transport {
         "udp" => assert!(gso > 0 && gro > 0, "MTU {mtu}: gso {gso} gro {gro}\n{err}"),
         "udp-plain" => assert_eq!((gso, gro), (0, 0), "MTU {mtu}\n{err}"),
+        // Over xdp, the frames went through the AF_XDP rings (copy mode kicks the kernel to
+        // send them) and none was lost on the way to the socket.
+        t if t.starts_with("xdp") => {
+            assert!(counted(&err, "net_xdp_tx_kicks") > 0, "MTU {mtu}\n{err}");
+            assert_eq!(counted(&err, "net_xdp_invalid_descs"), 0, "{err}");
+        }
         _ => {}
     }
 }
@@ -99,13 +109,23 @@ fn eth_carries_0_bytes_to_64_mib_intact_at_mtu_9000() {
     pingpong_sizes("eth", 9000);
 }
 
+#[test]
+fn xdp_carries_0_bytes_to_64_mib_intact_at_both_mtus_in_both_modes() {
+    for t in ["xdp", "xdp-native"] {
+        pingpong_sizes(t, 1500);
+        pingpong_sizes(t, 9000);
+    }
+}
+
 /// Four ranks on three hosts joined by a bridge (two ranks share a host: shared memory between
 /// them, the network to the others), every rank sending to every rank, in order, every byte
 /// checked.
 #[test]
 fn all_to_all_over_a_bridge_mixes_shared_memory_and_network() {
     let h = Hosts::new(3, 1500);
-    for t in ["udp", "eth"] {
+    // Over xdp, one of the two ranks sharing a host takes the interface and the other falls
+    // back to eth (the same frames): the mix is part of what is checked.
+    for t in ["udp", "eth", "xdp"] {
         let out = ok(h.run(4, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "alltoall", "60"]));
         assert_eq!(
             out.matches("result: alltoall").filter(|_| true).count(),
@@ -122,7 +142,7 @@ fn all_to_all_over_a_bridge_mixes_shared_memory_and_network() {
 #[test]
 fn matched_receives_keep_order_across_hosts_and_shared_memory() {
     let h = Hosts::new(3, 1500);
-    for t in ["udp", "eth"] {
+    for t in ["udp", "eth", "xdp"] {
         let out = ok(h.run(4, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "match", "30"]));
         assert_eq!(values(&out, "received"), vec!["90"], "{t}: {out}");
     }
@@ -451,7 +471,13 @@ fn a_world_moved_to_another_thread_keeps_talking_across_hosts() {
 /// and for each group in `expect` some counter (summed over both ranks) shows the fault happened
 /// and was dealt with.
 fn faulty(transport: &str, env: &[(&str, &str)], kernel_loss: Option<u32>, expect: &[&[&str]]) {
-    let h = Hosts::new(2, 1500);
+    // An XDP program takes frames before the host's ingress hook: the kernel's loss goes in a
+    // bridge between the hosts instead.
+    let h = if transport.starts_with("xdp") {
+        Hosts::bridged(2, 1500)
+    } else {
+        Hosts::new(2, 1500)
+    };
     if let Some(p) = kernel_loss {
         h.kernel_loss(p);
     }
@@ -483,23 +509,25 @@ fn faulty(transport: &str, env: &[(&str, &str)], kernel_loss: Option<u32>, expec
 }
 
 #[test]
-fn kernel_loss_of_1_percent_over_udp_and_eth() {
+fn kernel_loss_of_1_percent_over_udp_eth_and_xdp() {
     let retx: &[&[&str]] = &[&["net_retransmits_fast", "net_retransmits_timeout"]];
     faulty("udp", &[], Some(1), retx);
     faulty("udp-plain", &[], Some(1), retx);
     faulty("eth", &[], Some(1), retx);
+    faulty("xdp", &[], Some(1), retx);
 }
 
 #[test]
-fn kernel_loss_of_10_percent_over_udp_and_eth() {
+fn kernel_loss_of_10_percent_over_udp_eth_and_xdp() {
     let retx: &[&[&str]] = &[&["net_retransmits_fast", "net_retransmits_timeout"]];
     faulty("udp", &[], Some(10), retx);
     faulty("udp-plain", &[], Some(10), retx);
     faulty("eth", &[], Some(10), retx);
+    faulty("xdp", &[], Some(10), retx);
 }
 
 #[test]
-fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_and_eth() {
+fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_eth_and_xdp() {
     let retx = &["net_retransmits_fast", "net_retransmits_timeout"][..];
     let bad = &[
         "net_drop_checksum",
@@ -531,6 +559,7 @@ fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_and_eth() {
         faulty("udp", &[("VOLLEY_FAULTS", f)], None, expect);
         faulty("udp-plain", &[("VOLLEY_FAULTS", f)], None, expect);
         faulty("eth", &[("VOLLEY_FAULTS", f)], None, expect);
+        faulty("xdp", &[("VOLLEY_FAULTS", f)], None, expect);
     }
 }
 
@@ -570,7 +599,7 @@ fn injected_foreign_truncated_and_corrupt_frames_are_counted_by_reason() {
 #[test]
 fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() {
     let h = Hosts::new(2, 1500);
-    for t in ["udp", "eth"] {
+    for t in ["udp", "eth", "xdp"] {
         let o = h.run(
             2,
             &[("VOLLEY_TRANSPORT", t), ("VOLLEY_PEER_TIMEOUT_MS", "1000")],
@@ -607,7 +636,13 @@ fn a_rank_killed_mid_transfer_gives_its_remote_peer_peer_lost_in_bounded_time() 
 #[test]
 fn a_remote_death_reaches_the_survivors_through_the_launcher() {
     let h = Hosts::new(2, 1500);
-    for (t, victim) in [("udp", "1"), ("eth", "1"), ("udp", "0"), ("eth", "0")] {
+    for (t, victim) in [
+        ("udp", "1"),
+        ("eth", "1"),
+        ("udp", "0"),
+        ("eth", "0"),
+        ("xdp", "1"),
+    ] {
         let v = format!("victim={victim}");
         let o = h.run(
             2,
@@ -638,7 +673,7 @@ fn a_remote_death_reaches_the_survivors_through_the_launcher() {
 #[test]
 fn a_remote_rank_that_exits_with_sends_queued_loses_none_of_them() {
     let h = Hosts::new(2, 1500);
-    for t in ["udp", "eth"] {
+    for t in ["udp", "eth", "xdp"] {
         let out = ok(h.run(
             2,
             &[("VOLLEY_TRANSPORT", t)],
@@ -934,6 +969,145 @@ fn bench_runs_across_hosts_beside_kernel_tcp() {
             }
         }
     }
+}
+
+/// Whether namespace `ns` has an XDP program attached to any interface (`ip link` shows its
+/// "prog/xdp" line).
+fn xdp_attached(ns: &str) -> bool {
+    let o = Command::new("ip")
+        .args(["-d", "-n", ns, "link", "show"])
+        .output()
+        .expect("ip");
+    String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+}
+
+/// Waits (a watchdog of 20 s, not a timing assertion) until `cond` holds; returns whether it did.
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(20) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// `volley run` over xdp across `h` in the background.
+fn spawn_xdp_job(h: &Hosts, args: &[&str]) -> std::process::Child {
+    let hosts = h.list();
+    let mut full = vec![
+        "run",
+        "--timeout",
+        "300",
+        "-n",
+        "2",
+        "--hosts",
+        &hosts,
+        "--launch",
+        "ip netns exec {host}",
+        "--keep-going",
+    ];
+    full.extend_from_slice(args);
+    Command::new(VOLLEY)
+        .args(&full)
+        .env("VOLLEY_TRANSPORT", "xdp")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start volley")
+}
+
+/// Issue 15's acceptance for the XDP program: while a volley job streams over xdp between two
+/// hosts, the kernel's own traffic between the same interfaces (ping, an 8 MiB TCP transfer)
+/// is untouched; when the job ends, no program remains attached, and none either when its ranks
+/// are killed with SIGKILL (the program's BPF link dies with the process).
+#[test]
+fn the_xdp_program_takes_only_volleys_frames_and_leaves_with_its_ranks() {
+    let h = Hosts::new(2, 1500);
+    assert!(!h.names.iter().any(|n| xdp_attached(n)), "attached before");
+    let job = spawn_xdp_job(&h, &[CHECK, "stream", "4000", "1048576"]);
+    assert!(
+        eventually(|| h.names.iter().all(|n| xdp_attached(n))),
+        "the program never attached on both hosts"
+    );
+    let ping = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h.names[0],
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "5",
+            &h.addrs[1],
+        ])
+        .output()
+        .expect("ping (package iputils-ping)");
+    assert!(
+        ping.status.success(),
+        "ping while volley runs: {}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('{}',7345))\ns.listen()\nc,_=s.accept()\nn=0\nwhile True:\n b=c.recv(1<<16)\n if not b: break\n n+=len(b)\nprint(n)",
+        h.addrs[1]
+    );
+    let client = format!(
+        "import socket,time\nfor i in range(100):\n try:\n  s=socket.create_connection(('{}',7345),timeout=10); break\n except OSError: time.sleep(0.05)\ns.sendall(b'v'*(8<<20))\ns.close()",
+        h.addrs[1]
+    );
+    let srv = Command::new("ip")
+        .args(["netns", "exec", &h.names[1], "python3", "-c", &server])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cl = Command::new("ip")
+        .args(["netns", "exec", &h.names[0], "python3", "-c", &client])
+        .status()
+        .unwrap();
+    let got = srv.wait_with_output().unwrap();
+    assert!(cl.success());
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        (8u64 << 20).to_string(),
+        "TCP while volley runs"
+    );
+    let o = job.wait_with_output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("result: stream"), "{out}");
+    assert!(
+        h.names.iter().all(|n| !xdp_attached(n)),
+        "a program stayed attached after the job"
+    );
+
+    // Killed: the ranks (volley-check processes carrying this marker) get SIGKILL.
+    let marker = format!("xdp-kill-{}", std::process::id());
+    let job = spawn_xdp_job(&h, &[CHECK, "hold", &marker]);
+    assert!(eventually(|| h.names.iter().all(|n| xdp_attached(n))));
+    let mut killed = 0;
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if argv.first() == Some(&CHECK.as_bytes()) && argv.contains(&marker.as_bytes()) {
+            let pid = p.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+            killed += 1;
+        }
+    }
+    assert_eq!(killed, 2, "found {killed} ranks to kill");
+    let _ = job.wait_with_output();
+    assert!(
+        eventually(|| h.names.iter().all(|n| !xdp_attached(n))),
+        "a program stayed attached after its rank was killed"
+    );
 }
 
 /// The endpoint's descriptor wakes a poll(2) for a message from another host, and active-port

@@ -11,6 +11,7 @@ mod exclusive;
 pub mod lend;
 pub mod net;
 pub mod unix;
+pub mod xdp;
 
 pub use exclusive::{Exclusive, ExclusiveGuard};
 

@@ -14,7 +14,12 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
     // SAFETY: v points to a live T of the size given.
     cvt(unsafe {
         libc::setsockopt(
@@ -513,6 +518,8 @@ pub struct Interface {
     pub ipv4: Option<Ipv4Addr>,
     pub up: bool,
     pub loopback: bool,
+    /// The driver's name as ethtool gives it ("veth", "mlx5_core", ...), empty if unknown.
+    pub driver: String,
 }
 
 fn ifreq(name: &str) -> io::Result<libc::ifreq> {
@@ -528,6 +535,34 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
         *d = s as libc::c_char;
     }
     Ok(r)
+}
+
+const ETHTOOL_GDRVINFO: u32 = 3;
+
+/// struct ethtool_drvinfo: the command, then the driver's name first of five 32-byte strings.
+#[repr(C)]
+struct DrvInfo {
+    cmd: u32,
+    driver: [u8; 32],
+    rest: [u8; 4 * 32 + 12 + 5 * 4],
+}
+
+/// The driver of interface `name` (SIOCETHTOOL, ETHTOOL_GDRVINFO), through socket `s`.
+fn driver(s: RawFd, name: &str) -> Option<String> {
+    let mut info = DrvInfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 4 * 32 + 12 + 5 * 4],
+    };
+    let mut r = ifreq(name).ok()?;
+    r.ifr_ifru.ifru_data = &mut info as *mut DrvInfo as *mut libc::c_char;
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO fills the ethtool_drvinfo r points to, which
+    // lives across the call.
+    if unsafe { libc::ioctl(s, libc::SIOCETHTOOL, &mut r) } != 0 {
+        return None;
+    }
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
 /// The interfaces of this network namespace.
@@ -552,6 +587,7 @@ pub fn interfaces() -> io::Result<Vec<Interface>> {
                 ipv4: None,
                 up: a.ifa_flags & libc::IFF_UP as u32 != 0,
                 loopback: a.ifa_flags & libc::IFF_LOOPBACK as u32 != 0,
+                driver: String::new(),
             });
         }
         if !a.ifa_addr.is_null() && unsafe { (*a.ifa_addr).sa_family } as i32 == libc::AF_INET {
@@ -586,6 +622,7 @@ pub fn interfaces() -> io::Result<Vec<Interface>> {
                 i.mtu = r.ifr_ifru.ifru_mtu as u32;
             }
         }
+        i.driver = driver(s.as_raw_fd(), &i.name).unwrap_or_default();
     }
     Ok(out)
 }

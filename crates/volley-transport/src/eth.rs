@@ -21,16 +21,24 @@ pub struct EthDevice {
     rx_foreign: u64,
     /// Frames dropped because the transmit ring was full (the protocol sends them again).
     tx_ring_full: u64,
+    /// Why this device stands in for another (the XDP device, its interface taken).
+    pub note: Option<String>,
 }
 
 impl EthDevice {
     /// Opens a raw socket on `ifc` (needs CAP_NET_RAW).
     pub fn open(ifc: &Interface) -> io::Result<EthDevice> {
+        EthDevice::open_with_max(ifc, 65_000)
+    }
+
+    /// [`EthDevice::open`] with packets of at most `max` bytes (a job some of whose ranks use
+    /// the XDP device, whose UMEM frames are smaller than a jumbo MTU).
+    pub fn open_with_max(ifc: &Interface, max: usize) -> io::Result<EthDevice> {
         let mtu = ifc.mtu as usize;
         // Room for a whole window of packets in flight, within 32 MiB a ring.
         let frames = ((32usize << 20) / (mtu + 128)).clamp(512, 4096);
         let ring = PacketRing::open(ifc.index, ETHERTYPE, mtu, frames)?;
-        let max_packet = mtu.min(ring.max_frame() - ETH_HEADER).min(65_000);
+        let max_packet = mtu.min(ring.max_frame() - ETH_HEADER).min(max);
         Ok(EthDevice {
             ring,
             mac: ifc.mac,
@@ -39,6 +47,7 @@ impl EthDevice {
             rx_runts: 0,
             rx_foreign: 0,
             tx_ring_full: 0,
+            note: None,
         })
     }
 }
@@ -119,6 +128,10 @@ impl Device for EthDevice {
         }
         self.ring.tx_kick()?;
         Ok(sent)
+    }
+
+    fn offload(&self) -> Option<String> {
+        self.note.clone()
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

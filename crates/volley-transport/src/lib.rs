@@ -1,16 +1,16 @@
 //! volley's network devices (layer 1: depends on volley-sys and volley-wire; no unsafe).
 //!
 //! GAMMA's BIND idea: a handful of device operations under a device-independent protocol. A
-//! [`Device`] moves whole volley packets; it knows nothing of sequence numbers or messages. Four
+//! [`Device`] moves whole volley packets; it knows nothing of sequence numbers or messages. Five
 //! implementations: [`udp::UdpDevice`] (batched with sendmmsg/recvmmsg), [`eth::EthDevice`] (raw
 //! Ethernet frames of EtherType 0x88B5 through AF_PACKET rings mapped into the process),
+//! [`xdp::XdpDevice`] (the same frames through an AF_XDP socket's rings and UMEM),
 //! [`loopback::LoopbackDevice`] (in-memory queues in one process, for tests that need no root),
 //! and [`fault::FaultDevice`], which wraps any device and loses, duplicates, reorders, delays and
 //! corrupts what it receives, and injects foreign frames (smoltcp's FaultInjector). One
 //! conformance suite (tests/conformance.rs) runs against each.
-//!
-//! A ring-based kernel-bypass device (AF_XDP) fits the same shape: `transmit` fills slots of a
-//! ring in place, `receive` lends slots of another.
+//! The ring-based devices (eth, xdp) fill transmit slots in place and lend receive slots: no
+//! copy between volley and the ring.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +19,7 @@ pub mod eth;
 pub mod fault;
 pub mod loopback;
 pub mod udp;
+pub mod xdp;
 
 use std::fmt;
 use std::io;
@@ -208,6 +209,31 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "eth_tx_ring_full",
         "events",
         "sends that found the AF_PACKET transmit ring full",
+    ),
+    (
+        "xdp_tx_ring_full",
+        "events",
+        "sends that found every AF_XDP transmit frame in the kernel's hands or its ring full",
+    ),
+    (
+        "xdp_tx_kicks",
+        "system calls",
+        "sendto calls that asked the kernel to send the AF_XDP transmit ring (copy mode sends 32 frames a call)",
+    ),
+    (
+        "xdp_rx_dropped",
+        "frames",
+        "frames the kernel dropped on their way to the AF_XDP socket (its receive ring full, or a frame too large for a UMEM frame)",
+    ),
+    (
+        "xdp_fill_ring_empty",
+        "events",
+        "times the kernel found no free UMEM frame to receive into (the fill ring empty)",
+    ),
+    (
+        "xdp_invalid_descs",
+        "descriptors",
+        "AF_XDP ring descriptors the kernel rejected as invalid (none expected)",
     ),
     (
         "eth_tx_wrong_format",

@@ -8,9 +8,11 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use volley_sys::xdp::XdpMode;
 use volley_transport::fault::FaultDevice;
 use volley_transport::loopback::{Hub, QUEUE_PACKETS};
 use volley_transport::udp::{UdpDevice, UdpOptions};
+use volley_transport::xdp::{Frames, XdpDevice};
 use volley_transport::{Addr, Device, DEVICE_COUNTERS};
 
 type Dev = Box<dyn Device>;
@@ -105,17 +107,25 @@ impl Drop for Veth {
     }
 }
 
+fn find(name: &str) -> volley_sys::net::Interface {
+    volley_sys::net::interfaces()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.name == name)
+        .unwrap()
+}
+
 fn eth_on(v: &Veth) -> (Dev, Dev) {
-    let find = |n: &str| {
-        volley_sys::net::interfaces()
-            .unwrap()
-            .into_iter()
-            .find(|i| i.name == n)
-            .unwrap()
-    };
     let a = volley_transport::eth::EthDevice::open(&find(&v.0)).unwrap();
     let b = volley_transport::eth::EthDevice::open(&find(&format!("{}p", v.0))).unwrap();
     connect(Box::new(a), Box::new(b))
+}
+
+/// AF_XDP on both ends of the pair, every frame of volley's EtherType steered to the socket
+/// (the suite's packets are raw bytes, not a job's), the program where `mode` says.
+fn xdp_on(v: &Veth, mode: Option<XdpMode>) -> (Dev, Dev) {
+    let open = |n: &str| XdpDevice::open(&find(n), Frames::All, mode).unwrap();
+    connect(Box::new(open(&v.0)), Box::new(open(&format!("{}p", v.0))))
 }
 
 fn kinds() -> Vec<Kind> {
@@ -149,6 +159,15 @@ fn for_each_kind(check: impl Fn(&str, &mut dyn FnMut() -> (Dev, Dev), bool, bool
     if let Some(v) = Veth::new() {
         // AF_PACKET on a veth pair: a frame the receiving ring has no room for is dropped.
         check("eth", &mut || eth_on(&v), false, true);
+        // AF_XDP in copy mode: a frame the receive ring has no room for is dropped. Generic
+        // is what volley picks on a veth; native is what it picks on a NIC.
+        check("xdp", &mut || xdp_on(&v, None), false, true);
+        check(
+            "xdp native",
+            &mut || xdp_on(&v, Some(XdpMode::Native)),
+            false,
+            true,
+        );
     } else {
         eprintln!("conformance: no veth pair (not root?): raw Ethernet not checked here");
     }

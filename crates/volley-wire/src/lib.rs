@@ -80,6 +80,18 @@ pub fn claimed_source(buf: &[u8]) -> Option<u32> {
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
 }
 
+/// The bytes, at their offsets in the packet, that every packet of job `token` for rank `dst`
+/// carries whatever its kind: the magic number, the token, the destination. For a filter that
+/// must pick a rank's packets out of an interface's frames without parsing them (the XDP
+/// program of the AF_XDP device).
+pub fn identity(token: u64, dst: u32) -> [(usize, Vec<u8>); 3] {
+    [
+        (field::MAGIC.start, MAGIC.to_be_bytes().to_vec()),
+        (field::TOKEN.start, token.to_be_bytes().to_vec()),
+        (field::DST.start, dst.to_be_bytes().to_vec()),
+    ]
+}
+
 /// What a packet is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -20,6 +20,7 @@ use volley_sys::Exclusive;
 use volley_transport::eth::EthDevice;
 use volley_transport::fault::{FaultDevice, Faults};
 use volley_transport::udp::UdpDevice;
+use volley_transport::xdp::{Frames, XdpDevice};
 use volley_transport::{Addr, Device};
 
 const MS: u64 = 1_000_000;
@@ -32,6 +33,8 @@ pub enum TransportChoice {
     Udp,
     /// Raw Ethernet: every host on one Ethernet segment, CAP_NET_RAW.
     Eth,
+    /// Raw Ethernet frames through an AF_XDP socket and an XDP program (root).
+    Xdp,
 }
 
 /// The network settings (all from the environment, so that `volley run` can pass them on).
@@ -49,6 +52,8 @@ pub struct NetConfig {
     /// UDP segmentation offload on send and receive (VOLLEY_UDP_GSO, VOLLEY_UDP_GRO; default
     /// on where the kernel offers them).
     pub offload: volley_transport::udp::UdpOptions,
+    /// Where the xdp transport's program runs (VOLLEY_XDP_MODE: auto, native or generic).
+    pub xdp_mode: volley_transport::xdp::ModeChoice,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -87,11 +92,12 @@ impl NetConfig {
             None | Some("auto") => TransportChoice::Auto,
             Some("udp") => TransportChoice::Udp,
             Some("eth") => TransportChoice::Eth,
+            Some("xdp") => TransportChoice::Xdp,
             Some(o) => {
                 return Err(InitError::Env {
                     var: "VOLLEY_TRANSPORT",
                     value: o.into(),
-                    why: "must be auto, udp or eth".into(),
+                    why: "must be auto, udp, eth or xdp".into(),
                 })
             }
         };
@@ -156,7 +162,20 @@ impl NetConfig {
             "VOLLEY_NET_CC",
             "must be 1 (the default: a window that follows losses, to share the network) or 0 (a fixed window, for a network the job has to itself)",
         )?;
+        let xdp_mode = match env("VOLLEY_XDP_MODE").as_deref() {
+            None | Some("auto") => None,
+            Some("native") => Some(volley_sys::xdp::XdpMode::Native),
+            Some("generic") => Some(volley_sys::xdp::XdpMode::Generic),
+            Some(o) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_XDP_MODE",
+                    value: o.into(),
+                    why: "must be auto (the default: native, generic on a veth), native (in the driver's receive path; fails where the driver has none) or generic".into(),
+                })
+            }
+        };
         Ok(NetConfig {
+            xdp_mode,
             transport,
             interface: env("VOLLEY_NET_IF"),
             faults,
@@ -248,12 +267,34 @@ pub fn describe_transports() -> Vec<String> {
         },
         Err(_) => "eth unavailable: no interface".into(),
     };
+    let xdp = match &ifc {
+        Ok(i) if i.loopback => "xdp unavailable: loopback has no Ethernet".to_string(),
+        // A probe with a token no job has: it steers nothing while it is attached.
+        Ok(i) => match XdpDevice::open(
+            i,
+            Frames::Rank {
+                token: volley_sys::random_u64(),
+                rank: u32::MAX,
+            },
+            cfg.xdp_mode,
+        ) {
+            Ok(d) => format!(
+                "xdp available (AF_XDP, {}; packets up to {} bytes)",
+                d.describe(),
+                d.max_packet()
+            ),
+            Err(e) => format!("xdp unavailable: {}", xdp_error(i, &e)),
+        },
+        Err(_) => "xdp unavailable: no interface".into(),
+    };
     out.push(udp);
     out.push(eth);
+    out.push(xdp);
     out.push(match cfg.transport {
         TransportChoice::Auto => "chosen: udp (automatic: it works between any hosts; eth needs every host on one Ethernet segment, set VOLLEY_TRANSPORT=eth to use it)".into(),
         TransportChoice::Udp => "chosen: udp (VOLLEY_TRANSPORT)".into(),
         TransportChoice::Eth => "chosen: eth (VOLLEY_TRANSPORT)".into(),
+        TransportChoice::Xdp => "chosen: xdp (VOLLEY_TRANSPORT; one rank per host takes the interface, the others use eth)".into(),
     });
     if let Some(f) = &cfg.faults {
         out.push(format!("fault injection on receive: {f:?} (VOLLEY_FAULTS)"));
@@ -279,6 +320,18 @@ fn udp_offload(ip: std::net::Ipv4Addr, off: volley_transport::udp::UdpOptions) -
         Err(e) => format!("GRO unknown (no socket: {e})"),
     };
     format!("{gso}, {gro}")
+}
+
+/// What went wrong opening the AF_XDP socket or attaching its program, and what to do about it.
+fn xdp_error(ifc: &volley_sys::net::Interface, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        format!(
+            "xdp on {}: needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (run as root, or use VOLLEY_TRANSPORT=eth or udp)",
+            ifc.name
+        )
+    } else {
+        format!("xdp on {}: {e}", ifc.name)
+    }
 }
 
 /// The IPv4 address of the interface a multi-host job uses here (VOLLEY_NET_IF, or the only
@@ -358,17 +411,28 @@ fn split_card(card: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn open_device(cfg: &NetConfig) -> Result<Box<dyn Device>, String> {
+/// Opens the device `cfg` asks for, for rank `rank` of the job `token`.
+fn open_device(cfg: &NetConfig, token: u64, rank: u32) -> Result<Box<dyn Device>, String> {
     let ifc = volley_transport::pick_interface(cfg.interface.as_deref())?;
+    let ethernet = |name: &str| {
+        if ifc.loopback {
+            Err(format!(
+                "VOLLEY_TRANSPORT={name} but the interface is {} (loopback has no Ethernet); set VOLLEY_NET_IF",
+                ifc.name
+            ))
+        } else {
+            Ok(())
+        }
+    };
     let dev: Box<dyn Device> = match cfg.transport {
         TransportChoice::Eth => {
-            if ifc.loopback {
-                return Err(format!(
-                    "VOLLEY_TRANSPORT=eth but the interface is {} (loopback has no Ethernet); set VOLLEY_NET_IF",
-                    ifc.name
-                ));
-            }
+            ethernet("eth")?;
             Box::new(EthDevice::open(&ifc).map_err(|e| eth_error(&ifc, &e))?)
+        }
+        TransportChoice::Xdp => {
+            ethernet("xdp")?;
+            XdpDevice::open_or_eth(&ifc, Frames::Rank { token, rank }, cfg.xdp_mode)
+                .map_err(|e| xdp_error(&ifc, &e))?
         }
         TransportChoice::Udp | TransportChoice::Auto => {
             let ip = ifc.ipv4.ok_or_else(|| {
@@ -541,7 +605,7 @@ impl Net {
             why,
         };
         let cfg = NetConfig::from_env()?;
-        let raw = open_device(&cfg).map_err(net_err)?;
+        let raw = open_device(&cfg, info.token, info.rank as u32).map_err(net_err)?;
         let mut proto_cfg = cfg.proto.clone();
         proto_cfg.max_packet = raw.max_packet()
             - if cfg.auth {

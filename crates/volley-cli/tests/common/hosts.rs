@@ -28,6 +28,15 @@ pub struct Hosts {
 
 impl Hosts {
     pub fn new(n: usize, mtu: u32) -> Hosts {
+        Hosts::with_bridge(n, mtu, n > 2)
+    }
+
+    /// `n` hosts on a bridge (any `n`; `new` joins two with a bare veth pair).
+    pub fn bridged(n: usize, mtu: u32) -> Hosts {
+        Hosts::with_bridge(n, mtu, true)
+    }
+
+    fn with_bridge(n: usize, mtu: u32, bridge: bool) -> Hosts {
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}{k}", std::process::id() % 10000);
         let mut h = Hosts {
@@ -37,7 +46,7 @@ impl Hosts {
         };
         let subnet = 1 + (std::process::id() % 50) * 4 + k % 4;
         let r = (|| -> Result<(), String> {
-            if n > 2 {
+            if bridge {
                 let br = format!("vb{tag}");
                 sh(&["ip", "link", "add", &br, "type", "bridge"])?;
                 sh(&["ip", "link", "set", &br, "mtu", &mtu.to_string(), "up"])?;
@@ -144,31 +153,24 @@ impl Hosts {
         self.names.join(",")
     }
 
-    /// Drops `pct`% of the frames arriving at every host, in the kernel (nftables, netdev
-    /// ingress: volley's EtherType and UDP alike).
+    /// Drops `pct`% of the frames arriving at every host, in the kernel (nftables: volley's
+    /// EtherType and UDP alike): at each host's ingress, or, with a bridge, in the bridge (where
+    /// frames an XDP program takes before ingress are dropped too).
     pub fn kernel_loss(&self, pct: u32) {
+        if let Some(br) = &self.bridge {
+            let tag = &br[2..];
+            let rules = format!(
+                "table bridge volley_loss_{tag} {{\n chain drops {{\n  type filter hook forward priority 0;\n  iifname \"vo{tag}h*\" numgen random mod 100 < {pct} drop\n }}\n}}\n"
+            );
+            nft(None, &rules);
+            return;
+        }
         for (i, ns) in self.names.iter().enumerate() {
             let dev = format!("vi{}h{i}", &ns[2..ns.rfind('h').unwrap()]);
             let rules = format!(
                 "table netdev volley_loss {{\n chain rx {{\n  type filter hook ingress device \"{dev}\" priority 0;\n  numgen random mod 100 < {pct} drop\n }}\n}}\n"
             );
-            let o = Command::new("ip")
-                .args(["netns", "exec", ns, "nft", "-f", "-"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .and_then(|mut c| {
-                    use std::io::Write;
-                    c.stdin.take().unwrap().write_all(rules.as_bytes())?;
-                    c.wait_with_output()
-                })
-                .expect("run nft (package nftables)");
-            assert!(
-                o.status.success(),
-                "nft: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            nft(Some(ns), &rules);
         }
     }
 
@@ -188,6 +190,38 @@ impl Hosts {
     }
 }
 
+/// Loads nftables `rules` in namespace `ns` (None: this one).
+fn nft(ns: Option<&str>, rules: &str) {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "nft", "-f", "-"]);
+            c
+        }
+        None => {
+            let mut c = Command::new("nft");
+            c.args(["-f", "-"]);
+            c
+        }
+    };
+    let o = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("run nft (package nftables)");
+    assert!(
+        o.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 impl Drop for Hosts {
     fn drop(&mut self) {
         for ns in &self.names {
@@ -195,6 +229,13 @@ impl Drop for Hosts {
         }
         if let Some(b) = &self.bridge {
             let _ = sh(&["ip", "link", "del", b]);
+            let _ = sh(&[
+                "nft",
+                "delete",
+                "table",
+                "bridge",
+                &format!("volley_loss_{}", &b[2..]),
+            ]);
         }
     }
 }
