@@ -712,6 +712,14 @@ impl Xsk {
         self.tx.head.wrapping_sub(self.tx.other)
     }
 
+    /// Whether frames published to the transmit ring still wait for the kernel to take them (a
+    /// kick it refused for now: the device's queue or the socket's budget was full).
+    pub fn tx_waiting(&self) -> bool {
+        // SYNC: Acquire; pairs with the kernel's release of the consumer index.
+        let consumed = self.tx.consumer().load(Ordering::Acquire);
+        self.tx.head.wrapping_sub(self.tx_unkicked) != consumed
+    }
+
     /// Publishes the queued frames and asks the kernel to send them where it needs asking (copy
     /// mode always; zero-copy when the ring says so). Returns the system calls made.
     pub fn tx_kick(&mut self) -> io::Result<u32> {

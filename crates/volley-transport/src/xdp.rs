@@ -209,6 +209,11 @@ impl Device for XdpDevice {
         Some(self.describe())
     }
 
+    fn next_due(&self) -> Option<u64> {
+        // Frames the kernel has not taken yet want another kick soon, whatever arrives.
+        self.xsk.tx_waiting().then_some(0)
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.xsk.stats();
         vec![

@@ -44,7 +44,9 @@ impl Kind {
 
     pub fn parse(s: &str) -> Result<Kind, String> {
         Ok(match s {
-            "volley" | "shm" | "volley-shm" | "volley-udp" | "volley-eth" => Kind::Volley,
+            "volley" | "shm" | "volley-shm" | "volley-udp" | "volley-eth" | "volley-xdp" => {
+                Kind::Volley
+            }
             "tcp" => Kind::Tcp,
             "udp" => Kind::Udp,
             "uds" | "unix" => Kind::Uds,
