@@ -86,6 +86,11 @@ pub struct Config {
     /// [`Engine::send`] says [`SendError::Busy`]. A message is always accepted into an empty
     /// queue, whatever its size.
     pub send_budget: u64,
+    /// Bytes of rendezvous messages the engine holds as its own copies while they wait for
+    /// their receiver ([`Config::receiver_places`]), beyond which a copying send waits (says
+    /// [`SendError::Busy`]). One is always accepted when none waits. Buffers handed over with
+    /// [`Engine::send_returning`] are the sender's and do not count.
+    pub park_budget: u64,
     /// Congestion control (see [`cc`]): a window that follows losses, so flows share a
     /// bottleneck. Off: only `window` and the receiver's credit limit a sender.
     pub congestion_control: bool,
@@ -109,6 +114,7 @@ impl Default for Config {
             heartbeat: 1000 * MS,
             peer_timeout: 10_000 * MS,
             send_budget: 64 << 20,
+            park_budget: 256 << 20,
             congestion_control: true,
         }
     }
@@ -331,6 +337,11 @@ impl Engine {
         self.pool.take(len)
     }
 
+    /// A buffer holding a copy of `data`, to send (from the pool, like [`Engine::buffer`]).
+    pub fn buffer_from(&mut self, data: &[u8]) -> Vec<u8> {
+        self.pool.take_copy(data)
+    }
+
     /// Gives a buffer back for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.pool.give(buf)
@@ -390,7 +401,7 @@ impl Engine {
         if p.lost {
             return Err(SendError::PeerLost);
         }
-        if how == Reliability::Reliable && !p.has_room(cfg, data.len()) {
+        if how == Reliability::Reliable && !p.has_room(cfg, data.len(), !give_back) {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
@@ -435,7 +446,8 @@ impl Engine {
 
     /// Whether `send` would take `len` more bytes to `peer` now.
     pub fn can_send(&self, peer: u32, len: usize) -> bool {
-        self.peer(peer).is_some_and(|p| p.has_room(&self.cfg, len))
+        self.peer(peer)
+            .is_some_and(|p| p.has_room(&self.cfg, len, true))
     }
 
     /// Takes one received packet. An error says why it was dropped (it is also counted).

@@ -43,8 +43,15 @@ impl BufPool {
             self.allocs += 1;
             return vec![0u8; len];
         }
+        let mut v = self.take_empty(len);
+        v.resize(len, 0);
+        v
+    }
+
+    /// An empty buffer with room for `cap` bytes, from the pool when one is big enough.
+    fn take_empty(&mut self, cap: usize) -> Vec<u8> {
         // Most recently given back first: a stream of equal messages finds one at once.
-        let mut v = match self.bufs.iter().rposition(|b| b.capacity() >= len) {
+        let mut v = match self.bufs.iter().rposition(|b| b.capacity() >= cap) {
             Some(i) => {
                 let v = self.bufs.swap_remove(i);
                 self.bytes -= v.capacity();
@@ -52,11 +59,23 @@ impl BufPool {
             }
             None => {
                 self.allocs += 1;
-                Vec::with_capacity(len)
+                Vec::with_capacity(cap)
             }
         };
         v.clear();
-        v.resize(len, 0);
+        v
+    }
+
+    /// A buffer holding a copy of `data`: the bytes are written once (a large buffer is not
+    /// zeroed first, as `take` must do: the allocator's zeroing of an 8 MiB message cost as much
+    /// as a third of copying it).
+    pub(crate) fn take_copy(&mut self, data: &[u8]) -> Vec<u8> {
+        if data.len() > 1 << 20 {
+            self.allocs += 1;
+            return data.to_vec();
+        }
+        let mut v = self.take_empty(data.len());
+        v.extend_from_slice(data);
         v
     }
 
@@ -160,6 +179,8 @@ struct OutMsg {
     /// Once acknowledged, the buffer goes back to the sender (see `Peer::returned`), not to
     /// the pool.
     give_back: bool,
+    /// Counted in `Peer::parked_copies` while it waits for its CTS.
+    parked_copy: bool,
 }
 
 impl OutMsg {
@@ -233,6 +254,9 @@ pub(crate) struct Peer {
     /// Of those, bytes of rendezvous messages waiting for a CTS the receiving application gives
     /// (`Config::receiver_places`): not held against the send budget.
     parked_bytes: u64,
+    /// Of those, bytes of the messages the engine owns (copies made by the sender's send, not
+    /// buffers to hand back): `Config::park_budget` bounds them.
+    parked_copies: u64,
 
     // Sending.
     snd_una: u64,
@@ -306,10 +330,23 @@ impl Peer {
     /// Whether the send queue takes another reliable message of `len` bytes: within the byte
     /// budget, and fewer messages than can be in flight at once (more would only wait here,
     /// each holding a buffer: a stream of small messages would allocate one per message).
-    pub(crate) fn has_room(&self, cfg: &Config, len: usize) -> bool {
+    /// Rendezvous messages waiting for their receiver (parked) are outside the send budget, so
+    /// that one the receiver takes late holds up none behind it; those that are copies the
+    /// engine made (`copy`: not buffers it hands back) have a budget of their own, or a sender
+    /// copying large messages faster than its receiver takes them would hold all of them.
+    pub(crate) fn has_room(&self, cfg: &Config, len: usize, copy: bool) -> bool {
+        let len = len as u64;
+        if copy
+            && cfg.receiver_places
+            && len > cfg.rndv_threshold as u64
+            && self.parked_copies > 0
+            && self.parked_copies + len > cfg.park_budget
+        {
+            return false;
+        }
         let queued = self.queued_bytes - self.parked_bytes;
         queued == 0
-            || (queued + len as u64 <= cfg.send_budget && (self.out.len() as u64) < msg_window(cfg))
+            || (queued + len <= cfg.send_budget && (self.out.len() as u64) < msg_window(cfg))
     }
 
     pub fn new(rank: u32, cfg: &Config, now: Instant) -> Peer {
@@ -320,6 +357,7 @@ impl Peer {
             counters: PeerCounters::default(),
             queued_bytes: 0,
             parked_bytes: 0,
+            parked_copies: 0,
             snd_una: 0,
             snd_nxt: 0,
             sent: VecDeque::new(),
@@ -445,6 +483,7 @@ impl Peer {
             frags_total,
             frags_acked: 0,
             give_back,
+            parked_copy: false,
         };
         self.counters.messages_sent += 1;
         let id;
@@ -467,6 +506,10 @@ impl Peer {
                     self.counters.rendezvous_sent += 1;
                     if cfg.receiver_places {
                         self.parked_bytes += len;
+                        if !give_back {
+                            self.parked_copies += len;
+                            m.parked_copy = true;
+                        }
                     }
                 }
                 self.queued_bytes += len;
@@ -743,6 +786,10 @@ impl Peer {
         o.state = OutState::Cleared;
         if cfg.receiver_places {
             self.parked_bytes -= o.len();
+            if o.parked_copy {
+                self.parked_copies -= o.len();
+                o.parked_copy = false;
+            }
         }
         Ok(())
     }
@@ -1239,6 +1286,7 @@ impl Peer {
         self.placing.clear();
         self.queued_bytes = 0;
         self.parked_bytes = 0;
+        self.parked_copies = 0;
     }
 
     // ---------------------------------------------------------------- transmitting

@@ -1092,3 +1092,82 @@ fn the_receiver_places_announced_messages_in_the_order_it_accepts_them() {
     }
     assert!(a.all_acked());
 }
+
+/// Copies of rendezvous messages waiting for their receiver are bounded (`park_budget`): a sender
+/// copying large messages faster than its receiver takes them is told to wait once they reach
+/// the budget (a buffer handed over is the sender's and still goes), and gets room again when the
+/// receiver accepts one; nothing is lost on the way.
+#[test]
+fn copies_waiting_for_their_receiver_stay_within_the_park_budget() {
+    let cfg = Config {
+        receiver_places: true,
+        rndv_threshold: 1024,
+        park_budget: 2 << 20,
+        ..quiet_config()
+    };
+    let (mut a, mut b) = (
+        Engine::new(cfg.clone(), 0, 77),
+        Engine::new(cfg.clone(), 1, 77),
+    );
+    a.add_peer(1, 0);
+    b.add_peer(0, 0);
+    let len = 800 << 10;
+    let mut now = 0;
+    for k in 0..2u8 {
+        assert!(a.can_send(1, len));
+        a.send(now, 1, k.into(), 5, vec![k + 1; len], Reliability::Reliable)
+            .expect("within the park budget");
+    }
+    // 1.6 MiB parked: one more copy would pass 2 MiB.
+    assert!(!a.can_send(1, len));
+    match a.send(now, 1, 2, 5, vec![3; len], Reliability::Reliable) {
+        Err(SendError::Busy(d)) => assert_eq!(d.len(), len),
+        other => panic!("a third copy was taken: {other:?}"),
+    }
+    let handed = a
+        .send_returning(now, 1, 3, 5, vec![4; len])
+        .expect("a handed-over buffer is not a copy");
+    // Small messages still go: parked messages hold no send budget.
+    assert!(a.can_send(1, 100));
+    let evs = pump_pair(&mut a, &mut b, &mut now, &mut []);
+    let msgs: Vec<(u64, u32)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Announced { msg, tag, .. } => Some((*msg, *tag)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(msgs.iter().map(|m| m.1).collect::<Vec<_>>(), vec![0, 1, 3]);
+    // The receiver takes the first: its copy leaves the park, and a copy fits again.
+    let mut bufs = [(msgs[0].0, vec![0u8; len])];
+    assert!(b.accept(0, msgs[0].0));
+    let evs = pump_pair(&mut a, &mut b, &mut now, &mut bufs);
+    assert_eq!(
+        evs,
+        vec![Event::Placed {
+            peer: 0,
+            msg: msgs[0].0
+        }]
+    );
+    assert!(bufs[0].1.iter().all(|&x| x == 1));
+    assert!(a.can_send(1, len));
+    a.send(now, 1, 2, 5, vec![3; len], Reliability::Reliable)
+        .expect("room once the receiver took one");
+    let evs = pump_pair(&mut a, &mut b, &mut now, &mut []);
+    let third: Vec<(u64, u32)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Announced { msg, tag, .. } => Some((*msg, *tag)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(third.iter().map(|m| m.1).collect::<Vec<_>>(), vec![2]);
+    for &(msg, tag) in msgs[1..].iter().chain(&third) {
+        let mut bufs = [(msg, vec![0u8; len])];
+        assert!(b.accept(0, msg));
+        pump_pair(&mut a, &mut b, &mut now, &mut bufs);
+        assert!(bufs[0].1.iter().all(|&x| x == tag as u8 + 1));
+    }
+    assert!(a.all_acked());
+    assert_eq!(a.take_returned(1, handed), Some(vec![4; len]));
+}

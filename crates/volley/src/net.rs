@@ -902,8 +902,7 @@ impl Net {
             }
             return Err(Refused::Full);
         }
-        let mut buf = self.proto.buffer(data.len());
-        buf.copy_from_slice(data);
+        let buf = self.proto.buffer_from(data);
         self.send_owned(dst, tag, context, buf, how)
             .map_err(|(_, why)| why)
     }
