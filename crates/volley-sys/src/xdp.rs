@@ -26,6 +26,20 @@ const RX_HEADROOM: usize = 256;
 /// The largest frame (Ethernet header included) a chunk receives whole.
 pub const MAX_FRAME: usize = FRAME - RX_HEADROOM;
 
+/// Whether this kernel's AF_XDP sockets carry frames larger than a UMEM frame in copy mode, in
+/// several chunks (multi-buffer, `XDP_USE_SG`: Linux 6.6). Decided by the kernel's release, not
+/// by a probe, so that every rank of a host (the one holding the interface and those that fall
+/// back to eth) agrees on the packet size without opening anything.
+pub fn multi_buffer() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    (major, minor) >= (6, 6)
+}
+
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
@@ -342,6 +356,8 @@ pub struct XskInfo {
     pub need_wakeup: bool,
     /// SO_PREFER_BUSY_POLL and SO_BUSY_POLL were accepted.
     pub busy_poll: bool,
+    /// Frames larger than a UMEM frame travel in several (XDP_USE_SG).
+    pub multi_buffer: bool,
 }
 
 /// The kernel's own counts for the socket (XDP_STATISTICS).
@@ -370,10 +386,19 @@ pub struct Xsk {
     fd: OwnedFd,
     umem: *mut u8,
     umem_len: usize,
-    /// Transmit frames not in the kernel's hands.
+    /// Where the transmit half of the UMEM starts.
+    tx_base: u64,
+    /// UMEM frames per transmit slot: a frame larger than one goes out as a run of
+    /// descriptors over consecutive frames (multi-buffer).
+    tx_chunks: u32,
+    /// Transmit slots (their first frame's address) not in the kernel's hands.
     tx_free: Vec<u64>,
     /// Transmit descriptors queued since the last kick.
     tx_unkicked: u32,
+    /// Where a frame received in several chunks is put together (capacity kept).
+    rx_joined: Vec<u8>,
+    /// Frames received in several chunks.
+    pub rx_multi: u64,
     pub info: XskInfo,
 }
 
@@ -394,9 +419,10 @@ fn getsockopt_into<T>(
 }
 
 impl Xsk {
-    /// Opens a socket on queue `queue` of interface `ifindex` with `frames` receive and `frames`
-    /// transmit frames of [`FRAME`] bytes (`frames` a power of two), loads a program steering
-    /// the frames `steer` matches to it and attaches it. Needs CAP_NET_ADMIN,
+    /// Opens a socket on queue `queue` of interface `ifindex` with `frames` receive frames of
+    /// [`FRAME`] bytes (`frames` a power of two) and transmit slots for as many bytes, each slot
+    /// holding a frame of `max_frame` bytes (more than [`MAX_FRAME`] needs [`multi_buffer`]),
+    /// loads a program steering the frames `steer` matches to it and attaches it. Needs CAP_NET_ADMIN,
     /// CAP_NET_RAW and CAP_BPF (root). Fails with `AddrInUse` when the interface already has
     /// an XDP program (another job's, or another rank's of this host).
     ///
@@ -407,8 +433,18 @@ impl Xsk {
         frames: u32,
         steer: &Steer,
         mode: Option<XdpMode>,
+        max_frame: usize,
     ) -> io::Result<Xsk> {
         assert!(frames.is_power_of_two(), "frames must be a power of two");
+        let sg = max_frame > MAX_FRAME;
+        if sg && !multi_buffer() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frames of {max_frame} bytes need multi-buffer AF_XDP (Linux 6.6); at most {MAX_FRAME} here"),
+            ));
+        }
+        let tx_chunks = max_frame.div_ceil(FRAME).max(1) as u32;
+        let tx_slots = frames / tx_chunks;
         let map = Attr::new()
             .u32(0, BPF_MAP_TYPE_XSKMAP)
             .u32(4, 4)
@@ -434,7 +470,8 @@ impl Xsk {
         // SAFETY: fd was just returned by socket(2).
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
-        let umem_len = 2 * frames as usize * FRAME;
+        let tx_base = frames as u64 * FRAME as u64;
+        let umem_len = (frames + tx_slots * tx_chunks) as usize * FRAME;
         // SAFETY: a fresh anonymous mapping, ours.
         let umem = unsafe {
             libc::mmap(
@@ -510,15 +547,20 @@ impl Xsk {
             fd,
             umem,
             umem_len,
-            tx_free: (frames..2 * frames)
-                .map(|i| i as u64 * FRAME as u64)
+            tx_base,
+            tx_chunks,
+            tx_free: (0..tx_slots)
+                .map(|i| tx_base + (i * tx_chunks) as u64 * FRAME as u64)
                 .collect(),
             tx_unkicked: 0,
+            rx_joined: Vec::with_capacity(if sg { 1 << 16 } else { 0 }),
+            rx_multi: 0,
             info: XskInfo {
                 mode: XdpMode::Native,
                 zero_copy: false,
                 need_wakeup: true,
                 busy_poll: false,
+                multi_buffer: sg,
             },
         };
         // The program first: an interface another process holds fails here, at once.
@@ -581,6 +623,11 @@ impl Xsk {
     /// (the kernel says when it must be kicked) where it can.
     fn bind(&mut self, ifindex: u32, queue: u32) -> io::Result<()> {
         let mut last = None;
+        let sg = if self.info.multi_buffer {
+            libc::XDP_USE_SG
+        } else {
+            0
+        };
         for (flags, zc, nw) in [
             (libc::XDP_ZEROCOPY | libc::XDP_USE_NEED_WAKEUP, true, true),
             (libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP, false, true),
@@ -588,7 +635,7 @@ impl Xsk {
         ] {
             let sa = libc::sockaddr_xdp {
                 sxdp_family: libc::AF_XDP as u16,
-                sxdp_flags: flags,
+                sxdp_flags: flags | sg,
                 sxdp_ifindex: ifindex,
                 sxdp_queue_id: queue,
                 sxdp_shared_umem_fd: 0,
@@ -618,34 +665,85 @@ impl Xsk {
         self.fd.as_raw_fd()
     }
 
-    /// Hands up to `max` received frames to `f` (each lent for the call), gives their frames
-    /// back to the kernel, and returns how many there were.
+    /// Hands up to `max` received frames to `f` (each lent for the call), gives their UMEM
+    /// frames back to the kernel, and returns how many there were. A frame that came in several
+    /// chunks (multi-buffer) is put together first (one copy); one that fits a chunk is lent in
+    /// place.
     pub fn receive(&mut self, max: u32, f: &mut dyn FnMut(&[u8])) -> usize {
-        let n = self.rx.ready().min(max);
-        for _ in 0..n {
-            // SAFETY: a descriptor the kernel produced (the Acquire in `ready` made it visible).
-            let d = unsafe { self.rx.xdp_slot(self.rx.head).read() };
-            self.rx.head = self.rx.head.wrapping_add(1);
-            let len = (d.len as usize).min(FRAME);
-            let at = (d.addr as usize).min(self.umem_len - len);
-            // SAFETY: the frame is ours until we hand it back through the fill ring below; the
-            // range is clamped inside the UMEM whatever the descriptor says.
-            f(unsafe { std::slice::from_raw_parts(self.umem.add(at), len) });
-            // The frame goes back through the fill ring: it has room for every receive frame,
-            // and this one just left the kernel's hands.
-            let chunk = d.addr & !(FRAME as u64 - 1);
-            // SAFETY: a slot of the fill ring we produce into; it has a free slot (see above).
-            unsafe { self.fill.addr_slot(self.fill.head).write(chunk) };
-            self.fill.head = self.fill.head.wrapping_add(1);
+        let ready = self.rx.ready();
+        let (mut taken, mut frames) = (0, 0);
+        while taken < ready && frames < max {
+            // The descriptors of one frame: all but its last say "continued".
+            let mut n = 0;
+            loop {
+                n += 1;
+                if taken + n > ready {
+                    // The rest of this frame is not in the ring yet: next call.
+                    n = 0;
+                    break;
+                }
+                // SAFETY: a descriptor the kernel produced (the Acquire in `ready`).
+                let d = unsafe {
+                    self.rx
+                        .xdp_slot(self.rx.head.wrapping_add(taken + n - 1))
+                        .read()
+                };
+                if d.options & libc::XDP_PKT_CONTD == 0 {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            if n == 1 {
+                let d = self.rx_desc(taken);
+                f(self.umem_slice(&d));
+            } else {
+                let mut joined = std::mem::take(&mut self.rx_joined);
+                joined.clear();
+                for k in 0..n {
+                    let d = self.rx_desc(taken + k);
+                    joined.extend_from_slice(self.umem_slice(&d));
+                }
+                f(&joined);
+                self.rx_joined = joined;
+                self.rx_multi += 1;
+            }
+            for k in 0..n {
+                // Every chunk goes back through the fill ring: it has room for every receive
+                // frame, and this one just left the kernel's hands.
+                let chunk = self.rx_desc(taken + k).addr & !(FRAME as u64 - 1);
+                // SAFETY: a slot of the fill ring we produce into, free (see above).
+                unsafe { self.fill.addr_slot(self.fill.head).write(chunk) };
+                self.fill.head = self.fill.head.wrapping_add(1);
+            }
+            taken += n;
+            frames += 1;
         }
-        if n > 0 {
+        if taken > 0 {
+            self.rx.head = self.rx.head.wrapping_add(taken);
             self.rx.publish_consumer();
             self.fill.publish_producer();
             if self.info.need_wakeup && self.fill.needs_wakeup() {
                 self.wake_rx();
             }
         }
-        n as usize
+        frames as usize
+    }
+
+    /// The `k`th received descriptor after the consumer index.
+    fn rx_desc(&self, k: u32) -> libc::xdp_desc {
+        // SAFETY: a descriptor the kernel produced (the callers stay below `ready`).
+        unsafe { self.rx.xdp_slot(self.rx.head.wrapping_add(k)).read() }
+    }
+
+    /// The bytes a received descriptor names, clamped inside the UMEM whatever it says.
+    fn umem_slice(&self, d: &libc::xdp_desc) -> &[u8] {
+        let len = (d.len as usize).min(FRAME);
+        let at = (d.addr as usize).min(self.umem_len - len);
+        // SAFETY: the frame is ours until it goes back through the fill ring, which happens
+        // after the caller is done with the slice (it borrows self).
+        unsafe { std::slice::from_raw_parts(self.umem.add(at), len) }
     }
 
     fn wake_rx(&self) {
@@ -670,7 +768,11 @@ impl Xsk {
             // SAFETY: a completion the kernel produced.
             let a = unsafe { self.comp.addr_slot(self.comp.head).read() };
             self.comp.head = self.comp.head.wrapping_add(1);
-            self.tx_free.push(a & !(FRAME as u64 - 1));
+            // A slot's frame comes back once per chunk it used: the first chunk frees it.
+            let chunk = a.saturating_sub(self.tx_base) / FRAME as u64;
+            if chunk.is_multiple_of(self.tx_chunks as u64) {
+                self.tx_free.push(self.tx_base + chunk * FRAME as u64);
+            }
         }
         if n > 0 {
             self.comp.publish_consumer();
@@ -684,25 +786,33 @@ impl Xsk {
             self.reclaim();
         }
         let &a = self.tx_free.last()?;
-        if self.tx.free() == 0 {
+        // Room for the slot's every chunk, whatever the frame's length turns out to be.
+        if self.tx.free() < self.tx_chunks {
             return None;
         }
-        // SAFETY: a frame of the transmit half not in the kernel's hands: ours alone.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.umem.add(a as usize), FRAME) })
+        let len = self.tx_chunks as usize * FRAME;
+        // SAFETY: a slot of the transmit part (consecutive frames) not in the kernel's hands:
+        // ours alone.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.umem.add(a as usize), len) })
     }
 
-    /// Queues the frame [`Xsk::tx_slot`] returned, `len` bytes long.
+    /// Queues the frame [`Xsk::tx_slot`] returned, `len` bytes long: one descriptor per UMEM
+    /// frame it covers, all but the last marked as continued.
     pub fn tx_commit(&mut self, len: usize) {
         let a = self.tx_free.pop().expect("tx_slot returned a frame");
-        let d = libc::xdp_desc {
-            addr: a,
-            len: len as u32,
-            options: 0,
-        };
-        // SAFETY: a free slot of the transmit ring (tx_slot checked).
-        unsafe { self.tx.xdp_slot(self.tx.head).write(d) };
-        self.tx.head = self.tx.head.wrapping_add(1);
-        self.tx_unkicked += 1;
+        let n = len.div_ceil(FRAME).max(1);
+        debug_assert!(n <= self.tx_chunks as usize, "a frame longer than its slot");
+        for k in 0..n {
+            let d = libc::xdp_desc {
+                addr: a + (k * FRAME) as u64,
+                len: (len - k * FRAME).min(FRAME) as u32,
+                options: if k + 1 < n { libc::XDP_PKT_CONTD } else { 0 },
+            };
+            // SAFETY: a free slot of the transmit ring (tx_slot checked room for all).
+            unsafe { self.tx.xdp_slot(self.tx.head).write(d) };
+            self.tx.head = self.tx.head.wrapping_add(1);
+            self.tx_unkicked += 1;
+        }
     }
 
     /// Transmit descriptors the kernel has not yet taken.

@@ -231,6 +231,11 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "times the kernel found no free UMEM frame to receive into (the fill ring empty)",
     ),
     (
+        "xdp_rx_multi_buffer",
+        "frames",
+        "frames larger than a UMEM frame, received in several chunks and put together (jumbo frames)",
+    ),
+    (
         "xdp_invalid_descs",
         "descriptors",
         "AF_XDP ring descriptors the kernel rejected as invalid (none expected)",

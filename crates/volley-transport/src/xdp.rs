@@ -34,12 +34,21 @@ pub struct XdpDevice {
     tx_kicks: u64,
 }
 
-/// The largest volley packet the XDP transport carries on `ifc`: its MTU, or what one UMEM
-/// frame receives whole, whichever is less. A host's ranks that fall back to raw Ethernet are
-/// held to it too, so that no packet is too large for a peer's UMEM.
+/// The largest volley packet the XDP transport carries on `ifc`: its MTU where frames may span
+/// several UMEM frames (multi-buffer, Linux 6.6), else what one UMEM frame receives whole. A
+/// host's ranks that fall back to raw Ethernet are held to it too, so that no packet is too
+/// large for a peer's UMEM.
 pub fn max_packet(ifc: &Interface) -> usize {
-    (ifc.mtu as usize).min(MAX_FRAME - ETH_HEADER)
+    let mtu = (ifc.mtu as usize).min(MAX_PACKET);
+    if volley_sys::xdp::multi_buffer() {
+        mtu
+    } else {
+        mtu.min(MAX_FRAME - ETH_HEADER)
+    }
 }
+
+/// Jumbo frames and then some; as eth's.
+const MAX_PACKET: usize = 65_000;
 
 /// Which frames the device's program takes from the interface.
 #[derive(Clone, Copy, Debug)]
@@ -78,12 +87,20 @@ impl XdpDevice {
         } else {
             None
         });
-        let xsk = Xsk::open(ifc.index, 0, FRAMES, &Steer { fields: steer }, mode)?;
+        let max_packet = max_packet(ifc);
+        let xsk = Xsk::open(
+            ifc.index,
+            0,
+            FRAMES,
+            &Steer { fields: steer },
+            mode,
+            ETH_HEADER + max_packet,
+        )?;
         Ok(XdpDevice {
             xsk,
             ifname: ifc.name.clone(),
             mac: ifc.mac,
-            max_packet: max_packet(ifc),
+            max_packet,
             peers: Vec::new(),
             rx_runts: 0,
             rx_foreign: 0,
@@ -117,7 +134,7 @@ impl XdpDevice {
     pub fn describe(&self) -> String {
         let i = &self.xsk.info;
         format!(
-            "{} XDP on {}, {}, need-wakeup {}, busy-poll {}",
+            "{} XDP on {}, {}, need-wakeup {}, busy-poll {}, multi-buffer {}",
             match i.mode {
                 XdpMode::Native => "native",
                 XdpMode::Generic => "generic",
@@ -130,6 +147,7 @@ impl XdpDevice {
             },
             if i.need_wakeup { "on" } else { "off" },
             if i.busy_poll { "on" } else { "off" },
+            if i.multi_buffer { "on" } else { "off" },
         )
     }
 }
@@ -223,6 +241,7 @@ impl Device for XdpDevice {
             ("xdp_tx_kicks", self.tx_kicks),
             ("xdp_rx_dropped", s.rx_dropped + s.rx_ring_full),
             ("xdp_fill_ring_empty", s.fill_ring_empty),
+            ("xdp_rx_multi_buffer", self.xsk.rx_multi),
             ("xdp_invalid_descs", s.rx_invalid + s.tx_invalid),
         ]
     }
