@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bind;
 mod info;
 mod mpicc;
 mod mpirun;

@@ -3,7 +3,7 @@
 //!
 //! Accepted: `-n`/`-np`/`-c N`; `--hosts`/`-hosts`/`--host`/`-host LIST`;
 //! `--hostfile`/`-hostfile`/`-f`/`--machinefile`/`-machinefile FILE`; `--bind-to core|hwthread`
-//! (each rank pinned to one CPU) or `none`; `--tag-output`/`-l`/`-prepend-rank`;
+//! (each rank bound to one CPU, volley's default), `socket` or `none`; `--tag-output`/`-l`/`-prepend-rank`;
 //! `-genv`/`-env VAR VALUE` and `-x VAR[=VALUE]` (exported to the ranks); and, as no-ops,
 //! `--oversubscribe`, `--allow-run-as-root`, `-genvall`, `--mca`/`-mca KEY VALUE` (Open MPI's
 //! component choices have no meaning here). Anything else is refused with the list above, rather
@@ -11,7 +11,7 @@
 
 use std::process::Command;
 
-const ACCEPTED: &str = "-n/-np N, --hosts/-host LIST, --hostfile/-f FILE, --bind-to core|hwthread|none, --tag-output/-l, -genv VAR VALUE, -x VAR[=VALUE], --oversubscribe, --allow-run-as-root, --mca KEY VALUE";
+const ACCEPTED: &str = "-n/-np N, --hosts/-host LIST, --hostfile/-f FILE, --bind-to core|hwthread|socket|none, --tag-output/-l, -genv VAR VALUE, -x VAR[=VALUE], --oversubscribe, --allow-run-as-root, --mca KEY VALUE";
 
 /// `volley run`'s arguments, and variables for the ranks' environment.
 type Translated = (Vec<String>, Vec<(String, String)>);
@@ -57,14 +57,13 @@ pub fn translate(args: &[String]) -> Result<Translated, String> {
             }
             "--bind-to" | "-bind-to" => {
                 let v = take(&mut i)?;
-                match v.as_str() {
-                    "core" | "hwthread" | "cpu" => {
-                        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-                        out.extend(["--cpus".into(), format!("0-{}", n - 1)]);
-                    }
-                    "none" => {}
-                    other => return Err(format!("--bind-to {other}: volley binds to core, hwthread or none")),
-                }
+                let to = match v.as_str() {
+                    "core" | "hwthread" | "cpu" => "core",
+                    "socket" | "package" => "socket",
+                    "none" => "none",
+                    other => return Err(format!("--bind-to {other}: volley binds to core, hwthread, socket or none")),
+                };
+                out.extend(["--bind-to".into(), to.into()]);
             }
             "--tag-output" | "-tag-output" | "-l" | "-prepend-rank" | "--prepend-rank" => {
                 out.push("--tag-output".into())
@@ -153,9 +152,11 @@ mod tests {
         assert_eq!(a, v("-n 4 --hosts a,b ./prog -v 3"));
         assert_eq!(e, vec![("X".into(), "1".into()), ("Y".into(), "2".into())]);
         let (a, _) = translate(&v("--np=2 --bind-to none -l prog")).unwrap();
-        assert_eq!(a, v("-n 2 --tag-output prog"));
-        let (a, _) = translate(&v("-n 2 --bind-to core prog")).unwrap();
-        assert_eq!(&a[..3], &v("-n 2 --cpus")[..]);
+        assert_eq!(a, v("-n 2 --bind-to none --tag-output prog"));
+        let (a, _) = translate(&v("-n 2 --bind-to hwthread prog")).unwrap();
+        assert_eq!(a, v("-n 2 --bind-to core prog"));
+        let (a, _) = translate(&v("-n 2 -bind-to socket prog")).unwrap();
+        assert_eq!(a, v("-n 2 --bind-to socket prog"));
     }
 
     #[test]
@@ -165,6 +166,6 @@ mod tests {
             .contains("--frobnicate"));
         assert!(translate(&v("-n 2")).unwrap_err().contains("no program"));
         assert!(translate(&v("-n")).unwrap_err().contains("needs a value"));
-        assert!(translate(&v("--bind-to socket prog")).is_err());
+        assert!(translate(&v("--bind-to board prog")).is_err());
     }
 }

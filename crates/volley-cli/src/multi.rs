@@ -62,6 +62,8 @@ struct AgentJob {
     nodes: String,
     tag_output: bool,
     cpus: Option<String>,
+    /// `--bind-to`'s value by name.
+    bind_to: String,
     grace: f64,
     env: Vec<String>,
     program: Vec<String>,
@@ -203,6 +205,7 @@ pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> 
             nodes: nodes_s.clone(),
             tag_output: a.tag_output,
             cpus: a.cpus.clone(),
+            bind_to: a.bind_to.name().into(),
             grace: a.grace,
             env: envs.clone(),
             program: a.program.clone(),
@@ -463,12 +466,9 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
     if mine.is_empty() {
         bail!("no rank is placed on node {}", a.node);
     }
-    let cpus = a
-        .cpus
-        .as_deref()
-        .map(crate::run::parse_cpus)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let bind = <crate::bind::BindTo as clap::ValueEnum>::from_str(&a.bind_to, false)
+        .map_err(|e| anyhow::anyhow!("bad bind_to from the launcher: {e}"))?;
+    let plan = crate::bind::Plan::new(a.cpus.as_deref(), bind).map_err(anyhow::Error::msg)?;
     let cfg = Config::from_env(mine.len())?;
     let job = JobLaunch::create_with_token(mine.len(), &cfg, token)?;
     let me = std::process::id();
@@ -497,9 +497,10 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
             &mut cmd,
             volley_sys::ChildSetup {
                 inherit,
-                // Pinned by job rank: with one rank per host, rank 0 and rank 1 still get
-                // different CPUs when the "hosts" share a machine.
-                cpu: cpus.as_ref().map(|c| c[g % c.len()]),
+                // Bound by job rank: with one rank per host, rank 0 and rank 1 still get
+                // different CPUs when the "hosts" share a machine (namespaces, containers);
+                // on separate machines each host's ranks still get distinct CPUs.
+                cpus: plan.for_rank(g),
                 parent: me,
             },
         );

@@ -26,9 +26,14 @@ pub struct RunArgs {
     /// Stop the job after this many seconds (exit code 124).
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     pub timeout: Option<f64>,
-    /// Pin rank i to the i-th CPU of this list (round-robin), e.g. 0,1 or 0-3.
+    /// Pin rank i to the i-th CPU of this list (round-robin), e.g. 0,1 or 0-3 (instead of
+    /// --bind-to's choice).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+    /// Bind each rank to one core (the default: packed in topology order, ranks i and i+1
+    /// sharing a cache), to the CPUs of one socket, or not at all.
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = crate::bind::BindTo::Core)]
+    pub bind_to: crate::bind::BindTo,
     /// Let the other ranks run on when one fails, instead of stopping them.
     #[arg(long)]
     pub keep_going: bool,
@@ -268,12 +273,7 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     if let Some(h) = hosts {
         return crate::multi::launch(&a, h);
     }
-    let cpus = a
-        .cpus
-        .as_deref()
-        .map(parse_cpus)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let plan = crate::bind::Plan::new(a.cpus.as_deref(), a.bind_to).map_err(anyhow::Error::msg)?;
     let cfg = Config::from_env(a.n)?;
     let job = JobLaunch::create(a.n, &cfg)?;
 
@@ -304,7 +304,7 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
             &mut cmd,
             volley_sys::ChildSetup {
                 inherit: job.inherited_fds(),
-                cpu: cpus.as_ref().map(|c| c[rank % c.len()]),
+                cpus: plan.for_rank(rank),
                 parent: me,
             },
         );

@@ -277,7 +277,7 @@ fn bad_launcher(flavor: &str, play: impl FnOnce(UnixStream) + Send + 'static) ->
         &mut c,
         volley_sys::ChildSetup {
             inherit: vec![fd],
-            cpu: None,
+            cpus: None,
             parent: std::process::id(),
         },
     );

@@ -191,6 +191,83 @@ fn cpus_pins_ranks_round_robin() {
     );
 }
 
+/// A CPU list as /proc/self/status writes it ("0-3,8").
+fn cpu_list(s: &str) -> Vec<usize> {
+    let mut v = Vec::new();
+    for part in s.trim().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
+}
+
+/// Each rank's allowed CPUs, from its own /proc/self/status, by rank.
+fn bound_cpus(extra: &[&str], n: usize) -> Vec<Vec<usize>> {
+    let np = n.to_string();
+    let mut args = vec!["-n", &np, "--tag-output"];
+    args.extend_from_slice(extra);
+    args.extend(["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]);
+    let out = ok(volley(&args, &[]));
+    (0..n)
+        .map(|r| {
+            let tag = format!("[{r}] Cpus_allowed_list:");
+            let line = out
+                .lines()
+                .find_map(|l| l.strip_prefix(&tag))
+                .unwrap_or_else(|| panic!("rank {r} did not report:\n{out}"));
+            cpu_list(line)
+        })
+        .collect()
+}
+
+/// Issue 14, point 5: `volley run` binds each rank to one CPU by default, the first ranks to
+/// distinct CPUs, wrapping around when there are more ranks than CPUs; `--bind-to socket` binds
+/// each rank to every allowed CPU of a package; `--bind-to none` leaves the launcher's mask.
+#[test]
+fn ranks_are_bound_to_cores_by_default_and_as_bind_to_says() {
+    let allowed = volley_sys::allowed_cpus();
+    let n = allowed.len() + 1;
+    let got = bound_cpus(&[], n);
+    for (r, c) in got.iter().enumerate() {
+        assert_eq!(c.len(), 1, "rank {r} bound to {c:?}");
+        assert!(
+            allowed.contains(&c[0]),
+            "rank {r} on {c:?}, not in {allowed:?}"
+        );
+    }
+    let mut first: Vec<usize> = got[..allowed.len()].iter().map(|c| c[0]).collect();
+    first.sort_unstable();
+    assert_eq!(first, allowed, "the first ranks share CPUs: {got:?}");
+    assert_eq!(got[allowed.len()], got[0], "no wrap-around: {got:?}");
+    assert_eq!(bound_cpus(&["--bind-to", "core"], n), got);
+
+    for c in bound_cpus(&["--bind-to", "none"], 2) {
+        assert_eq!(c, allowed);
+    }
+
+    let package = |cpu: usize| {
+        std::fs::read_to_string(format!(
+            "/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"
+        ))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+    };
+    for c in bound_cpus(&["--bind-to", "socket"], 2) {
+        let p = package(c[0]);
+        let want: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|&x| package(x) == p)
+            .collect();
+        assert_eq!(c, want, "bound to {c:?}, its package holds {want:?}");
+    }
+    let o = volley(&["-n", "1", "--bind-to", "board", "true"], &[]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("possible values"), "{}", text(&o).1);
+}
+
 #[test]
 fn a_program_that_cannot_start_is_reported() {
     let o = volley(&["-n", "2", "/nonexistent/program"], &[]);

@@ -271,9 +271,10 @@ fn a_waiting_rank_in_block_or_spin_mode_costs_almost_no_cpu_and_still_wakes() {
             cpu * 100.0
         );
     }
-    // The measurement itself sees a spinning rank: busy-poll burns its core.
+    // The measurement itself sees a spinning rank: busy-poll burns its core. Unbound, so that
+    // the kernel can move it off a CPU where other tests' ranks are bound.
     let out = ok(volley(
-        &["-n", "2", CHECK, "idle", "500"],
+        &["-n", "2", "--bind-to", "none", CHECK, "idle", "500"],
         &[("VOLLEY_WAIT", "busy")],
     ));
     let cpu: f64 = values(&out, "cpu_fraction")[0].parse().unwrap();

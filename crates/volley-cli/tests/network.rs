@@ -919,7 +919,11 @@ fn bench_runs_across_hosts_beside_kernel_tcp() {
         let j = json.to_str().unwrap();
         // Over udp the launcher binds the ranks (issue 15, point 6: --cpus across hosts), in
         // an order no default would give; over eth nothing binds them.
-        let pin: &[&str] = if t == "udp" { &["--cpus", "1,0"] } else { &[] };
+        let pin: &[&str] = if t == "udp" {
+            &["--cpus", "1,0"]
+        } else {
+            &["--bind-to", "none"]
+        };
         let out = ok(h.run(
             2,
             &[("VOLLEY_TRANSPORT", t)],
@@ -1111,6 +1115,47 @@ fn the_xdp_program_takes_only_volleys_frames_and_leaves_with_its_ranks() {
     assert!(
         eventually(|| h.names.iter().all(|n| !xdp_attached(n))),
         "a program stayed attached after its rank was killed"
+    );
+}
+
+/// Issue 14, point 5, across hosts: by default each rank is bound to one CPU, and ranks on
+/// different "hosts" of one machine get different ones (bound by job rank); `--bind-to none`
+/// leaves them free; `--cpus` binds as listed.
+#[test]
+fn ranks_on_several_hosts_are_bound_as_asked() {
+    let h = Hosts::new(2, 1500);
+    let allowed = volley_sys::allowed_cpus();
+    let bound = |extra: &[&str]| -> Vec<String> {
+        let mut args = extra.to_vec();
+        args.extend(["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]);
+        let out = ok(h.run(2, &[], &args));
+        (0..2)
+            .map(|r| {
+                let tag = format!("[{r}] Cpus_allowed_list:");
+                out.lines()
+                    .find_map(|l| l.strip_prefix(&tag))
+                    .unwrap_or_else(|| panic!("rank {r}:\n{out}"))
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    let d = bound(&[]);
+    for c in &d {
+        let c: usize = c.parse().unwrap_or_else(|_| panic!("not one CPU: {d:?}"));
+        assert!(allowed.contains(&c), "{d:?}");
+    }
+    if allowed.len() > 1 {
+        assert_ne!(d[0], d[1], "two hosts' ranks on one CPU of the machine");
+    }
+    let all = bound(&["--bind-to", "none"]);
+    assert_eq!(all[0], all[1]);
+    assert!(all[0].contains(['-', ',']) || allowed.len() == 1, "{all:?}");
+    let (a, b) = (allowed[0], allowed[allowed.len() - 1]);
+    let list = format!("{b},{a}");
+    assert_eq!(
+        bound(&["--cpus", &list]),
+        vec![b.to_string(), a.to_string()]
     );
 }
 

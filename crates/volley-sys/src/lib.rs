@@ -419,8 +419,8 @@ pub fn adopt_fd(fd: RawFd) -> OwnedFd {
 pub struct ChildSetup {
     /// Descriptors the program must inherit.
     pub inherit: Vec<RawFd>,
-    /// Pin to this CPU.
-    pub cpu: Option<usize>,
+    /// Bind to these CPUs.
+    pub cpus: Option<Vec<usize>>,
     /// The launcher's pid: the child dies with SIGKILL when the launcher dies.
     pub parent: u32,
 }
@@ -431,7 +431,7 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
     use std::os::unix::process::CommandExt;
     let ChildSetup {
         inherit,
-        cpu,
+        cpus,
         parent,
     } = setup;
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
@@ -441,8 +441,8 @@ pub fn prepare_child(cmd: &mut std::process::Command, setup: ChildSetup) {
             for &fd in &inherit {
                 clear_cloexec(fd)?;
             }
-            if let Some(c) = cpu {
-                set_affinity(&[c])?;
+            if let Some(c) = &cpus {
+                set_affinity(c)?;
             }
             new_process_group()?;
             die_with_parent(libc::SIGKILL, parent as libc::pid_t)?;

@@ -796,7 +796,7 @@ mod fuzz {
             &mut c,
             volley_sys::ChildSetup {
                 inherit: job.fds.clone(),
-                cpu: None,
+                cpus: None,
                 parent: std::process::id(),
             },
         );
