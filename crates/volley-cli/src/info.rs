@@ -8,7 +8,22 @@ fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
-pub fn info() -> i32 {
+fn mib(b: usize) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// Ring size and segment size for a job of `n` ranks on one host, from the settings in force
+/// (the defaults adapt the ring to `n`).
+fn shm_for(n: usize) -> Result<(usize, usize), volley::InitError> {
+    let cfg = Config::from_env(n)?;
+    Ok((cfg.ring_bytes, volley::segment_bytes(n, &cfg)))
+}
+
+pub fn info(n: Option<usize>) -> i32 {
     let cfg = match Config::from_env(2) {
         Ok(c) => c,
         Err(e) => {
@@ -40,6 +55,25 @@ pub fn info() -> i32 {
             .unwrap_or_else(|| "memfd".into()),
         cfg.ring_bytes >> 10
     );
+    let mut counts = vec![2, 8, 16, 64, 256];
+    if let Some(n) = n {
+        if !counts.contains(&n) {
+            counts.push(n);
+            counts.sort_unstable();
+        }
+    }
+    println!("                  segment by ranks on a host (committed at start; volley info -n N for another count):");
+    for &k in &counts {
+        match shm_for(k) {
+            Ok((ring, seg)) => println!(
+                "                    {k:>4} ranks: rings of {} KiB, segment {}{}",
+                ring >> 10,
+                mib(seg),
+                if Some(k) == n { "  <- asked" } else { "" }
+            ),
+            Err(e) => println!("                    {k:>4} ranks: {e}"),
+        }
+    }
     println!("  (between ranks on one host; ranks on other hosts use the network:)");
     for line in volley::describe_transports() {
         println!("  net             {line}");

@@ -62,7 +62,11 @@ enum Cmd {
     },
     /// Show the transports and modes found on this machine, which are usable and why not, and
     /// the settings in force with where each came from.
-    Info,
+    Info {
+        /// Also say what a job of this many ranks per host needs (rings, segment).
+        #[arg(short = 'n', long = "np", value_name = "N")]
+        n: Option<usize>,
+    },
     /// One host's part of a job over several hosts (started by `volley run --hosts`).
     #[command(hide = true)]
     Agent(multi::AgentArgs),
@@ -79,7 +83,7 @@ fn main() {
         Cmd::Mpicxx { args } => mpicc::run(true, args),
         Cmd::Mpirun { args } => mpirun::run("mpirun", args),
         Cmd::Mpiexec { args } => mpirun::run("mpiexec", args),
-        Cmd::Info => info::info(),
+        Cmd::Info { n } => info::info(n),
         Cmd::Agent(args) => multi::agent(args),
     };
     std::process::exit(code);

@@ -320,6 +320,47 @@ fn non_blocking_sends_report_back_pressure_and_lose_nothing() {
     assert!(values(&out, "queued_incomplete")[0] != "0", "{out}");
 }
 
+/// Issue 14's memory bound: 256 ranks on one host (2 cores, 128 ranks a core), every rank
+/// sending to every rank (each message checked), then a token around them all; the segment the
+/// job maps is what `volley info -n 256` announces and stays within the documented 1 GiB, and
+/// the ranks' own memory is small beside it (the job's total, measured, within 1 GiB + 256 x
+/// 16 MiB: a generous bound on the private pages of a process that has joined a job).
+#[test]
+fn two_hundred_fifty_six_ranks_stay_within_the_memory_bound() {
+    let info = ok(std::process::Command::new(common::VOLLEY)
+        .args(["info", "-n", "256"])
+        .output()
+        .unwrap());
+    let line = info
+        .lines()
+        .find(|l| l.contains(" 256 ranks:"))
+        .unwrap_or_else(|| panic!("no segment line for 256 ranks:\n{info}"));
+    assert!(
+        line.contains("rings of 8 KiB, segment 801.") && line.contains("<- asked"),
+        "{line}"
+    );
+    let out = ok(volley(&["-n", "256", CHECK, "alltoall", "2"], &[]));
+    assert_eq!(values(&out, "received"), vec!["512"; 256]);
+    let out = ok(volley(&["-n", "256", CHECK, "ring", "3"], &[]));
+    let seg: u64 = values(&out, "segment_bytes")[0].parse().unwrap();
+    assert!(seg <= 1 << 30, "segment of {seg} bytes at 256 ranks");
+    assert!(
+        (800 << 20..=802 << 20).contains(&seg),
+        "the mapped segment ({seg} bytes) is not what volley info said: {line}"
+    );
+    let private: Vec<u64> = values(&out, "private_kib")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(private.len(), 256);
+    let total = seg + private.iter().sum::<u64>() * 1024;
+    assert!(
+        total <= (1 << 30) + 256 * (16 << 20),
+        "the job holds {total} bytes: segment {seg}, private {:?} KiB",
+        private
+    );
+}
+
 /// 64 ranks on 2 cores, every size from empty to rendezvous: ranks finish at different times,
 /// and a receive from any source must not take a finished rank whose last fragments still sit
 /// in the ring for gone (it once did: "peer lost: rank N finished" with data still to read).

@@ -417,6 +417,14 @@ pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
     })
 }
 
+/// Bytes of the shared segment a job of `nranks` ranks on one host takes with `cfg` (rings,
+/// their control pages, the ranks' blocks and collective slots): what `volley run` allocates,
+/// committed at start.
+pub fn segment_bytes(nranks: usize, cfg: &Config) -> usize {
+    let params = SegmentParams::new(nranks, cfg.ring_bytes, cfg.record_bytes, 0);
+    volley_shm::Layout::new(&params).total_bytes
+}
+
 pub(crate) fn create_segment(
     nranks: usize,
     cfg: &Config,

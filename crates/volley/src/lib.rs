@@ -45,7 +45,7 @@ mod wait;
 mod world;
 
 pub use active::ActivePort;
-pub use bootstrap::{JobInfo, Launcher};
+pub use bootstrap::{segment_bytes, JobInfo, Launcher};
 pub use pmi::{abort_job, launcher_details};
 
 /// What a launcher needs (`volley run` and its agents): the job's shared state and the

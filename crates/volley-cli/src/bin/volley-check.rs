@@ -281,6 +281,52 @@ fn stream_for(w: &World, ms: u64, size: usize) -> R {
     Ok(())
 }
 
+/// A token around every rank `laps` times, each adding its rank (the sum is checked); then each
+/// rank reports the memory it holds of its own (private pages, from /proc/self/smaps_rollup) and
+/// rank 0 the size of the job's shared segment as mapped (/proc/self/maps, the mapping named
+/// after the job's token): what a job of this many ranks costs the host.
+fn ring_and_memory(w: &World, laps: u64) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let ep = w.open(2)?;
+    ep.target((me + 1) % n, 2)?;
+    let mut token = 0u64;
+    for _ in 0..laps {
+        if me == 0 {
+            ep.send(&token.to_le_bytes())?;
+            let m = ep.recv()?;
+            token = u64::from_le_bytes(m[..8].try_into()?);
+        } else {
+            let m = ep.recv()?;
+            let t = u64::from_le_bytes(m[..8].try_into()?) + me as u64;
+            drop(m);
+            ep.send(&t.to_le_bytes())?;
+        }
+    }
+    let private_kib: u64 = std::fs::read_to_string("/proc/self/smaps_rollup")?
+        .lines()
+        .filter(|l| l.starts_with("Private_"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    println!("result: ring rank={me} private_kib={private_kib}");
+    if me == 0 {
+        let want = laps * (n as u64 * (n as u64 - 1) / 2);
+        if token != want {
+            return Err(format!("ring token {token}, expected {want}").into());
+        }
+        let name = format!("volley-{:016x}", w.token());
+        let seg: u64 = std::fs::read_to_string("/proc/self/maps")?
+            .lines()
+            .filter(|l| l.contains(&name))
+            .filter_map(|l| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+            })
+            .sum();
+        println!("result: ring laps={laps} token={token} ok segment_bytes={seg}");
+    }
+    Ok(())
+}
+
 /// Ranks 1.. send `count` messages of `size` to rank 0, which keeps every message `recv()` lends
 /// it until all have arrived (none dropped early), then checks them all: holding lent messages
 /// must not stop later ones.
@@ -1451,6 +1497,7 @@ fn main() {
             pingpong(&world, &sizes, rounds)
         }
         Some("alltoall") => alltoall(&world, num(1, 100)),
+        Some("ring") => ring_and_memory(&world, num(1, 10)),
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),
