@@ -16,6 +16,8 @@ pub struct Endpoint {
     pub(crate) target: AtomicU64,
     /// The wait mode, see wait_to_bits.
     pub(crate) wait: AtomicU64,
+    /// How long this endpoint's recent waits lasted (the spin-then-block mode learns from it).
+    pub(crate) waits: crate::wait::WaitHistory,
     /// GAMMA's best-effort mode for messages to other hosts (a property of the sending endpoint,
     /// whatever tag a message carries).
     pub(crate) best_effort: AtomicBool,

@@ -28,7 +28,10 @@ impl Endpoint {
         buf: &mut [u8],
     ) -> Result<Status, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
         let mut buf = Some(buf);
         loop {
             if let Some(st) = self.step(&pat, &mut buf, &mut waiter)? {
@@ -49,7 +52,10 @@ impl Endpoint {
         buf: &mut [u8],
     ) -> Result<Option<Status>, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
         let mut buf = Some(buf);
         let r = self.step(&pat, &mut buf, &mut waiter);
         waiter.finish(&self.world);
@@ -64,7 +70,7 @@ impl Endpoint {
         tag: Option<u32>,
     ) -> Result<Option<Status>, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let mut waiter = Waiter::new(WaitMode::BusyPoll);
+        let mut waiter = Waiter::new(WaitMode::BusyPoll, &self.waits);
         self.step(&pat, &mut None, &mut waiter)
     }
 
@@ -72,7 +78,10 @@ impl Endpoint {
     /// message stays queued for the receive that follows (MPI_Probe).
     pub fn probe(&self, source: Option<usize>, tag: Option<u32>) -> Result<Status, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
         loop {
             if let Some(st) = self.step(&pat, &mut None, &mut waiter)? {
                 waiter.finish(&self.world);

@@ -35,7 +35,10 @@ impl Endpoint {
     /// the pool when the message is dropped; while you hold it, later messages from the same
     /// sender still arrive.
     pub fn recv(&self) -> Result<Message, RecvError> {
-        let mut w = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut w = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
         loop {
             if let Some(m) = self.recv_step()? {
                 if !m.is_in_place() {
@@ -166,7 +169,10 @@ impl Endpoint {
     pub fn recv_into(&self, buf: &mut [u8]) -> Result<(usize, Source), RecvError> {
         let w = &self.world;
         let dispatch = w.inner.dispatch_depth.get() == 0;
-        let mut waiter = Waiter::new(wait_from_bits(self.wait.load(Ordering::Relaxed)));
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
         loop {
             let poll = {
                 let mut e = w.eng();

@@ -526,7 +526,7 @@ impl World {
         // earlier one accepts it too: the later one then yields it (veto) and the pass starts
         // over, so the earlier one takes it. Bounded, in case messages keep arriving.
         let mut restarts = 0;
-        let mut waiter = Waiter::new(WaitMode::BusyPoll);
+        let mut waiter = Waiter::new(WaitMode::BusyPoll, &self.inner.waits);
         loop {
             // Take the receive out of its slot while matching: the match may run active-port
             // handlers, which may post or test requests themselves.
@@ -855,7 +855,7 @@ impl World {
         ids: &mut [Option<RequestId>],
         mut take: impl FnMut(usize, Result<Status, RequestError>) -> bool,
     ) {
-        let mut waiter = Waiter::new(self.inner.cfg.wait);
+        let mut waiter = Waiter::new(self.inner.cfg.wait, &self.inner.waits);
         let mut backoff = Backoff::new();
         let mut seen = self.eng().activity();
         loop {

@@ -309,7 +309,7 @@ impl ShmGroup {
         mut owed: bool,
     ) -> Result<(), RecvError> {
         let w = &self.world;
-        let mut waiter = Waiter::new(w.inner.cfg.wait);
+        let mut waiter = Waiter::new(w.inner.cfg.wait, &w.inner.waits);
         let mut turns = 0u32;
         loop {
             turns = turns.wrapping_add(1);

@@ -5,23 +5,79 @@ use crate::config::WaitMode;
 use crate::counters::Counter;
 use crate::error::RecvError;
 use crate::world::World;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-/// How a receive waits after a pass over the rings found nothing.
-pub(crate) struct Waiter {
-    pub(crate) mode: WaitMode,
-    pub(crate) spins: u32,
-    pub(crate) since: Option<Instant>,
-    pub(crate) blocking: bool,
+/// The shortest spin of a wait expected to be short: about a wake-up's cost, so that a wait a
+/// little longer than usual does not pay one.
+const MIN_SPIN: Duration = Duration::from_micros(10);
+/// The spin of a wait expected to be longer than the spin limit: long enough for a message
+/// already on its way, then sleep.
+const SHORT_SPIN: Duration = Duration::from_micros(2);
+
+/// How long the recent waits of one endpoint (or of the world's own operations) lasted: an
+/// exponentially weighted average, in nanoseconds (0: none yet). The spin-then-block mode reads
+/// it to decide how long to spin before sleeping, as adaptive mutexes and Go's scheduler learn
+/// from recent waits: waits that have been short are spun through (a sleep and its wake-up cost
+/// more than they do), waits that have been long are slept through almost at once (spinning
+/// would only burn the core). Relaxed: two threads waiting on one endpoint may each lose the
+/// other's update, which only makes the average a little staler.
+#[derive(Default, Debug)]
+pub(crate) struct WaitHistory(AtomicU64);
+
+impl WaitHistory {
+    /// How long the next wait spins before it sleeps, with `cap` the most it may.
+    pub(crate) fn spin_for(&self, cap: Duration) -> Duration {
+        let avg = Duration::from_nanos(self.0.load(Ordering::Relaxed));
+        if avg.is_zero() {
+            cap
+        } else if avg * 2 <= cap {
+            (avg * 2).max(MIN_SPIN).min(cap)
+        } else if avg <= cap {
+            cap
+        } else {
+            SHORT_SPIN.min(cap)
+        }
+    }
+
+    /// Adds a wait of `waited` (counted as at most four times `cap`: one long wait must not make
+    /// the next many short ones sleep).
+    pub(crate) fn record(&self, waited: Duration, cap: Duration) {
+        let d = waited.min(cap * 4).as_nanos() as i64;
+        let avg = self.0.load(Ordering::Relaxed) as i64;
+        let next = if avg == 0 { d } else { avg + (d - avg) / 4 };
+        self.0.store(next.max(1) as u64, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn average(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
 }
 
-impl Waiter {
-    pub(crate) fn new(mode: WaitMode) -> Waiter {
+/// How a receive waits after a pass over the rings found nothing.
+pub(crate) struct Waiter<'h> {
+    pub(crate) mode: WaitMode,
+    pub(crate) spins: u32,
+    /// When the wait had lasted 64 passes (spin-then-block only: the wait being learned).
+    pub(crate) since: Option<Instant>,
+    /// How long this wait spins, from `history` (spin-then-block only).
+    limit: Duration,
+    pub(crate) blocking: bool,
+    history: &'h WaitHistory,
+}
+
+impl<'h> Waiter<'h> {
+    /// A waiter in `mode` that learns from and adds to `history`. Costs nothing until a pass
+    /// finds nothing (a receive whose message is there never reads the clock).
+    pub(crate) fn new(mode: WaitMode, history: &'h WaitHistory) -> Waiter<'h> {
         Waiter {
             mode,
             spins: 0,
             since: None,
+            limit: Duration::ZERO,
             blocking: matches!(mode, WaitMode::Block),
+            history,
         }
     }
 
@@ -54,12 +110,25 @@ impl Waiter {
                     std::hint::spin_loop();
                 }
             }
-            WaitMode::SpinThenBlock(limit) => {
-                std::hint::spin_loop();
-                if self.spins.is_multiple_of(128) {
+            WaitMode::SpinThenBlock(cap) => {
+                if self.spins.is_multiple_of(1024) {
+                    // More ranks than cores: let the one we wait for have this one.
+                    volley_sys::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                // The clock is read every 64 passes only: a wait that ends sooner (most, in a
+                // ping-pong) never reads it.
+                if self.spins.is_multiple_of(64) {
                     let now = Instant::now();
-                    let since = *self.since.get_or_insert(now);
-                    if now - since >= limit {
+                    let since = match self.since {
+                        Some(t) => t,
+                        None => {
+                            self.limit = self.history.spin_for(cap);
+                            *self.since.insert(now)
+                        }
+                    };
+                    if now - since >= self.limit {
                         w.eng().count(Counter::SpinsEndedInSleep, 1);
                         self.blocking = true;
                     }
@@ -107,6 +176,22 @@ impl Waiter {
     }
 }
 
+/// What a wait that ended within its first 64 passes counts as (it read no clock).
+const BRIEF_WAIT: Duration = Duration::from_nanos(500);
+
+impl Drop for Waiter<'_> {
+    /// The wait is over (whatever ended it): the history learns how long it took.
+    fn drop(&mut self) {
+        if let WaitMode::SpinThenBlock(cap) = self.mode {
+            match self.since {
+                Some(t) => self.history.record(t.elapsed(), cap),
+                None if self.spins > 0 => self.history.record(BRIEF_WAIT, cap),
+                None => {}
+            }
+        }
+    }
+}
+
 impl World {
     /// Why nothing more can arrive on `port` from `from` (a job rank; None: any source), if so.
     /// Call it after a pass that began with refresh_fates found nothing: the fates it reads are
@@ -125,5 +210,49 @@ impl World {
                 // A message half gathered from a rank that is gone will never be completed.
                 e.partial_dead_end(port).map(RecvError::PeerLost)
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: Duration = Duration::from_micros(500);
+
+    #[test]
+    fn the_first_wait_spins_the_limit() {
+        assert_eq!(WaitHistory::default().spin_for(CAP), CAP);
+    }
+
+    #[test]
+    fn short_waits_spin_about_twice_their_length_and_never_less_than_a_wake_up() {
+        let h = WaitHistory::default();
+        for _ in 0..20 {
+            h.record(Duration::from_micros(40), CAP);
+        }
+        assert_eq!(h.spin_for(CAP), Duration::from_micros(80));
+        for _ in 0..40 {
+            h.record(Duration::from_micros(1), CAP);
+        }
+        assert_eq!(h.spin_for(CAP), MIN_SPIN);
+    }
+
+    #[test]
+    fn long_waits_sleep_almost_at_once_and_one_long_wait_is_soon_forgotten() {
+        let h = WaitHistory::default();
+        for _ in 0..20 {
+            h.record(Duration::from_secs(1), CAP);
+        }
+        assert_eq!(h.spin_for(CAP), SHORT_SPIN);
+        // Counted as at most 4x the limit: a few short waits bring spinning back.
+        assert!(h.average() <= CAP * 4);
+        for _ in 0..8 {
+            h.record(Duration::from_micros(20), CAP);
+        }
+        assert!(h.spin_for(CAP) > SHORT_SPIN, "{:?}", h.average());
+        // Waits between half the limit and the limit spin the whole limit.
+        let h = WaitHistory::default();
+        h.record(Duration::from_micros(400), CAP);
+        assert_eq!(h.spin_for(CAP), CAP);
     }
 }

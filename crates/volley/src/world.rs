@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub(crate) dispatch_depth: Depth,
     pub(crate) info: JobInfo,
     pub(crate) cfg: Config,
+    /// How long the world's own waits (requests, collectives, flushes) lasted recently.
+    pub(crate) waits: crate::wait::WaitHistory,
     /// Why single copy is off in this process, if it is.
     pub(crate) single_copy_off: Option<String>,
     /// Job rank of each local rank, and local rank (None: on another host) of each job rank.
@@ -199,6 +201,7 @@ impl World {
                 dispatch_depth: Depth::default(),
                 info: attached.info,
                 cfg,
+                waits: Default::default(),
                 single_copy_off,
                 l2g,
                 g2l,
@@ -336,6 +339,7 @@ impl World {
             port,
             target: AtomicU64::new(NO_TARGET),
             wait: AtomicU64::new(wait_to_bits(self.inner.cfg.wait)),
+            waits: Default::default(),
             best_effort: AtomicBool::new(false),
             matched: AtomicBool::new(false),
             tag_ignore: std::sync::atomic::AtomicU32::new(0),
@@ -379,7 +383,7 @@ impl World {
 
     /// Waits until at least one active-port message has been handled or queued send completed.
     pub fn progress_wait(&self) -> Result<usize, RecvError> {
-        let mut w = Waiter::new(self.inner.cfg.wait);
+        let mut w = Waiter::new(self.inner.cfg.wait, &self.inner.waits);
         loop {
             self.eng().refresh_fates();
             let n = self.progress()?;
