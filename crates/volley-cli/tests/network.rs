@@ -1118,6 +1118,20 @@ fn the_xdp_program_takes_only_volleys_frames_and_leaves_with_its_ranks() {
     );
 }
 
+/// `send_with` to a rank on another host: the message is written once into a buffer the network
+/// engine takes over, every size up to the record limit, in order, intact, over each device.
+#[test]
+fn send_with_reaches_another_host_in_order() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(2, &[("VOLLEY_TRANSPORT", t)], &[CHECK, "send-with"]));
+        assert!(
+            out.contains("result: send_with received=70 ok"),
+            "{t}: {out}"
+        );
+    }
+}
+
 /// Issue 14, point 5, across hosts: by default each rank is bound to one CPU, and ranks on
 /// different "hosts" of one machine get different ones (bound by job rank); `--bind-to none`
 /// leaves them free; `--cpus` binds as listed.

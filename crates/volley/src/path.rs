@@ -298,20 +298,37 @@ impl Path<'_> {
                 e.ring_doorbell(dst);
                 Ok(Step::Done)
             }
-            Path::Net { w, .. } => {
-                let buf = staged.get_or_insert_with(|| {
-                    let mut b = w.net().buffer(len);
-                    (fill.take().expect("fill runs once"))(&mut b);
-                    b
-                });
-                let mut out = Out::new(context, tag, buf, how);
-                let r = self.step(&mut out)?;
-                if r == Step::Done {
-                    if let Some(b) = staged.take() {
-                        w.net().recycle(b);
-                    }
+            Path::Net { w, dst } => {
+                // The same limit as into a ring, so a program does not change behaviour with
+                // where its peer runs.
+                let max = w.max_inline();
+                if len > max {
+                    return Err(SendError::TooLargeForSendWith { len, max });
                 }
-                Ok(r)
+                // Filled once into a buffer of the network engine's, which then takes that
+                // buffer over (no second copy); refused for now, it waits in `staged`.
+                let buf = match staged.take() {
+                    Some(b) => b,
+                    None => {
+                        let mut b = w.net().buffer(len);
+                        (fill.take().expect("fill runs once"))(&mut b);
+                        b
+                    }
+                };
+                let r = w.net().send_owned(dst, tag, context, buf, how);
+                match r {
+                    Ok(()) => {
+                        let mut e = w.eng();
+                        e.count(Counter::MsgsSent, 1);
+                        e.count(Counter::BytesSent, len as u64);
+                        Ok(Step::Done)
+                    }
+                    Err((b, Refused::Full)) => {
+                        *staged = Some(b);
+                        self.net_refused(Refused::Full)
+                    }
+                    Err((_, why)) => self.net_refused(why),
+                }
             }
         }
     }
