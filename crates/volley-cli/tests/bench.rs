@@ -216,6 +216,8 @@ fn overlap_runs_where_non_blocking_sends_exist() {
     }
 }
 
+/// Each waiting mode, beside the floor of a blocked wake-up on this machine (a bare eventfd the
+/// leader writes, issue 14 point 3) and a kernel socket's blocking read.
 #[test]
 fn idle_measures_each_waiting_mode() {
     let r = bench("idle", &[]);
@@ -227,6 +229,7 @@ fn idle_measures_each_waiting_mode() {
             "volley-shm/busy",
             "volley-shm/block",
             "volley-shm/spin",
+            "eventfd/blocking",
             "tcp/blocking"
         ]
     );

@@ -188,6 +188,33 @@ impl EventFd {
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// Takes over `fd`, which must be an eventfd (see [`fd_of_process`]).
+    pub fn from_owned(fd: OwnedFd) -> io::Result<EventFd> {
+        let raw = fd.as_raw_fd();
+        let e = EventFd::adopt(raw)?;
+        std::mem::forget(fd); // now owned by `e`
+        Ok(e)
+    }
+
+    /// Adds `v` to the counter (a timestamp, for a wake-up measurement).
+    pub fn add(&self, v: u64) -> io::Result<()> {
+        // SAFETY: writing 8 bytes from a valid u64.
+        let r = unsafe { libc::write(self.0.as_raw_fd(), (&v as *const u64).cast(), 8) };
+        if r == 8 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Reads and resets the counter; None if it was zero.
+    pub fn take(&self) -> Option<u64> {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a valid u64.
+        let r = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        (r == 8).then_some(v)
+    }
+
     /// Adds one to the counter, making the descriptor readable.
     pub fn notify(&self) {
         let one: u64 = 1;
@@ -650,6 +677,24 @@ pub fn process_vm_read(pid: u32, local: &mut [u8], remote: u64) -> io::Result<()
         done += n as usize;
     }
     Ok(())
+}
+
+/// A copy of descriptor `fd` of process `pid` (pidfd_open and pidfd_getfd, Linux 5.6), with the
+/// same right process_vm_readv needs (to ptrace it: see [`allow_any_ptracer`]).
+pub fn fd_of_process(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscalls; each returned descriptor is fresh and ours.
+    unsafe {
+        let p = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        if p < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pidfd = OwnedFd::from_raw_fd(p as RawFd);
+        let r = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(r as RawFd))
+    }
 }
 
 /// Lets any process of the same user read this one's memory (PR_SET_PTRACER_ANY), which Yama's

@@ -162,6 +162,8 @@ const C_OS: u64 = 5;
 const C_OR: u64 = 6;
 const C_ISEND: u64 = 7;
 const C_IDLE: u64 = 8;
+/// The idle test's fourth "mode": not volley's, a bare eventfd wake-up (the floor).
+const IDLE_EVENTFD: u64 = 3;
 const C_PROBE: u64 = 9;
 const C_AFFINITY: u64 = 10;
 
@@ -448,6 +450,31 @@ impl Bench {
                         l.send(&[1])?;
                     }
                 }
+                C_IDLE if p == IDLE_EVENTFD => {
+                    // The floor: the same wait on a bare eventfd the leader writes (it takes a
+                    // copy of the descriptor with pidfd_getfd).
+                    let ev = volley_sys::EventFd::new()?;
+                    self.ctl
+                        .send_u64s(&[std::process::id() as u64, ev.raw() as u64])?;
+                    for _ in 0..n {
+                        self.ctl.send_u64s(&[1])?; // ready: start the clock
+                        let cpu0 = volley_sys::cpu_time();
+                        let t0 = volley_sys::monotonic_ns();
+                        let sent = loop {
+                            ev.wait(Duration::from_secs(30));
+                            if let Some(v) = ev.take() {
+                                break v;
+                            }
+                        };
+                        let now = volley_sys::monotonic_ns();
+                        let cpu = volley_sys::cpu_time() - cpu0;
+                        self.ctl.send_u64s(&[
+                            cpu.as_nanos() as u64,
+                            now - t0,
+                            now.saturating_sub(sent),
+                        ])?;
+                    }
+                }
                 C_IDLE => {
                     let l = &mut self.links[li as usize];
                     if let Link::Volley(ep) = l {
@@ -699,12 +726,26 @@ impl Bench {
             iters: n,
             ..Default::default()
         };
+        let floor = if mode == IDLE_EVENTFD {
+            let r = self.ctl.recv_u64s()?;
+            let fd = volley_sys::fd_of_process(r[0] as u32, r[1] as i32).map_err(|e| {
+                err(format!(
+                    "the eventfd floor needs the peer's descriptor (pidfd_getfd): {e}"
+                ))
+            })?;
+            Some(volley_sys::EventFd::from_owned(fd)?)
+        } else {
+            None
+        };
         let wait = Duration::from_millis(self.args.idle_ms);
         for _ in 0..n {
             self.ctl.recv_u64s()?; // the peer is about to wait
             std::thread::sleep(wait);
-            let ts = volley_sys::monotonic_ns().to_le_bytes();
-            self.links[li as usize].send(&ts)?;
+            let now = volley_sys::monotonic_ns();
+            match &floor {
+                Some(ev) => ev.add(now)?,
+                None => self.links[li as usize].send(&now.to_le_bytes())?,
+            }
             let r = self.ctl.recv_u64s()?;
             let (cpu_ns, wall_ns, wake_ns) = (r[0] as f64, r[1] as f64, r[2] as f64);
             m.samples_us.push(wake_ns / 1e3);
@@ -737,7 +778,12 @@ impl Bench {
         let peer_cpu = self.ctl.recv_u64s()?.first().copied().unwrap_or(u64::MAX);
         let cpus = placement_words(pinned_cpu(), peer_cpu);
         let modes: Vec<(u64, &str)> = if test == "idle" {
-            vec![(0, "busy"), (1, "block"), (2, "spin")]
+            vec![
+                (0, "busy"),
+                (1, "block"),
+                (2, "spin"),
+                (IDLE_EVENTFD, "eventfd"),
+            ]
         } else {
             vec![(0, "")]
         };
@@ -779,7 +825,10 @@ impl Bench {
             } else {
                 "blocking"
             };
-            let transport = if mode.is_empty() {
+            let transport = if mode == "eventfd" {
+                // Not volley: the floor under its blocked wake-up, in the same run.
+                "eventfd/blocking".to_string()
+            } else if mode.is_empty() {
                 kind.name().to_string()
             } else {
                 format!("{}/{}", kind.name(), mode)
