@@ -1003,24 +1003,9 @@ fn eventually(cond: impl Fn() -> bool) -> bool {
 
 /// `volley run` over xdp across `h` in the background.
 fn spawn_xdp_job(h: &Hosts, args: &[&str]) -> std::process::Child {
-    let hosts = h.list();
-    let mut full = vec![
-        "run",
-        "--timeout",
-        "300",
-        "-n",
-        "2",
-        "--hosts",
-        &hosts,
-        "--launch",
-        "ip netns exec {host}",
-        "--keep-going",
-    ];
+    let mut full = vec!["--keep-going"];
     full.extend_from_slice(args);
-    Command::new(VOLLEY)
-        .args(&full)
-        .env("VOLLEY_TRANSPORT", "xdp")
-        .stdin(std::process::Stdio::null())
+    h.command(2, &[("VOLLEY_TRANSPORT", "xdp")], &full)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

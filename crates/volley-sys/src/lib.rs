@@ -104,7 +104,8 @@ pub fn fs_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
     ))
 }
 
-/// A shared, read-write mapping of a whole file. Unmapped on drop.
+/// A read-write memory mapping (of a file, a socket's rings, or anonymous memory). Unmapped on
+/// drop.
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
@@ -119,6 +120,26 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` shared and read-write.
     pub fn map_shared(fd: RawFd, len: usize) -> io::Result<Mapping> {
+        Mapping::map(fd, len, 0, libc::MAP_SHARED)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset`, shared, read-write and populated at once (the
+    /// rings of a socket that the kernel shares at offsets its ABI names).
+    pub fn map_shared_at(fd: RawFd, len: usize, offset: u64) -> io::Result<Mapping> {
+        Mapping::map(fd, len, offset, libc::MAP_SHARED | libc::MAP_POPULATE)
+    }
+
+    /// `len` bytes of fresh, private, read-write memory, populated at once.
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        Mapping::map(
+            -1,
+            len,
+            0,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+        )
+    }
+
+    fn map(fd: RawFd, len: usize, offset: u64, flags: libc::c_int) -> io::Result<Mapping> {
         if len == 0 {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
@@ -128,9 +149,9 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                flags,
                 fd,
-                0,
+                offset as libc::off_t,
             )
         };
         if p == libc::MAP_FAILED {

@@ -14,7 +14,7 @@
 //! netlink attachment: a link belongs to its file descriptor, so the program leaves the interface
 //! when the process ends however it ends, `kill -9` included, and nothing is pinned anywhere.
 
-use crate::cvt;
+use crate::{cvt, Mapping};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -235,8 +235,7 @@ pub enum XdpMode {
 /// A single-producer, single-consumer ring shared with the kernel (struct xdp_ring): producer
 /// and consumer indexes that run freely, a flags word, and a power-of-two array of descriptors.
 struct Ring {
-    map: *mut u8,
-    map_len: usize,
+    _map: Mapping,
     producer: *const AtomicU32,
     consumer: *const AtomicU32,
     flags: *const AtomicU32,
@@ -256,32 +255,16 @@ impl Ring {
         n: u32,
         desc_size: usize,
     ) -> io::Result<Ring> {
-        let map_len = off.desc as usize + n as usize * desc_size;
-        // SAFETY: maps the ring the kernel allocated for this socket at the page offset the
-        // ABI names for it.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                pgoff as libc::off_t,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let map = map as *mut u8;
+        let map = Mapping::map_shared_at(fd, off.desc as usize + n as usize * desc_size, pgoff)?;
+        let base = map.as_ptr();
         // SAFETY: the offsets come from XDP_MMAP_OFFSETS for this mapping.
         unsafe {
             Ok(Ring {
-                map,
-                map_len,
-                producer: map.add(off.producer as usize) as *const AtomicU32,
-                consumer: map.add(off.consumer as usize) as *const AtomicU32,
-                flags: map.add(off.flags as usize) as *const AtomicU32,
-                desc: map.add(off.desc as usize),
+                producer: base.add(off.producer as usize) as *const AtomicU32,
+                consumer: base.add(off.consumer as usize) as *const AtomicU32,
+                flags: base.add(off.flags as usize) as *const AtomicU32,
+                desc: base.add(off.desc as usize),
+                _map: map,
                 mask: n - 1,
                 head: 0,
                 other: 0,
@@ -340,13 +323,6 @@ impl Ring {
     }
 }
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in Ring::map.
-        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
-    }
-}
-
 /// What an AF_XDP socket was able to set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XskInfo {
@@ -384,8 +360,7 @@ pub struct Xsk {
     fill: Ring,
     comp: Ring,
     fd: OwnedFd,
-    umem: *mut u8,
-    umem_len: usize,
+    umem: Mapping,
     /// Where the transmit half of the UMEM starts.
     tx_base: u64,
     /// UMEM frames per transmit slot: a frame larger than one goes out as a run of
@@ -471,62 +446,39 @@ impl Xsk {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
         let tx_base = frames as u64 * FRAME as u64;
-        let umem_len = (frames + tx_slots * tx_chunks) as usize * FRAME;
-        // SAFETY: a fresh anonymous mapping, ours.
-        let umem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                umem_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let umem = umem as *mut u8;
-        let unmap = |e: io::Error| {
-            // SAFETY: the mapping just made; nothing refers to it once open fails.
-            unsafe { libc::munmap(umem as *mut libc::c_void, umem_len) };
-            e
-        };
+        // The kernel pins the UMEM's pages at registration and holds them until the socket
+        // goes, so the order in which the socket and this view of them are dropped is free.
+        let umem = Mapping::anonymous((frames + tx_slots * tx_chunks) as usize * FRAME)?;
         let reg = libc::xdp_umem_reg {
-            addr: umem as u64,
-            len: umem_len as u64,
+            addr: umem.as_ptr() as u64,
+            len: umem.len() as u64,
             chunk_size: FRAME as u32,
             headroom: 0,
             flags: 0,
             tx_metadata_len: 0,
         };
-        crate::net::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg).map_err(unmap)?;
+        crate::net::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)?;
         for opt in [
             libc::XDP_UMEM_FILL_RING,
             libc::XDP_UMEM_COMPLETION_RING,
             libc::XDP_RX_RING,
             libc::XDP_TX_RING,
         ] {
-            crate::net::setsockopt(raw, libc::SOL_XDP, opt, &frames).map_err(unmap)?;
+            crate::net::setsockopt(raw, libc::SOL_XDP, opt, &frames)?;
         }
         // SAFETY: all-zero is a valid xdp_mmap_offsets.
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        getsockopt_into(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off).map_err(unmap)?;
-        let rings = (|| {
-            Ok::<_, io::Error>((
-                Ring::map(raw, &off.rx, libc::XDP_PGOFF_RX_RING as u64, frames, 16)?,
-                Ring::map(raw, &off.tx, libc::XDP_PGOFF_TX_RING as u64, frames, 16)?,
-                Ring::map(raw, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, frames, 8)?,
-                Ring::map(
-                    raw,
-                    &off.cr,
-                    libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-                    frames,
-                    8,
-                )?,
-            ))
-        })();
-        let (rx, tx, mut fill, comp) = rings.map_err(unmap)?;
+        getsockopt_into(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off)?;
+        let rx = Ring::map(raw, &off.rx, libc::XDP_PGOFF_RX_RING as u64, frames, 16)?;
+        let tx = Ring::map(raw, &off.tx, libc::XDP_PGOFF_TX_RING as u64, frames, 16)?;
+        let mut fill = Ring::map(raw, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, frames, 8)?;
+        let comp = Ring::map(
+            raw,
+            &off.cr,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            frames,
+            8,
+        )?;
 
         // The receive half of the UMEM goes to the kernel now, before any frame can arrive.
         for i in 0..frames {
@@ -546,7 +498,6 @@ impl Xsk {
             comp,
             fd,
             umem,
-            umem_len,
             tx_base,
             tx_chunks,
             tx_free: (0..tx_slots)
@@ -740,10 +691,10 @@ impl Xsk {
     /// The bytes a received descriptor names, clamped inside the UMEM whatever it says.
     fn umem_slice(&self, d: &libc::xdp_desc) -> &[u8] {
         let len = (d.len as usize).min(FRAME);
-        let at = (d.addr as usize).min(self.umem_len - len);
+        let at = (d.addr as usize).min(self.umem.len() - len);
         // SAFETY: the frame is ours until it goes back through the fill ring, which happens
         // after the caller is done with the slice (it borrows self).
-        unsafe { std::slice::from_raw_parts(self.umem.add(at), len) }
+        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(at), len) }
     }
 
     fn wake_rx(&self) {
@@ -793,7 +744,7 @@ impl Xsk {
         let len = self.tx_chunks as usize * FRAME;
         // SAFETY: a slot of the transmit part (consecutive frames) not in the kernel's hands:
         // ours alone.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.umem.add(a as usize), len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(a as usize), len) })
     }
 
     /// Queues the frame [`Xsk::tx_slot`] returned, `len` bytes long: one descriptor per UMEM
@@ -891,16 +842,6 @@ impl Xsk {
             rx_ring_full: s.rx_ring_full,
             fill_ring_empty: s.rx_fill_ring_empty_descs,
         }
-    }
-}
-
-impl Drop for Xsk {
-    fn drop(&mut self) {
-        // The link, rings and socket close after this body (fields, in order). The kernel
-        // pinned the UMEM's pages at registration and holds them until the socket goes, so
-        // unmapping our view of them first is safe.
-        // SAFETY: the mapping made in open; no slice of it outlives &mut self.
-        unsafe { libc::munmap(self.umem as *mut libc::c_void, self.umem_len) };
     }
 }
 

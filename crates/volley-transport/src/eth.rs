@@ -8,17 +8,82 @@ use std::os::fd::RawFd;
 use volley_sys::net::{Interface, PacketRing};
 use volley_wire::ETHERTYPE;
 
-const ETH_HEADER: usize = 14;
+pub(crate) const ETH_HEADER: usize = 14;
 
-pub struct EthDevice {
-    ring: PacketRing,
+/// What the devices carrying volley packets in Ethernet frames (eth, xdp) share: the peers'
+/// hardware addresses, the header written in front of a packet sent, the checks of a frame
+/// received.
+pub(crate) struct Framing {
     mac: [u8; 6],
-    max_packet: usize,
     peers: Vec<Option<[u8; 6]>>,
     /// Frames of our EtherType too short to hold a volley header, or not for us.
     rx_runts: u64,
     /// Frames dropped: not from the hardware address of the rank they name.
     rx_foreign: u64,
+}
+
+impl Framing {
+    pub(crate) fn new(mac: [u8; 6]) -> Framing {
+        Framing {
+            mac,
+            peers: Vec::new(),
+            rx_runts: 0,
+            rx_foreign: 0,
+        }
+    }
+
+    pub(crate) fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub(crate) fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
+        let Addr::Eth(m) = addr else {
+            return Err(crate::wrong_address(rank, "Ethernet", addr));
+        };
+        crate::set_peer_slot(&mut self.peers, rank, m);
+        Ok(())
+    }
+
+    /// Hands the packet a received frame carries to `f`, or counts why not.
+    pub(crate) fn deliver(&mut self, frame: &[u8], f: &mut dyn FnMut(&[u8])) {
+        if frame.len() <= ETH_HEADER || frame[12..14] != ETHERTYPE.to_be_bytes() {
+            self.rx_runts += 1;
+            return;
+        }
+        let from: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+        if crate::from_its_rank(&self.peers, &frame[ETH_HEADER..], &from) {
+            f(&frame[ETH_HEADER..]);
+        } else {
+            self.rx_foreign += 1;
+        }
+    }
+
+    /// Writes the Ethernet header for rank `peer` in front of the packet in `frame`.
+    pub(crate) fn write_header(&self, frame: &mut [u8], peer: u32) -> io::Result<()> {
+        let Some(Some(dst)) = self.peers.get(peer as usize) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no address for rank {peer}"),
+            ));
+        };
+        frame[0..6].copy_from_slice(dst);
+        frame[6..12].copy_from_slice(&self.mac);
+        frame[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        Ok(())
+    }
+
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 2] {
+        [
+            ("eth_rx_runts", self.rx_runts),
+            ("eth_rx_foreign", self.rx_foreign),
+        ]
+    }
+}
+
+pub struct EthDevice {
+    ring: PacketRing,
+    framing: Framing,
+    max_packet: usize,
     /// Frames dropped because the transmit ring was full (the protocol sends them again).
     tx_ring_full: u64,
     /// Why this device stands in for another (the XDP device, its interface taken).
@@ -41,11 +106,8 @@ impl EthDevice {
         let max_packet = mtu.min(ring.max_frame() - ETH_HEADER).min(max);
         Ok(EthDevice {
             ring,
-            mac: ifc.mac,
+            framing: Framing::new(ifc.mac),
             max_packet,
-            peers: Vec::new(),
-            rx_runts: 0,
-            rx_foreign: 0,
             tx_ring_full: 0,
             note: None,
         })
@@ -60,14 +122,10 @@ impl Device for EthDevice {
         self.max_packet
     }
     fn local_addr(&self) -> Addr {
-        Addr::Eth(self.mac)
+        Addr::Eth(self.framing.mac())
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
-        let Addr::Eth(m) = addr else {
-            return Err(crate::wrong_address(rank, "Ethernet", addr));
-        };
-        crate::set_peer_slot(&mut self.peers, rank, m);
-        Ok(())
+        self.framing.set_peer(rank, addr)
     }
     fn fd(&self) -> RawFd {
         self.ring.fd()
@@ -79,16 +137,7 @@ impl Device for EthDevice {
             let Some(frame) = self.ring.rx_peek() else {
                 break;
             };
-            if frame.len() > ETH_HEADER && frame[12..14] == ETHERTYPE.to_be_bytes() {
-                let from: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-                if crate::from_its_rank(&self.peers, &frame[ETH_HEADER..], &from) {
-                    f(&frame[ETH_HEADER..]);
-                } else {
-                    self.rx_foreign += 1;
-                }
-            } else {
-                self.rx_runts += 1;
-            }
+            self.framing.deliver(frame, f);
             self.ring.rx_release();
             n += 1;
         }
@@ -111,15 +160,7 @@ impl Device for EthDevice {
             let Some((peer, len)) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
                 break;
             };
-            let Some(Some(dst)) = self.peers.get(peer as usize) else {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no address for rank {peer}"),
-                ));
-            };
-            slot[0..6].copy_from_slice(dst);
-            slot[6..12].copy_from_slice(&self.mac);
-            slot[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+            self.framing.write_header(slot, peer)?;
             self.ring.tx_commit(ETH_HEADER + len);
             sent += 1;
             if sent % 64 == 0 {
@@ -135,11 +176,11 @@ impl Device for EthDevice {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("eth_rx_runts", self.rx_runts),
-            ("eth_rx_foreign", self.rx_foreign),
+        let mut c = self.framing.counters().to_vec();
+        c.extend([
             ("eth_tx_ring_full", self.tx_ring_full),
             ("eth_tx_wrong_format", self.ring.tx_wrong_format),
-        ]
+        ]);
+        c
     }
 }

@@ -10,7 +10,7 @@
 //! does and says. The program steers the frames of receive queue 0; a NIC spreads a
 //! non-IP EtherType over its queues by nothing (no addresses to hash), so they arrive there.
 
-use crate::eth::EthDevice;
+use crate::eth::{EthDevice, Framing, ETH_HEADER};
 use crate::{Addr, Device, Fill};
 use std::io;
 use std::os::fd::RawFd;
@@ -18,18 +18,14 @@ use volley_sys::net::Interface;
 use volley_sys::xdp::{Steer, XdpMode, Xsk, MAX_FRAME};
 use volley_wire::ETHERTYPE;
 
-const ETH_HEADER: usize = 14;
 /// UMEM frames per direction: a window of full-size packets in flight (16 MiB in all).
 const FRAMES: u32 = 2048;
 
 pub struct XdpDevice {
     xsk: Xsk,
     ifname: String,
-    mac: [u8; 6],
+    framing: Framing,
     max_packet: usize,
-    peers: Vec<Option<[u8; 6]>>,
-    rx_runts: u64,
-    rx_foreign: u64,
     tx_ring_full: u64,
     tx_kicks: u64,
 }
@@ -99,11 +95,8 @@ impl XdpDevice {
         Ok(XdpDevice {
             xsk,
             ifname: ifc.name.clone(),
-            mac: ifc.mac,
+            framing: Framing::new(ifc.mac),
             max_packet,
-            peers: Vec::new(),
-            rx_runts: 0,
-            rx_foreign: 0,
             tx_ring_full: 0,
             tx_kicks: 0,
         })
@@ -160,34 +153,22 @@ impl Device for XdpDevice {
         self.max_packet
     }
     fn local_addr(&self) -> Addr {
-        Addr::Eth(self.mac)
+        Addr::Eth(self.framing.mac())
     }
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()> {
-        let Addr::Eth(m) = addr else {
-            return Err(crate::wrong_address(rank, "Ethernet", addr));
-        };
-        crate::set_peer_slot(&mut self.peers, rank, m);
-        Ok(())
+        self.framing.set_peer(rank, addr)
     }
     fn fd(&self) -> RawFd {
         self.xsk.fd()
     }
 
     fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let (peers, runts, foreign) = (&self.peers, &mut self.rx_runts, &mut self.rx_foreign);
-        Ok(self.xsk.receive(256, &mut |frame: &[u8]| {
-            // The program checked the EtherType and header words; the source is checked here.
-            if frame.len() <= ETH_HEADER {
-                *runts += 1;
-                return;
-            }
-            let from: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-            if crate::from_its_rank(peers, &frame[ETH_HEADER..], &from) {
-                f(&frame[ETH_HEADER..]);
-            } else {
-                *foreign += 1;
-            }
-        }))
+        // The program matched the frame's EtherType and header words; the source is checked
+        // here, as eth does.
+        let framing = &mut self.framing;
+        Ok(self
+            .xsk
+            .receive(256, &mut |frame: &[u8]| framing.deliver(frame, f)))
     }
 
     fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
@@ -206,15 +187,7 @@ impl Device for XdpDevice {
             let Some((peer, len)) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
                 break;
             };
-            let Some(Some(dst)) = self.peers.get(peer as usize) else {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no address for rank {peer}"),
-                ));
-            };
-            slot[0..6].copy_from_slice(dst);
-            slot[6..12].copy_from_slice(&self.mac);
-            slot[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+            self.framing.write_header(slot, peer)?;
             self.xsk.tx_commit(ETH_HEADER + len);
             sent += 1;
         }
@@ -234,15 +207,15 @@ impl Device for XdpDevice {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.xsk.stats();
-        vec![
-            ("eth_rx_runts", self.rx_runts),
-            ("eth_rx_foreign", self.rx_foreign),
+        let mut c = self.framing.counters().to_vec();
+        c.extend([
             ("xdp_tx_ring_full", self.tx_ring_full),
             ("xdp_tx_kicks", self.tx_kicks),
             ("xdp_rx_dropped", s.rx_dropped + s.rx_ring_full),
             ("xdp_fill_ring_empty", s.fill_ring_empty),
             ("xdp_rx_multi_buffer", self.xsk.rx_multi),
             ("xdp_invalid_descs", s.rx_invalid + s.tx_invalid),
-        ]
+        ]);
+        c
     }
 }

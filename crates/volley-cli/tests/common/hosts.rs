@@ -1,7 +1,6 @@
 //! Test hosts: network namespaces joined by veth pairs (a bridge for more than two), addresses
 //! in 198.18.0.0/15 only, removed on drop (also when the test fails). Needs root and iproute2.
 
-use super::volley;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -175,6 +174,11 @@ impl Hosts {
     }
 
     pub fn run(&self, n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+        self.command(n, env, args).output().expect("start volley")
+    }
+
+    /// The `volley run` of `run`, not started (for a test that starts it in the background).
+    pub fn command(&self, n: usize, env: &[(&str, &str)], args: &[&str]) -> Command {
         let (np, hosts) = (n.to_string(), self.list());
         let mut full = vec![
             "-n",
@@ -186,7 +190,7 @@ impl Hosts {
             "--tag-output",
         ];
         full.extend_from_slice(args);
-        volley(&full, env)
+        super::volley_command(&full, env)
     }
 }
 

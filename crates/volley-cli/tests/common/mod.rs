@@ -12,6 +12,11 @@ pub const CHECK: &str = env!("CARGO_BIN_EXE_volley-check");
 /// Runs `volley ARGS`; `--timeout 300` is added as a watchdog so that a bug fails the test
 /// instead of hanging it (it bounds the run, it does not measure it).
 pub fn volley(args: &[&str], env: &[(&str, &str)]) -> Output {
+    volley_command(args, env).output().expect("start volley")
+}
+
+/// The command `volley` runs (not started), for a test that starts it in the background.
+pub fn volley_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut full = vec!["run", "--timeout", "300"];
     full.extend_from_slice(args);
     let mut c = Command::new(VOLLEY);
@@ -19,7 +24,7 @@ pub fn volley(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("start volley")
+    c
 }
 
 pub fn text(o: &Output) -> (String, String) {
