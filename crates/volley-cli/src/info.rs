@@ -82,13 +82,23 @@ pub fn info(n: Option<usize>) -> i32 {
     println!("\ntransfer modes (shared memory), chosen per message by size:");
     println!("  inline copy     available: messages up to about {record} bytes travel whole in one ring record");
     println!("  pipelined copy  available: larger messages travel in fragments the receiver copies while the sender writes");
+    let from = cfg
+        .sources
+        .iter()
+        .find(|s| s.0 == "VOLLEY_SINGLE_COPY_THRESHOLD")
+        .map_or("default", |s| s.2);
     match volley::single_copy_unavailable(&cfg) {
-        None if cfg.single_copy_threshold == usize::MAX => println!(
-            "  single copy     available, not used by default: the ring pipeline measured faster on the development machine; set VOLLEY_SINGLE_COPY_THRESHOLD=BYTES to use it"
+        None if cfg.single_copy_threshold == usize::MAX && from == "default" => println!(
+            "  single copy     available, not used without a profile: the ring pipeline measured faster on the development machine; run `volley tune` to measure this one, or set VOLLEY_SINGLE_COPY_THRESHOLD=BYTES"
         ),
-        None => println!("  single copy     available: messages of {} bytes and more, by process_vm_readv", cfg.single_copy_threshold),
+        None => println!(
+            "  single copy     available; {} (from the {from}), by process_vm_readv",
+            crate::tune::range_words(cfg.single_copy_threshold, cfg.single_copy_max)
+                .trim_start_matches("single copy: ")
+        ),
         Some(why) => println!("  single copy     {why}"),
     }
+    profile(&cfg.profile);
 
     println!("\nwaiting modes (VOLLEY_WAIT, or Endpoint::set_wait_mode):");
     let mark = |w: bool| if w { "  <- in force" } else { "" };
@@ -124,6 +134,47 @@ pub fn info(n: Option<usize>) -> i32 {
         println!("  {name:<30} {value:<28} ({source})");
     }
     0
+}
+
+/// The machine's transfer-mode profile: where volley looks for it, and what it holds.
+fn profile(l: &volley::profile::Loaded) {
+    let path = match &l.path {
+        None => {
+            println!("  profile         none (VOLLEY_PROFILE=none, or no HOME to look in)");
+            return;
+        }
+        Some(p) => p.display().to_string(),
+    };
+    match (&l.profile, &l.warning) {
+        (Some(p), _) => {
+            println!(
+                "  profile         {path}: made {} by volley {} on {}, {} CPUs (ranks on {})",
+                crate::bench::results::iso_date(p.created),
+                p.volley,
+                p.hardware.cpu_model,
+                p.hardware.cpus,
+                p.cpus
+            );
+            if let Some(n) = &p.note {
+                println!("                  {n}");
+            }
+            for q in &p.points {
+                println!(
+                    "                  {:>8} B one-way: pipelined {:.2} us hot, {:.2} cold; single copy {:.2} hot, {:.2} cold{}",
+                    q.size,
+                    q.pipe_hot_us,
+                    q.pipe_cold_us,
+                    q.single_hot_us,
+                    q.single_cold_us,
+                    if q.single_wins() { "  <- single copy wins" } else { "" }
+                );
+            }
+        }
+        (None, Some(w)) => println!("  profile         {w}"),
+        (None, None) => {
+            println!("  profile         none at {path} (run `volley tune` to measure this machine)")
+        }
+    }
 }
 
 /// Which launcher started this process, found the way every volley program finds it: by joining

@@ -9,6 +9,7 @@ mod mpirun;
 mod multi;
 mod plot;
 mod run;
+mod tune;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,9 @@ enum Cmd {
     /// Measure ping-pong latency, throughput, message rate, cost-model parameters, overlap and
     /// idle cost, with kernel transports beside volley in the same run.
     Bench(bench::BenchArgs),
+    /// Measure where single copy beats the pipelined copy on this machine (hot and cold buffers,
+    /// in seconds) and write the profile every volley process reads at start.
+    Tune(tune::TuneArgs),
     /// Draw latency and throughput against message size from bench results (SVG or PNG).
     Plot(plot::PlotArgs),
     /// Convert NetPIPE output (np.out) into a volley result file.
@@ -77,6 +81,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Run(args) => run::run(args),
         Cmd::Bench(args) => bench::bench(args),
+        Cmd::Tune(args) => tune::tune(args),
         Cmd::Plot(args) => plot::plot(args),
         Cmd::ImportNetpipe(args) => plot::import_netpipe(args),
         Cmd::Mpicc { args } => mpicc::run(false, args),

@@ -359,3 +359,148 @@ fn send_with_writes_in_place_and_keeps_order() {
     assert!(out.contains("result: send_with received=70 ok"), "{out}");
     assert!(out.contains("send_with writes one ring record"), "{out}");
 }
+
+#[test]
+fn volley_tune_writes_the_profile_that_runs_use_and_a_bad_profile_is_ignored_with_a_warning() {
+    let dir = std::env::temp_dir().join(format!("volley-tune-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("cache");
+    let path = cache.join("volley").join("profile");
+    // Measured and written where volley looks by default ($XDG_CACHE_HOME/volley/profile).
+    let o = Command::new(VOLLEY)
+        .args([
+            "tune",
+            "--sizes",
+            "16K,256K",
+            "--budget-ms",
+            "5",
+            "--reps",
+            "1",
+        ])
+        .env_remove("VOLLEY_PROFILE")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        out.contains(&format!("profile written to {}", path.display())),
+        "{out}"
+    );
+    let tuned = volley::profile::Profile::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let sizes: Vec<usize> = tuned.points.iter().map(|p| p.size).collect();
+    assert_eq!(sizes, [16384, 262144]);
+    for p in &tuned.points {
+        for t in [
+            p.pipe_hot_us,
+            p.single_hot_us,
+            p.pipe_cold_us,
+            p.single_cold_us,
+        ] {
+            assert!(t > 0.0, "{p:?}");
+        }
+    }
+    assert_eq!(
+        (tuned.single_copy_min, tuned.single_copy_max),
+        volley::profile::choose_range(&tuned.points)
+    );
+    assert_eq!(
+        tuned.cpus, "0,1",
+        "volley run binds the two ranks to a core each"
+    );
+    // volley info names it and its figures.
+    let info = |env: &[(&str, &std::ffi::OsStr)]| {
+        let o = Command::new(VOLLEY)
+            .arg("info")
+            .env_remove("VOLLEY_PROFILE")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let shown = info(&[("XDG_CACHE_HOME", cache.as_os_str())]);
+    assert!(
+        shown.contains(&format!("profile         {}: made", path.display())),
+        "{shown}"
+    );
+    assert!(shown.contains("16384 B one-way: pipelined"), "{shown}");
+
+    // A job follows its profile: single copy from 4 KiB up to (not including) 1 MiB.
+    let mut window = tuned.clone();
+    window.single_copy_min = 4096;
+    window.single_copy_max = 1 << 20;
+    std::fs::write(&path, window.to_text()).unwrap();
+    let pingpong = [
+        "-n", "2", CHECK, "pingpong", "0", "4096", "65537", "1048579",
+    ];
+    let cache_env = cache.to_str().unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = common::volley_command(&pingpong, &[("VOLLEY_COUNTERS", "1")]);
+        c.env_remove("VOLLEY_PROFILE")
+            .env("XDG_CACHE_HOME", cache_env);
+        let o = c.envs(env.iter().copied()).output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{env:?}\n{out}\n{err}");
+        assert_eq!(out.matches(" ok").count(), 4, "{out}");
+        err
+    };
+    let err = run(&[]);
+    // 4096 and 65537 bytes by single copy, 1 MiB + 3 above the range through the ring: 3
+    // rounds x 2 directions each.
+    assert_eq!(counter(&err, "single_copy_sends"), 12, "{err}");
+    assert_eq!(counter(&err, "pipelined_sends"), 6, "{err}");
+    assert!(!err.contains("ignoring"), "{err}");
+    let shown = info(&[("XDG_CACHE_HOME", cache.as_os_str())]);
+    assert!(
+        shown.contains("messages of 4096 bytes up to 1048576 (not included) (from the profile)"),
+        "{shown}"
+    );
+    // The environment overrides the profile.
+    let err = run(&[("VOLLEY_SINGLE_COPY_THRESHOLD", "1073741824")]);
+    assert_eq!(counter(&err, "single_copy_sends"), 0, "{err}");
+    // ...and VOLLEY_PROFILE=none ignores it.
+    let err = run(&[("VOLLEY_PROFILE", "none")]);
+    assert_eq!(counter(&err, "single_copy_sends"), 0, "{err}");
+
+    // Corrupt, foreign, truncated or missing: the job runs on the defaults and the host says why
+    // once (not once per rank).
+    let foreign = window.to_text().replace(
+        &format!("cpu_model = \"{}\"", tuned.hardware.cpu_model),
+        "cpu_model = \"Imaginary CPU 9000\"",
+    );
+    let text_full = window.to_text();
+    let truncated = &text_full[..text_full.find("single_copy_min").unwrap()];
+    let future = text_full.replace("format = 1", "format = 7");
+    for (content, why) in [
+        (
+            &b"\x7fELF\x02\x01\x01 not a profile"[..],
+            "expected `key = value`",
+        ),
+        (&b"format = 1\n\xff\xfe"[..], "not text"),
+        (&b"single_copy_min = 4096\n"[..], "no `format` line"),
+        (foreign.as_bytes(), "made on another machine"),
+        (truncated.as_bytes(), "incomplete"),
+        (future.as_bytes(), "format 7"),
+    ] {
+        std::fs::write(&path, content).unwrap();
+        let err = run(&[]);
+        assert_eq!(
+            err.matches("ignoring the profile").count(),
+            1,
+            "{why}: {err}"
+        );
+        assert!(
+            err.contains(why) && err.contains("volley tune"),
+            "{why}: {err}"
+        );
+        assert_eq!(counter(&err, "single_copy_sends"), 0, "{why}: {err}");
+        let shown = info(&[("XDG_CACHE_HOME", cache.as_os_str())]);
+        assert!(shown.contains(why), "{why}: {shown}");
+    }
+    let missing = dir.join("no-such-profile");
+    let err = run(&[("VOLLEY_PROFILE", missing.to_str().unwrap())]);
+    assert!(err.contains("cannot read it"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

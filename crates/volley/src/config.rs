@@ -36,8 +36,15 @@ pub struct Config {
     pub print_counters: bool,
     /// Use single copy (process_vm_readv) where possible. VOLLEY_SINGLE_COPY = auto | off.
     pub single_copy: bool,
-    /// Messages of at least this many bytes go by single copy. VOLLEY_SINGLE_COPY_THRESHOLD.
+    /// Messages of at least this many bytes go by single copy. VOLLEY_SINGLE_COPY_THRESHOLD,
+    /// else the machine's profile (`volley tune`), else never.
     pub single_copy_threshold: usize,
+    /// ...and of fewer than this many (usize::MAX: no bound). VOLLEY_SINGLE_COPY_MAX, else the
+    /// profile's when the threshold came from it.
+    pub single_copy_max: usize,
+    /// The machine's transfer-mode profile: where it was looked for, what it holds, and why it
+    /// is ignored if it is (see `profile`).
+    pub profile: crate::profile::Loaded,
     /// Act as if the kernel refused process_vm_readv (for tests of the fallback).
     /// VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL=1.
     pub simulate_single_copy_refusal: bool,
@@ -49,7 +56,7 @@ pub struct Config {
     /// Largest message on a matched context sent eagerly inside a host; a larger one goes by
     /// rendezvous (see `engine::rendezvous`). VOLLEY_EAGER_BYTES.
     pub eager_bytes: usize,
-    /// Where each setting came from: (variable, value, "default" or "environment").
+    /// Where each setting came from: (variable, value, "default", "environment" or "profile").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
 
@@ -138,13 +145,35 @@ impl Config {
                 })
             }
         };
-        let single_copy_threshold =
-            env_usize("VOLLEY_SINGLE_COPY_THRESHOLD")?.unwrap_or(DEFAULT_SINGLE_COPY_THRESHOLD);
+        let profile = crate::profile::load();
+        let tuned = profile.profile.as_ref();
+        let env_threshold = env_usize("VOLLEY_SINGLE_COPY_THRESHOLD")?;
+        let (single_copy_threshold, threshold_source) = match (env_threshold, tuned) {
+            (Some(t), _) => (t, "environment"),
+            (None, Some(p)) => (p.single_copy_min, "profile"),
+            (None, None) => (DEFAULT_SINGLE_COPY_THRESHOLD, "default"),
+        };
+        let (single_copy_max, max_source) =
+            match (env_usize("VOLLEY_SINGLE_COPY_MAX")?, env_threshold, tuned) {
+                (Some(m), _, _) => (m, "environment"),
+                (None, None, Some(p)) => (p.single_copy_max, "profile"),
+                _ => (usize::MAX, "default"),
+            };
         if single_copy_threshold < 64 {
             return Err(InitError::Env {
                 var: "VOLLEY_SINGLE_COPY_THRESHOLD",
                 value: single_copy_threshold.to_string(),
                 why: "must be at least 64 (smaller messages always go inline)".into(),
+            });
+        }
+        if single_copy_max <= single_copy_threshold && single_copy_threshold != usize::MAX {
+            return Err(InitError::Env {
+                var: "VOLLEY_SINGLE_COPY_MAX",
+                value: single_copy_max.to_string(),
+                why: format!(
+                    "must be above the single-copy threshold ({single_copy_threshold}): messages \
+                     in [threshold, max) go by single copy"
+                ),
             });
         }
         let unexpected_bytes = env_usize("VOLLEY_UNEXPECTED_BYTES")?.unwrap_or(16 << 20);
@@ -198,12 +227,35 @@ impl Config {
             ),
             (
                 "VOLLEY_SINGLE_COPY_THRESHOLD",
-                if single_copy_threshold == usize::MAX {
-                    "never (measured: the ring pipeline is faster here)".into()
-                } else {
-                    single_copy_threshold.to_string()
+                match (single_copy_threshold, threshold_source) {
+                    (usize::MAX, "default") => {
+                        "never (no profile; on the development machine the ring pipeline won at every size)".into()
+                    }
+                    (usize::MAX, _) => "never".into(),
+                    (t, _) => t.to_string(),
                 },
-                source("VOLLEY_SINGLE_COPY_THRESHOLD"),
+                threshold_source,
+            ),
+            (
+                "VOLLEY_SINGLE_COPY_MAX",
+                if single_copy_max == usize::MAX {
+                    "none".into()
+                } else {
+                    single_copy_max.to_string()
+                },
+                max_source,
+            ),
+            (
+                crate::profile::ENV_PROFILE,
+                match (&profile.path, &profile.profile) {
+                    (Some(p), Some(_)) => p.display().to_string(),
+                    (Some(p), None) if profile.warning.is_some() => {
+                        format!("{} (ignored: see the warning)", p.display())
+                    }
+                    (Some(p), None) => format!("{} (none there: run volley tune)", p.display()),
+                    (None, _) => "none".into(),
+                },
+                source(crate::profile::ENV_PROFILE),
             ),
             (
                 "VOLLEY_UNEXPECTED_BYTES",
@@ -225,6 +277,8 @@ impl Config {
             print_counters,
             single_copy,
             single_copy_threshold,
+            single_copy_max,
+            profile,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
             progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
             unexpected_bytes,

@@ -36,6 +36,7 @@ mod modes;
 mod net;
 mod path;
 mod pmi;
+pub mod profile;
 mod progress;
 mod recv;
 mod request;

@@ -156,6 +156,11 @@ impl World {
             single_copy_off.is_none(),
             cfg.single_copy_threshold,
         );
+        eng.set_single_copy_range(cfg.single_copy_threshold, cfg.single_copy_max);
+        if let (Some(w), 0) = (&cfg.profile.warning, attached.info.local_rank) {
+            // Once per host, not once per rank.
+            eprintln!("{w}");
+        }
         eng.set_job(
             l2g.clone(),
             attached.info.is_multi_node(),
@@ -294,6 +299,15 @@ impl World {
     /// Why this process cannot use single copy, or None if it can.
     pub fn single_copy_unavailable(&self) -> Option<&str> {
         self.inner.single_copy_off.as_deref()
+    }
+
+    /// Changes which messages this process sends to ranks on its host by single copy: those of
+    /// `min` bytes or more and fewer than `max` (`usize::MAX`, `usize::MAX`: none). For
+    /// measurements that compare the modes in one job (`volley tune`); a program otherwise gets
+    /// its range from the environment or the machine's profile. Changes nothing where single copy
+    /// is unavailable.
+    pub fn set_single_copy_range(&self, min: usize, max: usize) {
+        self.eng().set_single_copy_range(min.max(64), max);
     }
 
     /// Largest message that travels as one record (lent in place by recv()).

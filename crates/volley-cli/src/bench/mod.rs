@@ -168,7 +168,7 @@ const C_PROBE: u64 = 9;
 const C_AFFINITY: u64 = 10;
 
 /// The one CPU this process is bound to, if it is bound to one (u64::MAX otherwise).
-fn pinned_cpu() -> u64 {
+pub(crate) fn pinned_cpu() -> u64 {
     match volley_sys::allowed_cpus()[..] {
         [c] => c as u64,
         _ => u64::MAX,
@@ -178,7 +178,7 @@ fn pinned_cpu() -> u64 {
 /// Where the two ranks run, in words: "0,1" when each is bound to one CPU (by `--cpus` here or
 /// by the launcher that started them: `volley run --cpus`, also across hosts), else what is
 /// known.
-fn placement_words(mine: u64, peer: u64) -> Option<String> {
+pub(crate) fn placement_words(mine: u64, peer: u64) -> Option<String> {
     let cpu = |c: u64| (c != u64::MAX).then(|| c.to_string());
     match (cpu(mine), cpu(peer)) {
         (Some(a), Some(b)) => Some(format!("{a},{b}")),
@@ -214,7 +214,7 @@ struct Bench {
 const COLD_POOL: usize = 256 << 20;
 
 /// The `k`-th region of `size` bytes in the cold pool, page-aligned, cycling through it.
-fn cold_region(pool_len: usize, size: usize, k: u64) -> std::ops::Range<usize> {
+pub(crate) fn cold_region(pool_len: usize, size: usize, k: u64) -> std::ops::Range<usize> {
     let stride = size.max(1).next_multiple_of(4096);
     let slots = (pool_len / stride).max(1);
     let start = (k as usize % slots) * stride;
@@ -267,7 +267,7 @@ pub fn bench(args: BenchArgs) -> i32 {
         None => Vec::new(),
     };
     if std::env::var_os(volley::launch::ENV_RANK).is_none() {
-        return relaunch(&args);
+        return relaunch_two(args.cpus.as_deref());
     }
     match run(args, sizes, vs) {
         Ok(()) => 0,
@@ -278,25 +278,26 @@ pub fn bench(args: BenchArgs) -> i32 {
     }
 }
 
-/// Started by hand: start the two ranks through `volley run`, with this same command line.
-fn relaunch(args: &BenchArgs) -> i32 {
+/// Started by hand: start the two ranks through `volley run` (on `cpus` if given), with this
+/// same command line (`volley bench`, `volley tune`).
+pub(crate) fn relaunch_two(cpus: Option<&str>) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("volley bench: cannot find my own executable: {e}");
+            eprintln!("volley: cannot find my own executable: {e}");
             return 1;
         }
     };
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["run", "-n", "2"]);
-    if let Some(c) = &args.cpus {
+    if let Some(c) = cpus {
         cmd.args(["--cpus", c]);
     }
     cmd.arg("--").arg(&exe).args(std::env::args_os().skip(1));
     match cmd.status() {
         Ok(s) => s.code().unwrap_or(1),
         Err(e) => {
-            eprintln!("volley bench: cannot start the ranks: {e}");
+            eprintln!("volley: cannot start the ranks through volley run: {e}");
             1
         }
     }

@@ -101,21 +101,12 @@ impl Placement {
 
 impl Machine {
     pub fn this() -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        // The same identity a machine's profile is checked against (`volley tune`).
+        let hw = volley::profile::Hardware::this();
         Machine {
-            cpu_model: cpuinfo
-                .lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-                .unwrap_or_else(|| "unknown".into()),
-            // Counted from /proc/cpuinfo: this process may be pinned to one of them.
-            cores: cpuinfo
-                .lines()
-                .filter(|l| l.starts_with("processor"))
-                .count()
-                .max(1),
-            kernel: read_trim("/proc/sys/kernel/osrelease"),
+            cpu_model: hw.cpu_model,
+            cores: hw.cpus,
+            kernel: hw.kernel,
             hostname: read_trim("/proc/sys/kernel/hostname"),
         }
     }

@@ -193,7 +193,9 @@ pub(crate) struct Engine {
     spare: Option<Vec<u8>>,
     /// This process can use single copy (as sender and receiver).
     single_copy: bool,
+    /// Messages in [single_copy_threshold, single_copy_max) go by single copy.
     single_copy_threshold: usize,
+    single_copy_max: usize,
     /// The progress thread, when this process started one.
     progress: Option<crate::progress::ProgressThread>,
     /// The job rank of each local rank (the rings are indexed by local rank).
@@ -532,6 +534,7 @@ impl Engine {
             spare: None,
             single_copy,
             single_copy_threshold,
+            single_copy_max: usize::MAX,
             progress: None,
             l2g: (0..n).collect(),
             multi_node: false,
@@ -554,12 +557,19 @@ impl Engine {
         }
     }
 
-    /// Whether a message of `len` bytes to `dst` goes by single copy: large enough, both sides
+    /// Which messages this process sends by single copy: `len` in `[min, max)`.
+    pub fn set_single_copy_range(&mut self, min: usize, max: usize) {
+        self.single_copy_threshold = min;
+        self.single_copy_max = max;
+    }
+
+    /// Whether a message of `len` bytes to `dst` goes by single copy: in the range, both sides
     /// able, and not to ourselves (a blocking send to ourselves could never be read).
     #[inline]
     pub fn use_single_copy(&self, dst: usize, len: usize) -> bool {
         self.single_copy
             && len >= self.single_copy_threshold
+            && len < self.single_copy_max
             && dst != self.me
             && self.seg.can_single_copy(dst)
     }
