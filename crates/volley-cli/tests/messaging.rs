@@ -369,3 +369,71 @@ fn alltoall_of_64_ranks_where_early_finishers_leave_fragments_behind() {
     let out = ok(volley(&["-n", "64", CHECK, "alltoall", "10"], &[]));
     assert_eq!(values(&out, "received"), vec!["640"; 64], "{out}");
 }
+
+/// Issue 14, point 1: with many local peers a receive looks only at the rings the ready summary
+/// marks. Forced on with few ranks (every kind of traffic: ports, wildcards and matching,
+/// unexpected messages drained out of full rings, rendezvous, active ports, a ring to itself)
+/// and left to decide at 64 ranks (on) and 2 (off), every message arrives and is checked; at 64
+/// ranks a ping-pong beside 62 sleeping ranks completes with the summary on and off.
+#[test]
+fn receives_through_the_ready_summary_lose_nothing() {
+    let on = [("VOLLEY_SHM_SUMMARY", "on")];
+    let out = ok(volley(&["-n", "4", CHECK, "alltoall", "40"], &on));
+    assert_eq!(values(&out, "received"), vec!["160"; 4], "{out}");
+    let out = ok(volley(&["-n", "3", CHECK, "match", "200"], &on));
+    assert!(out.contains("result: match received=400 ok"), "{out}");
+    // Small rings: receivers drain unexpected messages out of full rings (the look at every
+    // ring while drained messages wait), and a rendezvous.
+    let small = [
+        ("VOLLEY_SHM_SUMMARY", "on"),
+        ("VOLLEY_SHM_RING_BYTES", "16384"),
+    ];
+    let out = ok(volley(&["-n", "3", CHECK, "unexpected", "3000"], &small));
+    assert!(
+        out.contains("result: unexpected received=6002 drained="),
+        "{out}"
+    );
+    assert!(!out.contains("drained=0 "), "nothing was drained: {out}");
+    let out = ok(volley(
+        &["-n", "2", CHECK, "unexpected", "300", "rendezvous"],
+        &on,
+    ));
+    assert!(out.contains("result: unexpected received=301"), "{out}");
+    let out = ok(volley(&["-n", "4", CHECK, "active", "100"], &on));
+    assert!(out.contains("result: active handled=300 ok"), "{out}");
+    let out = ok(volley(&["-n", "2", CHECK, "ports"], &on));
+    assert!(out.contains("result: ports ok"), "{out}");
+    let out = ok(volley(&["-n", "2", CHECK, "self"], &on));
+    assert_eq!(out.matches("result: self ok").count(), 2, "{out}");
+    // A ring of sleepers wakes through the full look before sleeping.
+    let out = ok(volley(
+        &["-n", "12", CHECK, "ring", "20"],
+        &[("VOLLEY_WAIT", "block")],
+    ));
+    assert!(out.contains("result: ring laps=20 token=1320 ok"), "{out}");
+    for summary in ["auto", "off", "on"] {
+        let out = ok(volley(
+            &["-n", "64", CHECK, "crowd", "2000"],
+            &[("VOLLEY_SHM_SUMMARY", summary)],
+        ));
+        assert!(
+            out.contains("result: crowd ranks=64 one_way_us="),
+            "{summary}: {out}"
+        );
+        // Rank 0 reports the pair, each of the 62 sleepers that it was told done.
+        assert_eq!(out.matches(" ok").count(), 63, "{summary}: {out}");
+    }
+    let o = std::process::Command::new(common::VOLLEY)
+        .arg("run")
+        .args(["-n", "2", CHECK, "self"])
+        .env("VOLLEY_SHM_SUMMARY", "sometimes")
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success()
+            && err.contains("VOLLEY_SHM_SUMMARY")
+            && err.contains("auto, on or off"),
+        "{err}"
+    );
+}

@@ -133,6 +133,27 @@ impl Segment {
         self.rank(me).armed.store(0, Ordering::Relaxed);
     }
 
+    /// After rank `src` published records for `dst`: marks the ring `src -> dst` in `dst`'s
+    /// ready summary, and says whether `dst` asked to be woken (clearing its flag, so that of
+    /// several senders one rings its eventfd).
+    #[inline]
+    pub fn published(&self, src: usize, dst: usize) -> bool {
+        // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm` (the record's publication
+        // before the read of the armed flag) and with the one in `clear_ready` (before the read
+        // of the summary bit: either the receiver's re-check after clearing sees the record, or
+        // this sees the cleared bit and sets it again).
+        fence(Ordering::SeqCst);
+        let w = self.summary_word(dst, src / 64);
+        let bit = 1u64 << (src % 64);
+        // Relaxed load first: while the receiver has not cleared the bit (it keeps it while the
+        // ring holds anything), the line stays shared and a sender pays no write for it.
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            // SYNC: Release; pairs with the Acquire in `ready_word` (the record before the bit).
+            w.fetch_or(bit, Ordering::Release);
+        }
+        self.wants_wake_fenced(dst)
+    }
+
     /// After publishing records for `dst`: whether `dst` asked to be woken. Clears its flag, so
     /// that of several senders one rings its eventfd.
     #[inline]
@@ -140,6 +161,39 @@ impl Segment {
         // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`: it orders the record's
         // publication before the read of the flag.
         fence(Ordering::SeqCst);
+        self.wants_wake_fenced(dst)
+    }
+
+    /// Word `k` of receiver `me`'s ready summary: bit `s % 64` set means the ring from source
+    /// `k * 64 + s % 64` may hold records `me` has not looked at.
+    #[inline]
+    pub fn ready_word(&self, me: usize, k: usize) -> u64 {
+        // SYNC: Acquire; pairs with the Release fetch_or in `published`.
+        self.summary_word(me, k).load(Ordering::Acquire)
+    }
+
+    /// Receiver `me` found the ring from `src` holding nothing unread: clears its bit. The
+    /// caller must look at that ring once more afterwards (a record published meanwhile either
+    /// shows there, or its sender saw the cleared bit and set it again).
+    #[inline]
+    pub fn clear_ready(&self, me: usize, src: usize) {
+        self.summary_word(me, src / 64)
+            .fetch_and(!(1u64 << (src % 64)), Ordering::Relaxed);
+        // SYNC: SeqCst fence; pairs with the fence in `published`: the clearing before the
+        // caller's re-check of the ring.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Marks the ring from `src` in receiver `me`'s summary again (it found a record there
+    /// after clearing the mark).
+    #[inline]
+    pub fn mark_ready(&self, me: usize, src: usize) {
+        self.summary_word(me, src / 64)
+            .fetch_or(1u64 << (src % 64), Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn wants_wake_fenced(&self, dst: usize) -> bool {
         let b = self.rank(dst);
         // SYNC: AcqRel swap; pairs with the swap in `arm` (only one sender wins the 1).
         b.armed.load(Ordering::Relaxed) != 0 && b.armed.swap(0, Ordering::AcqRel) == 1

@@ -19,7 +19,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 7: RANK_VANISHED (a rank whose process ended unseen by any volley launcher).
 /// 8: parked records.
 /// 9: collective slots (`coll`) between the rank blocks and the rings.
-pub const VERSION: u32 = 9;
+/// 10: a ready summary per rank (`summary_offset`): a bit per source rank, set by a sender after
+///     it publishes into the ring from that source, so that a receiver with many local peers
+///     looks only at rings that may hold something.
+pub const VERSION: u32 = 10;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;
@@ -125,6 +128,9 @@ pub struct Layout {
     pub ring_slots: usize,
     pub max_record_slots: usize,
     pub ranks_offset: usize,
+    /// Ready summaries: per rank, `summary_stride` bytes holding ceil(nranks / 64) words.
+    pub summary_offset: usize,
+    pub summary_stride: usize,
     /// Collective slots: COLL_SLOTS per rank, COLL_SLOT_BYTES each.
     pub coll_offset: usize,
     pub rings_offset: usize,
@@ -135,7 +141,11 @@ pub struct Layout {
 impl Layout {
     pub fn new(p: &SegmentParams) -> Layout {
         let ranks_offset = size_of::<JobHeader>();
-        let coll_offset = (ranks_offset + p.nranks * size_of::<RankBlock>()).next_multiple_of(4096);
+        let summary_offset = ranks_offset + p.nranks * size_of::<RankBlock>();
+        // Each receiver's words on lines of their own: senders to one rank never write the line
+        // another rank polls.
+        let summary_stride = (p.nranks.div_ceil(64) * 8).next_multiple_of(128);
+        let coll_offset = (summary_offset + p.nranks * summary_stride).next_multiple_of(4096);
         let rings_offset =
             (coll_offset + p.nranks * COLL_SLOTS * COLL_SLOT_BYTES).next_multiple_of(4096);
         let ring_stride = (size_of::<RingCtrl>() + p.ring_slots * SLOT).next_multiple_of(4096);
@@ -145,6 +155,8 @@ impl Layout {
             ring_slots: p.ring_slots,
             max_record_slots: p.max_record_slots,
             ranks_offset,
+            summary_offset,
+            summary_stride,
             coll_offset,
             rings_offset,
             ring_stride,
@@ -160,6 +172,8 @@ impl Layout {
             ring_slots,
             max_record_slots: 1,
             ranks_offset: 0,
+            summary_offset: 0,
+            summary_stride: 0,
             coll_offset: 0,
             rings_offset: 0,
             ring_stride: 0,
@@ -169,6 +183,13 @@ impl Layout {
 
     pub fn rank_offset(&self, rank: usize) -> usize {
         self.ranks_offset + rank * size_of::<RankBlock>()
+    }
+
+    /// Word `k` of the ready summary of receiver `rank` (bit `s % 64` of word `s / 64` stands
+    /// for the ring from source `s`).
+    pub fn summary_word_offset(&self, rank: usize, k: usize) -> usize {
+        assert!(rank < self.nranks && k < self.nranks.div_ceil(64));
+        self.summary_offset + rank * self.summary_stride + k * 8
     }
 
     /// Collective slot `slot` of `rank`.

@@ -197,6 +197,20 @@ impl Segment {
         unsafe { &*(self.map.as_ptr().add(self.layout.rank_offset(rank)) as *const RankBlock) }
     }
 
+    /// Word `k` of the ready summary of receiver `rank` (see `control`).
+    #[inline]
+    pub(crate) fn summary_word(&self, rank: usize, k: usize) -> &std::sync::atomic::AtomicU64 {
+        let off = self.layout.summary_word_offset(rank, k);
+        // SAFETY: the offset lies inside the mapping (Layout), 8-aligned (128-byte rows of u64
+        // words after 1024-byte rank blocks); AtomicU64 has no invalid bit patterns.
+        unsafe { &*(self.map.as_ptr().add(off) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Words in each receiver's ready summary.
+    pub fn summary_words(&self) -> usize {
+        self.layout.nranks.div_ceil(64)
+    }
+
     /// The producer end of the ring carrying messages from `src` to `dst`. Only the process of
     /// rank `src` may hold it, and only one at a time (single producer).
     pub fn producer(self: &Arc<Self>, src: usize, dst: usize) -> Producer {

@@ -743,6 +743,14 @@ impl Consumer {
         end.saturating_sub(self.tail) + need > self.cap
     }
 
+    /// Whether the ring holds no record that nobody has taken yet (what a scan could still
+    /// offer): a receiver's ready summary may then forget the ring.
+    #[inline]
+    pub fn nothing_unread(&mut self) -> Result<bool, Corrupt> {
+        self.advance_read()?;
+        Ok(self.at(self.read)?.is_none())
+    }
+
     /// The first record not yet taken, if the producer has published one. Does not take it.
     #[inline]
     pub fn peek(&mut self) -> Result<Option<RecordInfo>, Corrupt> {

@@ -56,6 +56,10 @@ pub struct Config {
     /// Largest message on a matched context sent eagerly inside a host; a larger one goes by
     /// rendezvous (see `engine::rendezvous`). VOLLEY_EAGER_BYTES.
     pub eager_bytes: usize,
+    /// Whether receives find their messages through the ready summary instead of looking at
+    /// every local peer's ring: None lets the rank count decide (more than 8 local ranks).
+    /// VOLLEY_SHM_SUMMARY = auto | on | off.
+    pub summary: Option<bool>,
     /// Where each setting came from: (variable, value, "default", "environment" or "profile").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
@@ -176,6 +180,18 @@ impl Config {
                 ),
             });
         }
+        let summary = match std::env::var("VOLLEY_SHM_SUMMARY").ok().as_deref() {
+            None | Some("") | Some("auto") => None,
+            Some("on") | Some("1") => Some(true),
+            Some("off") | Some("0") => Some(false),
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_SHM_SUMMARY",
+                    value: other.to_string(),
+                    why: "must be auto, on or off".into(),
+                })
+            }
+        };
         let unexpected_bytes = env_usize("VOLLEY_UNEXPECTED_BYTES")?.unwrap_or(16 << 20);
         let eager_bytes = env_usize("VOLLEY_EAGER_BYTES")?.unwrap_or(DEFAULT_EAGER);
         let source = |v: &str| {
@@ -211,6 +227,15 @@ impl Config {
                 "VOLLEY_SHM_RECORD_BYTES",
                 record_bytes.to_string(),
                 source("VOLLEY_SHM_RECORD_BYTES"),
+            ),
+            (
+                "VOLLEY_SHM_SUMMARY",
+                match summary {
+                    None => format!("auto (on above {} local ranks)", crate::engine::SUMMARY_FROM),
+                    Some(true) => "on".into(),
+                    Some(false) => "off".into(),
+                },
+                source("VOLLEY_SHM_SUMMARY"),
             ),
             (
                 "VOLLEY_SHM_DIR",
@@ -279,6 +304,7 @@ impl Config {
             single_copy_threshold,
             single_copy_max,
             profile,
+            summary,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
             progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
             unexpected_bytes,

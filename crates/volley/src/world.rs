@@ -157,6 +157,9 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.set_single_copy_range(cfg.single_copy_threshold, cfg.single_copy_max);
+        if let Some(on) = cfg.summary {
+            eng.set_summary(on);
+        }
         if let (Some(w), 0) = (&cfg.profile.warning, attached.info.local_rank) {
             // Once per host, not once per rank.
             eprintln!("{w}");

@@ -285,6 +285,57 @@ fn stream_for(w: &World, ms: u64, size: usize) -> R {
 /// rank reports the memory it holds of its own (private pages, from /proc/self/smaps_rollup) and
 /// rank 0 the size of the job's shared segment as mapped (/proc/self/maps, the mapping named
 /// after the job's token): what a job of this many ranks costs the host.
+/// Ranks 0 and 1 ping-pong 8-byte messages on their own port while every other rank sleeps on
+/// another port until rank 0 says done: what a receive costs with many local peers (issue 14,
+/// point 1). Prints the median one-way time of 5 batches; checks every message.
+fn crowd(w: &World, iters: u64) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let ep = w.open(3)?;
+    let done = w.open(4)?;
+    if me >= 2 {
+        done.set_wait_mode(volley::WaitMode::Block);
+        let m = done.recv()?;
+        if m.len() != 1 {
+            return Err("a done message of the wrong size".into());
+        }
+        println!("result: crowd rank={me} ok");
+        return Ok(());
+    }
+    let peer = 1 - me;
+    let mut batches = Vec::new();
+    let mut buf = [0u8; 8];
+    for b in 0..6u64 {
+        let t0 = std::time::Instant::now();
+        for i in 0..iters {
+            let v = b * iters + i;
+            if me == 0 {
+                ep.send_to(peer, 3, &v.to_le_bytes())?;
+                ep.recv_into(&mut buf)?;
+            } else {
+                ep.recv_into(&mut buf)?;
+                ep.send_to(peer, 3, &buf)?;
+            }
+            if u64::from_le_bytes(buf) != v {
+                return Err(format!("message {v} arrived as {}", u64::from_le_bytes(buf)).into());
+            }
+        }
+        if b > 0 {
+            batches.push(t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64);
+        }
+    }
+    batches.sort_by(|a, b| a.total_cmp(b));
+    if me == 0 {
+        for r in 2..n {
+            done.send_to(r, 4, &[1])?;
+        }
+        println!(
+            "result: crowd ranks={n} one_way_us={:.3} ok",
+            batches[batches.len() / 2]
+        );
+    }
+    Ok(())
+}
+
 fn ring_and_memory(w: &World, laps: u64) -> R {
     let (me, n) = (w.rank(), w.size());
     let ep = w.open(2)?;
@@ -1498,6 +1549,7 @@ fn main() {
         }
         Some("alltoall") => alltoall(&world, num(1, 100)),
         Some("ring") => ring_and_memory(&world, num(1, 10)),
+        Some("crowd") => crowd(&world, num(1, 20000)),
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),

@@ -193,6 +193,9 @@ pub(crate) struct Engine {
     spare: Option<Vec<u8>>,
     /// This process can use single copy (as sender and receiver).
     single_copy: bool,
+    /// Receives look only at the rings the ready summary marks (see `ready_sources`), not at
+    /// every local peer's.
+    summary: bool,
     /// Messages in [single_copy_threshold, single_copy_max) go by single copy.
     single_copy_threshold: usize,
     single_copy_max: usize,
@@ -207,6 +210,8 @@ pub(crate) struct Engine {
     /// `unexpected`.
     drained: Vec<VecDeque<unexpected::Drained>>,
     drained_bytes: usize,
+    /// Messages in `drained`, all sources together.
+    ndrained: usize,
     drain_budget: usize,
     /// Contexts received through the matcher: only their messages are drained (a
     /// Directed-Point port reads its ring in arrival order).
@@ -535,11 +540,13 @@ impl Engine {
             single_copy,
             single_copy_threshold,
             single_copy_max: usize::MAX,
+            summary: n > SUMMARY_FROM,
             progress: None,
             l2g: (0..n).collect(),
             multi_node: false,
             drained: (0..n).map(|_| VecDeque::new()).collect(),
             drained_bytes: 0,
+            ndrained: 0,
             drain_budget: 16 << 20,
             matched_contexts: Vec::new(),
             drain_pool: Vec::new(),
@@ -555,6 +562,12 @@ impl Engine {
             eager: crate::config::DEFAULT_EAGER,
             lent_rdv: vec![None; n],
         }
+    }
+
+    /// Whether receives look only at the rings the ready summary marks (the default above
+    /// `SUMMARY_FROM` local ranks).
+    pub fn set_summary(&mut self, on: bool) {
+        self.summary = on;
     }
 
     /// Which messages this process sends by single copy: `len` in `[min, max)`.
@@ -863,33 +876,104 @@ impl Engine {
         // ports (and so the answer) does.
         let key =
             (port as u128) | ((dispatch_active as u128) << 32) | ((self.ports_gen as u128) << 33);
-        for i in 0..self.n {
-            let src = (self.rr + i) % self.n;
-            let ports = &self.ports;
-            let found = self.rx[src].scan(key, |r| {
+        let found = self.ready_sources(|e, src| {
+            let ports = &e.ports;
+            let found = e.rx[src].scan(key, |r| {
                 r.context == port
                     || (dispatch_active
                         && ports
                             .iter()
                             .any(|(p, k)| *p == r.context && *k == PortKind::Active))
             });
-            let info = match found {
-                Ok(Some(info)) => info,
-                Ok(None) => continue,
-                Err(e) => {
-                    return Err(RecvError::Corrupt {
-                        rank: self.l2g[src],
-                        why: e.0,
-                    })
-                }
-            };
-            if info.context == port {
-                self.rr = (src + 1) % self.n;
-                return Ok(Poll::Found(src, info));
+            match found {
+                Ok(Some(info)) => Some(Ok((src, info))),
+                Ok(None) => e.forget_if_empty(src).err().map(Err),
+                Err(err) => Some(Err(e.corrupt(src, err))),
             }
-            return Ok(Poll::Active(src, info));
+        });
+        match found {
+            None => Ok(Poll::Nothing),
+            Some(Err(e)) => Err(e),
+            Some(Ok((src, info))) if info.context == port => {
+                self.rr = (src + 1) % self.n;
+                Ok(Poll::Found(src, info))
+            }
+            Some(Ok((src, info))) => Ok(Poll::Active(src, info)),
         }
-        Ok(Poll::Nothing)
+    }
+
+    /// Calls `f` with each source whose ring may hold records, round-robin from `self.rr`, until
+    /// it returns something. With more than `SUMMARY_FROM` local ranks those are the sources
+    /// marked in this rank's ready summary (senders mark after publishing; `forget_if_empty`
+    /// unmarks), so a receive costs the same at 256 local ranks as at 2; otherwise, about to
+    /// sleep (the re-check after arming must see every ring), or with unexpected messages drained
+    /// out of their rings, every source.
+    #[inline]
+    fn ready_sources<R>(
+        &mut self,
+        mut f: impl FnMut(&mut Engine, usize) -> Option<R>,
+    ) -> Option<R> {
+        let n = self.n;
+        if !self.summary || self.armed || self.ndrained > 0 {
+            for i in 0..n {
+                if let Some(r) = f(self, (self.rr + i) % n) {
+                    return Some(r);
+                }
+            }
+            return None;
+        }
+        let words = self.seg.summary_words();
+        let (first, low) = (self.rr / 64, self.rr % 64);
+        // Word `first` from bit `low` on, the other words, then word `first` below `low`.
+        for j in 0..=words {
+            let k = (first + j) % words;
+            let mut w = self.seg.ready_word(self.me, k);
+            if j == 0 {
+                w &= !0u64 << low;
+            } else if j == words {
+                w &= (1u64 << low) - 1;
+            }
+            while w != 0 {
+                let src = k * 64 + w.trailing_zeros() as usize;
+                w &= w - 1;
+                if let Some(r) = f(self, src) {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    /// After a scan of the ring from `src` found nothing wanted: if the ring holds nothing
+    /// unread at all, unmark it in the ready summary and look once more (a record published
+    /// meanwhile shows then, or its sender marks the ring again). A record found by that second
+    /// look stays for the next poll, which the mark makes look here.
+    #[inline]
+    fn forget_if_empty(&mut self, src: usize) -> Result<(), RecvError> {
+        if !self.summary {
+            return Ok(());
+        }
+        let empty = self.rx[src]
+            .nothing_unread()
+            .map_err(|e| self.corrupt(src, e))?;
+        if empty {
+            self.seg.clear_ready(self.me, src);
+            let still = self.rx[src]
+                .nothing_unread()
+                .map_err(|e| self.corrupt(src, e))?;
+            if !still {
+                self.seg.mark_ready(self.me, src);
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn corrupt(&self, src: usize, e: volley_shm::Corrupt) -> RecvError {
+        RecvError::Corrupt {
+            rank: self.l2g[src],
+            why: e.0,
+        }
     }
 
     /// The first message from ring `ring` (None: every ring, round-robin) whose envelope `pat`
@@ -901,51 +985,52 @@ impl Engine {
         ring: Option<usize>,
     ) -> Result<Option<(usize, Hit)>, RecvError> {
         let key = pat.scan_key(true);
-        let (first, count) = match ring {
-            Some(li) => (li, 1),
-            None => (self.rr, self.n),
-        };
-        for i in 0..count {
-            let src = (first + i) % self.n;
-            if !self.drained[src].is_empty() {
-                if let Some(k) = self.drained[src]
-                    .iter()
-                    .position(|d| d.context == pat.context && pat.accepts_tag(d.tag))
-                {
-                    if count > 1 {
-                        self.rr = (src + 1) % self.n;
-                    }
-                    return Ok(Some((src, Hit::Drained(k))));
-                }
-            }
-            let found = self.rx[src].scan(key, |r| {
-                r.context == pat.context
-                    && pat.accepts_tag(r.tag)
-                    && matches!(r.kind, Kind::Whole | Kind::First | Kind::Rndv | Kind::Rts)
-            });
-            match found {
-                Ok(Some(info)) => {
-                    if count > 1 {
-                        self.rr = (src + 1) % self.n;
-                    }
-                    return Ok(Some((src, Hit::Ring(info))));
-                }
-                Ok(None) => {
-                    if self.rx[src].looks_full()
-                        || self.drained[src].back().is_some_and(|d| d.open.is_some())
-                    {
-                        self.drain(src)?;
-                    }
-                }
-                Err(e) => {
-                    return Err(RecvError::Corrupt {
-                        rank: self.l2g[src],
-                        why: e.0,
-                    })
-                }
+        if let Some(src) = ring {
+            return Ok(self.match_in(pat, key, src)?.map(|h| (src, h)));
+        }
+        let found = self.ready_sources(|e, src| match e.match_in(pat, key, src) {
+            Ok(Some(hit)) => Some(Ok((src, hit))),
+            Ok(None) => e.forget_if_empty(src).err().map(Err),
+            Err(err) => Some(Err(err)),
+        });
+        match found {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok((src, hit))) => {
+                self.rr = (src + 1) % self.n;
+                Ok(Some((src, hit)))
             }
         }
-        Ok(None)
+    }
+
+    /// `poll_match` in the messages of one source.
+    #[inline]
+    fn match_in(&mut self, pat: &Pattern, key: u128, src: usize) -> Result<Option<Hit>, RecvError> {
+        if !self.drained[src].is_empty() {
+            if let Some(k) = self.drained[src]
+                .iter()
+                .position(|d| d.context == pat.context && pat.accepts_tag(d.tag))
+            {
+                return Ok(Some(Hit::Drained(k)));
+            }
+        }
+        let found = self.rx[src].scan(key, |r| {
+            r.context == pat.context
+                && pat.accepts_tag(r.tag)
+                && matches!(r.kind, Kind::Whole | Kind::First | Kind::Rndv | Kind::Rts)
+        });
+        match found {
+            Ok(Some(info)) => Ok(Some(Hit::Ring(info))),
+            Ok(None) => {
+                if self.rx[src].looks_full()
+                    || self.drained[src].back().is_some_and(|d| d.open.is_some())
+                {
+                    self.drain(src)?;
+                }
+                Ok(None)
+            }
+            Err(e) => Err(self.corrupt(src, e)),
+        }
     }
 
     /// The next record for `port` in the ring from `src` after position `after` (the next
@@ -1117,7 +1202,13 @@ pub(crate) fn push_records(
     p.done
 }
 
-/// Wakes `dst` if it said it is asleep (the handshake is `Segment::arm` / `wants_wake`).
+/// With more local ranks than this, receives find their messages through the ready summary
+/// instead of looking at every peer's ring (`Engine::ready_sources`). At 8 or fewer the scan of
+/// every ring costs less than the summary's extra cache line per message.
+pub const SUMMARY_FROM: usize = 8;
+
+/// After publishing records for `dst`: marks the ring in `dst`'s ready summary and wakes `dst`
+/// if it said it is asleep (the handshake is `Segment::arm` / `published`).
 #[inline]
 pub(crate) fn ring_doorbell_of(
     seg: &Segment,
@@ -1126,11 +1217,10 @@ pub(crate) fn ring_doorbell_of(
     dst: usize,
     counters: &mut Counters,
 ) {
-    if dst == me {
-        return;
-    }
-    // The handshake with the receiver's arm-then-recheck: Segment::wants_wake.
-    if seg.wants_wake(dst) {
+    // The handshake with the receiver's arm-then-recheck, and the mark in its ready summary:
+    // Segment::published. Also for ourselves (a ring to ourselves is read through the summary
+    // too); only a progress thread's publication can find us armed then, and wakes us.
+    if seg.published(me, dst) {
         doorbells[dst].notify();
         counters.add(Counter::DoorbellsRung, 1);
     }

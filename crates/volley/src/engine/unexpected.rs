@@ -105,6 +105,7 @@ impl Engine {
                 let rts = self.take_rts(src, &info)?;
                 self.drained_bytes += super::rendezvous::RTS_COST;
                 self.counters.add(Counter::Drained, 1);
+                self.ndrained += 1;
                 self.drained[src].push_back(Drained {
                     context: info.context,
                     tag: info.tag,
@@ -140,6 +141,7 @@ impl Engine {
             };
             self.drained_bytes += total;
             self.counters.add(Counter::Drained, 1);
+            self.ndrained += 1;
             self.drained[src].push_back(Drained {
                 context: info.context,
                 tag: info.tag,
@@ -156,6 +158,7 @@ impl Engine {
     pub fn take_drained(&mut self, src: usize, k: usize) -> Drained {
         let d = self.drained[src].remove(k).expect("index from poll_match");
         self.drained_bytes -= d.cost;
+        self.ndrained -= 1;
         d
     }
 
