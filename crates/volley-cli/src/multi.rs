@@ -610,8 +610,10 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        // Only when a child has ended (see run.rs).
+        let ended = volley_sys::ended_child().is_some();
         for (li, (g, c, f)) in children.iter_mut().enumerate() {
-            if f.is_some() {
+            if f.is_some() || !ended {
                 continue;
             }
             if let Ok(Some(st)) = c.try_wait() {

@@ -353,6 +353,27 @@ pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// A child of this process that has ended and is waiting to be reaped, without reaping it
+/// (waitid with WNOWAIT): its pid, or None when no child has ended. Lets a launcher of many
+/// ranks reap only the one that ended instead of asking each child in turn.
+pub fn ended_child() -> Option<u32> {
+    // SAFETY: siginfo_t is plain data; all-zero is a valid value for the kernel to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain syscall writing into `info`, which lives across the call.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid, si_pid is the union member the kernel filled (0 when
+    // no child was waitable).
+    let pid = unsafe { info.si_pid() };
+    (r == 0 && pid > 0).then_some(pid as u32)
+}
+
 /// Sends `sig` to process `pid`.
 pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: plain syscall.
