@@ -174,10 +174,26 @@ fn volley_info_lists_the_collective_algorithms_by_size() {
         g6.contains("ring from 0 B") && !g6.contains("recursive"),
         "{g6}"
     );
-    let t8 = line(&out, "alltoall", "8 ranks");
+    let t8 = line(&out, "alltoall", "8 ranks, several hosts");
     assert!(
         t8.contains("bruck from 0 B") && t8.contains("linear from 257 B"),
         "{t8}"
+    );
+    // In the segment while a rank's blocks for every rank fit its slot (4 KiB / 8).
+    let t8 = line(&out, "alltoall", "8 ranks, one host");
+    assert!(
+        t8.contains("shm from 0 B") && t8.contains("linear from 513 B"),
+        "{t8}"
+    );
+    let g8 = line(&out, "gather", "8 ranks, one host");
+    assert!(
+        g8.contains("shm from 0 B") && g8.contains("linear from 4097 B"),
+        "{g8}"
+    );
+    let s8 = line(&out, "scatter", "8 ranks, one host");
+    assert!(
+        s8.contains("shm from 0 B") && s8.contains("linear from 513 B"),
+        "{s8}"
     );
     let barrier = line(&out, "barrier", "4 ranks, one host");
     assert!(barrier.contains("shm from 0 B"), "{barrier}");

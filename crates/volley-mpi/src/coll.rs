@@ -421,6 +421,196 @@ fn allgather_shm(
     Ok(true)
 }
 
+/// MPI_Gather in the segment: every rank's block written once into its slot, read by the root
+/// into its place; false when it runs as messages.
+#[allow(clippy::too_many_arguments)]
+fn gather_shm(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<bool> {
+    let Some((c, _)) = shm_args(comm, None)? else {
+        return Ok(false);
+    };
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let place = is_root && in_place(sendbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, !place, is_root)?;
+    let rn = if is_root { count(recvcount)? } else { 0 };
+    let (len, mut mine) = match &st_ {
+        Some(st) => {
+            let sn = count(sendcount)?;
+            (sn * st.size, Bytes::of(st, sendbuf, sn, true))
+        }
+        None => {
+            // MPI_IN_PLACE: the root's block is already in place in recvbuf.
+            let t = rt_.as_ref().expect("the root's receive type");
+            let p = at(recvbuf, (root * rn) as isize, t);
+            (rn * t.size, Bytes::Packed(packed(t, p, rn)))
+        }
+    };
+    if let Some(t) = &rt_ {
+        if rn * t.size != len {
+            return Err(fail(
+                class::TRUNCATE,
+                format!(
+                    "MPI_Gather: the root receives {} bytes per rank, this rank sends {len}",
+                    rn * t.size
+                ),
+            ));
+        }
+    }
+    let Some(Place::Shm(g)) = place_for(&c, Coll::Gather, len, len, None)? else {
+        return Ok(false);
+    };
+    let k = c.size();
+    // SAFETY: MPI's rule for the send buffer (see user_bytes), or our packed copy.
+    let contribution = g
+        .contribute(Some(root), unsafe { user_bytes(mine.ptr(), len) })
+        .map_err(|e| from_recv(&e))?;
+    let Some(t) = rt_ else {
+        // Away from the root the fold only says this rank is done.
+        return g
+            .fold(contribution, |_, _| Ok::<(), FoldFail>(()))
+            .map(|_| true)
+            .map_err(FoldFail::into_fail);
+    };
+    let mut out = Bytes::of(&t, recvbuf, rn * k, false);
+    let out_p = out.ptr();
+    g.fold(contribution, |i, data| {
+        // SAFETY: MPI's rule for the root's receive buffer (every rank's block), or our copy.
+        let o = unsafe { user_bytes(out_p, len * k) };
+        o[i * len..(i + 1) * len].copy_from_slice(data);
+        Ok::<(), FoldFail>(())
+    })
+    .map_err(FoldFail::into_fail)?;
+    out.unpack(&t, recvbuf, rn * k);
+    Ok(true)
+}
+
+/// MPI_Scatter in the segment: the root writes every block once into its slot, each rank
+/// reads its own; false when it runs as messages.
+#[allow(clippy::too_many_arguments)]
+fn scatter_shm(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    root: c_int,
+    comm: H,
+) -> R<bool> {
+    let Some((c, _)) = shm_args(comm, None)? else {
+        return Ok(false);
+    };
+    let root = root_of(&c, root)?;
+    let is_root = c.rank == root;
+    let place = is_root && in_place(recvbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, is_root, !place)?;
+    let rn = if place { 0 } else { count(recvcount)? };
+    let sn = if is_root { count(sendcount)? } else { 0 };
+    let b = match (&st_, &rt_) {
+        (Some(st), _) => sn * st.size,
+        (None, Some(rt)) => rn * rt.size,
+        (None, None) => unreachable!("a rank sends or receives"),
+    };
+    if let (Some(_), Some(rt)) = (&st_, &rt_) {
+        if rn * rt.size != b {
+            return Err(fail(
+                class::TRUNCATE,
+                "MPI_Scatter: send and receive block sizes differ at the root",
+            ));
+        }
+    }
+    let Some(Place::Shm(g)) = place_for(&c, Coll::Scatter, b, b, None)? else {
+        return Ok(false);
+    };
+    let k = c.size();
+    let mut all = match &st_ {
+        Some(st) => Bytes::of(st, sendbuf, sn * k, true),
+        None => Bytes::Packed(Vec::new()),
+    };
+    let all_len = if is_root { b * k } else { 0 };
+    // SAFETY: MPI's rule for the root's send buffer, or our packed copy; nothing elsewhere.
+    let all_s: &[u8] = unsafe { user_bytes(all.ptr(), all_len) };
+    match &rt_ {
+        Some(rt) => {
+            let mut out = Bytes::of(rt, recvbuf, rn, false);
+            // SAFETY: MPI's rule for the receive buffer, or our copy; it is not the send buffer.
+            let o = unsafe { user_bytes(out.ptr(), b) };
+            g.scatter(root, all_s, o).map_err(|e| from_recv(&e))?;
+            out.unpack(rt, recvbuf, rn);
+        }
+        // MPI_IN_PLACE at the root: its own block stays where it is.
+        None => g
+            .scatter(root, all_s, &mut vec![0u8; b])
+            .map_err(|e| from_recv(&e))?,
+    }
+    Ok(true)
+}
+
+/// MPI_Alltoall in the segment: each rank writes its blocks once into its slot and reads its
+/// own block out of every other's; false when it runs as messages.
+#[allow(clippy::too_many_arguments)]
+fn alltoall_shm(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    comm: H,
+) -> R<bool> {
+    let Some((c, _)) = shm_args(comm, None)? else {
+        return Ok(false);
+    };
+    let place = in_place(sendbuf);
+    let (st_, rt_) = two_types(sendtype, recvtype, !place, true)?;
+    let t = rt_.expect("a receive type");
+    let rn = count(recvcount)?;
+    let b = rn * t.size;
+    let sn = match &st_ {
+        Some(st) => {
+            let sn = count(sendcount)?;
+            if sn * st.size != b {
+                return Err(fail(
+                    class::TRUNCATE,
+                    "MPI_Alltoall: send and receive block sizes differ",
+                ));
+            }
+            sn
+        }
+        None => 0,
+    };
+    let Some(Place::Shm(g)) = place_for(&c, Coll::Alltoall, b, b, None)? else {
+        return Ok(false);
+    };
+    let k = c.size();
+    let mut mine = match &st_ {
+        Some(st) => Bytes::of(st, sendbuf, sn * k, true),
+        // MPI_IN_PLACE: the blocks to send are in recvbuf, which the result replaces: a copy.
+        None => Bytes::Packed(packed(&t, recvbuf, rn * k)),
+    };
+    let mut out = Bytes::of(&t, recvbuf, rn * k, false);
+    // SAFETY: MPI's rule for both buffers (see user_bytes), which do not overlap (MPI_IN_PLACE
+    // sends from our copy), or our packed copies.
+    let (m, o) = unsafe {
+        (
+            &*user_bytes(mine.ptr(), b * k),
+            user_bytes(out.ptr(), b * k),
+        )
+    };
+    g.alltoall(m, o).map_err(|e| from_recv(&e))?;
+    out.unpack(&t, recvbuf, rn * k);
+    Ok(true)
+}
+
 /// Why a fold in the segment failed: the operation, or a member lost.
 pub(crate) enum FoldFail {
     Op(crate::Fail),
@@ -2048,6 +2238,9 @@ crate::mpi! {
     }
 
     fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        if gather_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)? {
+            return Ok(());
+        }
         run(gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
@@ -2056,6 +2249,9 @@ crate::mpi! {
     }
 
     fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        if scatter_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)? {
+            return Ok(());
+        }
         run(scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
@@ -2075,6 +2271,9 @@ crate::mpi! {
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        if alltoall_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)? {
+            return Ok(());
+        }
         run(alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 

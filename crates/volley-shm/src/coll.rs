@@ -160,6 +160,25 @@ impl Segment {
         unsafe { copy(src, out.as_mut_ptr(), out.len()) };
     }
 
+    /// Reads `out.len()` bytes at offset `off` of `rank`'s contribution of `len` bytes to
+    /// operation `s` (a part of it: one block of a scatter or an alltoall).
+    #[inline]
+    pub fn coll_read_at(
+        &self,
+        rank: usize,
+        slot: usize,
+        s: u64,
+        len: usize,
+        off: usize,
+        out: &mut [u8],
+    ) {
+        assert!(off + out.len() <= len, "a part beyond the contribution");
+        let src = self.coll_data(rank, slot, s, len);
+        // SAFETY: src holds len bytes (coll_data checked) and the part lies inside them; as in
+        // coll_read, written before the arrive we saw and not rewritten before our done.
+        unsafe { copy(src.add(off), out.as_mut_ptr(), out.len()) };
+    }
+
     /// After publishing a flag others may sleep on: calls `wake` for each of `ranks` that asked
     /// to be woken (clearing its request, as [`Segment::wants_wake`] does), with one fence for
     /// all.

@@ -23,10 +23,12 @@ pub enum Coll {
     Allgather,
     Alltoall,
     ReduceScatter,
+    Gather,
+    Scatter,
 }
 
 impl Coll {
-    pub const ALL: [Coll; 7] = [
+    pub const ALL: [Coll; 9] = [
         Coll::Barrier,
         Coll::Bcast,
         Coll::Reduce,
@@ -34,6 +36,8 @@ impl Coll {
         Coll::Allgather,
         Coll::Alltoall,
         Coll::ReduceScatter,
+        Coll::Gather,
+        Coll::Scatter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +49,8 @@ impl Coll {
             Coll::Allgather => "allgather",
             Coll::Alltoall => "alltoall",
             Coll::ReduceScatter => "reduce_scatter",
+            Coll::Gather => "gather",
+            Coll::Scatter => "scatter",
         }
     }
 
@@ -62,6 +68,7 @@ impl Coll {
             Coll::Allgather => "each rank's block",
             Coll::Alltoall => "each block (one per pair)",
             Coll::ReduceScatter => "the vector reduced (every rank's block)",
+            Coll::Gather | Coll::Scatter => "each rank's block",
         }
     }
 
@@ -89,8 +96,9 @@ impl Coll {
                 Algo::Ring,
                 Algo::GatherBcast,
             ],
-            Coll::Alltoall => &[Algo::Linear, Algo::Pairwise, Algo::Bruck],
+            Coll::Alltoall => &[Algo::Shm, Algo::Linear, Algo::Pairwise, Algo::Bruck],
             Coll::ReduceScatter => &[Algo::Pairwise, Algo::ReduceScatterv],
+            Coll::Gather | Coll::Scatter => &[Algo::Shm, Algo::Linear],
         }
     }
 }
@@ -224,9 +232,14 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
     }
     match a {
         Algo::Shm => {
-            s.shared
-                && (2..=SHM_MAX_RANKS).contains(&s.ranks)
-                && (s.bytes <= SHM_BYTES || c == Coll::Barrier)
+            // What one rank writes into its slot: its block, or (a scatter's root, each rank
+            // of an alltoall) one block for every rank.
+            let written = match c {
+                Coll::Barrier => 0,
+                Coll::Alltoall | Coll::Scatter => s.bytes.saturating_mul(s.ranks),
+                _ => s.bytes,
+            };
+            s.shared && (2..=SHM_MAX_RANKS).contains(&s.ranks) && written <= SHM_BYTES
         }
         // Hosts fold their ranks' contributions out of rank order: commutative operations only.
         Algo::Hierarchical => {
@@ -314,6 +327,8 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
             Algo::Pairwise,
             "long: each contribution moves once, straight to its block's rank",
         ),
+        Coll::Gather => (Algo::Linear, "each rank's block straight to the root"),
+        Coll::Scatter => (Algo::Linear, "each rank's block straight from the root"),
     }
 }
 
@@ -437,6 +452,7 @@ mod tests {
             Coll::Reduce,
             Coll::Allreduce,
             Coll::Allgather,
+            Coll::Gather,
         ] {
             assert_eq!(select(c, shared(8, 2)), Algo::Shm, "{c:?}");
             assert_eq!(
@@ -451,8 +467,16 @@ mod tests {
         // A barrier has no size; the others leave the segment above a slot's size.
         assert_eq!(select(Coll::Barrier, shared(1 << 20, 4)), Algo::Shm);
         assert_ne!(select(Coll::Allreduce, shared(SHM_BYTES + 1, 4)), Algo::Shm);
+        // Where one rank writes a block for every rank, all of them must fit its slot.
+        for c in [Coll::Alltoall, Coll::Scatter] {
+            assert_eq!(select(c, shared(SHM_BYTES / 4, 4)), Algo::Shm, "{c:?}");
+            assert_ne!(select(c, shared(SHM_BYTES / 4 + 1, 4)), Algo::Shm, "{c:?}");
+            assert_eq!(select(c, shared(0, 16)), Algo::Shm, "{c:?}");
+        }
+        assert_eq!(select(Coll::Gather, shared(SHM_BYTES, 16)), Algo::Shm);
+        assert_ne!(select(Coll::Gather, shared(SHM_BYTES + 1, 2)), Algo::Shm);
         // Not for collectives that have no shared-memory algorithm yet.
-        assert_ne!(select(Coll::Alltoall, shared(8, 4)), Algo::Shm);
+        assert_ne!(select(Coll::ReduceScatter, shared(8, 4)), Algo::Shm);
         // Rank order is kept, so an operation that does not commute meets there too.
         let noncomm = Shape {
             commutative: false,

@@ -433,6 +433,54 @@ impl ShmGroup {
     }
 }
 
+impl ShmGroup {
+    /// Scatters the root's `all` (every member's block of `out.len()` bytes, in member order;
+    /// at most [`SHM_COLL_BYTES`] in all) into each member's `out`: the root writes them once
+    /// into its slot, each member reads its own block. `all` is read at the root only.
+    pub fn scatter(&self, root: usize, all: &[u8], out: &mut [u8]) -> Result<(), RecvError> {
+        let s = self.next();
+        let (l, slot) = self.at(root);
+        let (b, len) = (out.len(), out.len() * self.size());
+        if self.me == root {
+            self.wait_readers(s)?;
+            self.seg.coll_write(l, slot, s, &all[..len]);
+            self.arrive(s);
+            out.copy_from_slice(&all[root * b..(root + 1) * b]);
+        } else {
+            self.wait_arrived(s, std::iter::once(root), false)?;
+            self.seg.coll_read_at(l, slot, s, len, self.me * b, out);
+            // The root may be at s + 2 already, waiting to write this buffer again.
+            self.finish(s);
+        }
+        Ok(())
+    }
+
+    /// Every member's `mine` holds one block of `b` bytes for each member, in member order (at
+    /// most [`SHM_COLL_BYTES`] in all); `out` gets block `me` of every member's, in member
+    /// order. Each member writes its blocks once into its slot and reads its own block out of
+    /// every other's.
+    pub fn alltoall(&self, mine: &[u8], out: &mut [u8]) -> Result<(), RecvError> {
+        let n = self.size();
+        let len = mine.len();
+        let b = len / n;
+        let s = self.next();
+        let (l, slot) = self.at(self.me);
+        self.wait_readers(s)?;
+        self.seg.coll_write(l, slot, s, mine);
+        self.arrive_quietly(s);
+        out[self.me * b..(self.me + 1) * b].copy_from_slice(&mine[self.me * b..(self.me + 1) * b]);
+        self.wait_arrived(s, 0..n, true)?;
+        for i in (0..n).filter(|&i| i != self.me) {
+            let (li, si) = self.at(i);
+            self.seg
+                .coll_read_at(li, si, s, len, self.me * b, &mut out[i * b..(i + 1) * b]);
+        }
+        // Every member reads every other's buffer: its next arrival says it is done with this
+        // one (as an allreduce's).
+        Ok(())
+    }
+}
+
 /// A contribution published by [`ShmGroup::contribute`], to be finished by [`ShmGroup::fold`].
 #[must_use = "a contribution must be finished with ShmGroup::fold"]
 pub struct Contribution {
