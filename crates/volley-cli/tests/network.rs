@@ -27,6 +27,8 @@ fn transport_env(transport: &str) -> Vec<(&'static str, &'static str)> {
         ],
         "udp" => vec![("VOLLEY_TRANSPORT", "udp")],
         "eth" => vec![("VOLLEY_TRANSPORT", "eth")],
+        // Bare packets (no sealing): the CRC32C and the parser meet the damage.
+        "eth-bare" => vec![("VOLLEY_TRANSPORT", "eth"), ("VOLLEY_NET_AUTH", "0")],
         "xdp" => vec![("VOLLEY_TRANSPORT", "xdp")],
         "xdp-native" => vec![("VOLLEY_TRANSPORT", "xdp"), ("VOLLEY_XDP_MODE", "native")],
         other => panic!("no transport {other}"),
@@ -533,7 +535,9 @@ fn kernel_loss_of_10_percent_over_udp_eth_and_xdp() {
 #[test]
 fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_eth_and_xdp() {
     let retx = &["net_retransmits_fast", "net_retransmits_timeout"][..];
+    // Sealed packets that were damaged do not open; bare ones fail the CRC32C or the parser.
     let bad = &[
+        "net_auth_rx_rejected",
         "net_drop_checksum",
         "net_drop_truncated",
         "net_drop_foreign",
@@ -563,40 +567,47 @@ fn injected_loss_reorder_duplication_corruption_and_delay_over_udp_eth_and_xdp()
         faulty("udp", &[("VOLLEY_FAULTS", f)], None, expect);
         faulty("udp-plain", &[("VOLLEY_FAULTS", f)], None, expect);
         faulty("eth", &[("VOLLEY_FAULTS", f)], None, expect);
+        faulty("eth-bare", &[("VOLLEY_FAULTS", f)], None, expect);
         faulty("xdp", &[("VOLLEY_FAULTS", f)], None, expect);
     }
 }
 
+/// Junk and damage injected next to the wire: with bare packets each is counted by the reason
+/// the parser refused it; sealed, every one fails to open (and sealed packets carry no CRC32C,
+/// so no checksum is computed or refused).
 #[test]
 fn injected_foreign_truncated_and_corrupt_frames_are_counted_by_reason() {
     let h = Hosts::new(2, 1500);
-    let o = h.run(
-        2,
-        &[
-            ("VOLLEY_TRANSPORT", "eth"),
-            ("VOLLEY_COUNTERS", "1"),
-            ("VOLLEY_FAULTS", "junk=0.3,corrupt=0.1,seed=9"),
-        ],
-        &[CHECK, "pingpong", "0", "100", "100000"],
-    );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
+    let run = |auth: &str| {
+        let o = h.run(
+            2,
+            &[
+                ("VOLLEY_TRANSPORT", "eth"),
+                ("VOLLEY_NET_AUTH", auth),
+                ("VOLLEY_COUNTERS", "1"),
+                ("VOLLEY_FAULTS", "junk=0.3,corrupt=0.1,seed=9"),
+            ],
+            &[CHECK, "pingpong", "0", "100", "100000"],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "auth {auth}: {out}\n{err}");
+        assert_eq!(out.matches(" ok").count(), 3, "auth {auth}: {out}");
+        err
+    };
+    let err = run("0");
     for c in [
         "net_drop_checksum",
         "net_drop_truncated",
         "net_drop_foreign",
         "net_drop_token",
     ] {
-        let n: u64 = err
-            .lines()
-            .filter(|l| l.contains(c))
-            .filter_map(|l| {
-                // "[rank]   name   value   unit": the value follows the name.
-                let mut w = l.split_whitespace().skip_while(|w| *w != c);
-                w.nth(1)?.parse::<u64>().ok()
-            })
-            .sum();
-        assert!(n > 0, "{c} not counted:\n{err}");
+        assert!(counted(&err, c) > 0, "{c} not counted:\n{err}");
+    }
+    assert_eq!(counted(&err, "net_auth_rx_rejected"), 0, "{err}");
+    let err = run("1");
+    assert!(counted(&err, "net_auth_rx_rejected") > 0, "{err}");
+    for c in ["net_drop_checksum", "net_drop_token", "net_drop_foreign"] {
+        assert_eq!(counted(&err, c), 0, "sealed, {c} counted:\n{err}");
     }
 }
 

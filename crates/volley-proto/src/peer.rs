@@ -103,6 +103,7 @@ fn emit_fragment(
     m: &OutMsg,
     off: u64,
     len: usize,
+    crc: bool,
 ) -> usize {
     let o = off as usize;
     buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len].copy_from_slice(&m.data[o..o + len]);
@@ -117,6 +118,7 @@ fn emit_fragment(
         m.len(),
         off,
         len,
+        crc,
     )
 }
 
@@ -1359,7 +1361,7 @@ impl Peer {
                 ranges: AckRanges::Slice(&ranges[..n]),
             },
         }
-        .emit(buf)
+        .emit_with(buf, cfg.checksums)
     }
 
     /// Whether a new sequenced packet may leave: within the fixed window (the receiver's
@@ -1402,7 +1404,17 @@ impl Peer {
                     best_effort: false,
                     msg: msg as u32,
                 };
-                emit_fragment(buf, token, me, self.rank, &s, m, off, len as usize)
+                emit_fragment(
+                    buf,
+                    token,
+                    me,
+                    self.rank,
+                    &s,
+                    m,
+                    off,
+                    len as usize,
+                    cfg.checksums,
+                )
             }
             What::Rts {
                 msg,
@@ -1425,7 +1437,7 @@ impl Peer {
                     msg_len: len,
                 },
             }
-            .emit(buf),
+            .emit_with(buf, cfg.checksums),
             What::Cts { msg } => Repr {
                 token,
                 src: me,
@@ -1439,7 +1451,7 @@ impl Peer {
                     },
                 },
             }
-            .emit(buf),
+            .emit_with(buf, cfg.checksums),
         }
     }
 
@@ -1570,7 +1582,7 @@ impl Peer {
             best_effort: true,
             msg: m.id as u32,
         };
-        let n = emit_fragment(buf, token, me, self.rank, &s, m, off, l);
+        let n = emit_fragment(buf, token, me, self.rank, &s, m, off, l, cfg.checksums);
         m.next_off += l as u64;
         m.started = true;
         if m.fully_sent() {

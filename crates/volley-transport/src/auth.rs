@@ -3,9 +3,12 @@
 //! packet is encrypted in place, and after its last byte come the 16-byte tag and the 8-byte
 //! counter that, with the header's source rank, makes the nonce. A received packet that does not
 //! open (forged, altered, from another job, or another job's key) is dropped and counted before
-//! the protocol sees it. The CRC32C inside the packet stays (computed over the plaintext), so
-//! this is a layer over the unchanged wire format: the header's length field says where the
-//! packet ends and the trailer starts (Ethernet may pad a short frame after it).
+//! the protocol sees it. The wire format is unchanged (a layer over it: the header's length
+//! field says where the packet ends and the trailer starts; Ethernet may pad a short frame
+//! after it), except that the protocol leaves the CRC32C field zero and unchecked under sealing
+//! (`volley_proto::Config::checksums`): the tag already covers every byte. So that the fault
+//! injector's damage meets this check, as the network's would, the injector sits under this
+//! layer (volley's `net::finish_device`).
 //!
 //! Why AES-GCM, through `ring`: the first version tagged packets with keyed BLAKE3, which costs
 //! about 1.6 us per 1.5 KB packet on the development VM (BLAKE3's parallel lanes need more than

@@ -500,8 +500,14 @@ impl<'a> Repr<'a> {
     /// Parses and validates a packet of the job `token`: length, magic, version, kind, CRC32C,
     /// token, reserved bits, and that a fragment lies inside its message.
     pub fn parse(bytes: &'a [u8], token: u64) -> Result<Repr<'a>, Malformed> {
+        Repr::parse_with(bytes, token, true)
+    }
+
+    /// [`Repr::parse`]; without `crc`, the CRC32C is not checked (the device below vouches for
+    /// every byte: packets sealed under the job's key that opened, see volley-transport's auth).
+    pub fn parse_with(bytes: &'a [u8], token: u64, crc: bool) -> Result<Repr<'a>, Malformed> {
         let p = Packet::new_checked(bytes)?;
-        if !p.verify_checksum() {
+        if crc && !p.verify_checksum() {
             return Err(Malformed::Checksum);
         }
         // Anything after the packet is the device's padding.
@@ -609,6 +615,11 @@ impl<'a> Repr<'a> {
     /// If `buf` is shorter than [`Repr::buffer_len`] or an ACK has more than [`MAX_RANGES`]
     /// ranges: both are the caller's bugs, not the network's.
     pub fn emit(&self, buf: &mut [u8]) -> usize {
+        self.emit_with(buf, true)
+    }
+
+    /// [`Repr::emit`]; without `crc`, the CRC field stays zero (see [`Repr::parse_with`]).
+    pub fn emit_with(&self, buf: &mut [u8], crc: bool) -> usize {
         let len = self.buffer_len();
         let mut p = Packet::new_unchecked(&mut buf[..len]);
         p.set_header(self.kind(), self.token, self.src, self.dst);
@@ -684,15 +695,17 @@ impl<'a> Repr<'a> {
                 }
             }
         }
-        p.fill_checksum();
+        if crc {
+            p.fill_checksum();
+        }
         len
     }
 }
 
 /// Writes the header of a DATA packet whose payload the caller has already placed (or will
-/// place) at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + payload_len]`, then its CRC. This is the
-/// transmit path's way to copy a fragment once, straight from the message into the device's
-/// buffer. Returns the packet length.
+/// place) at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + payload_len]`, then its CRC (unless not
+/// `crc`, see [`Repr::parse_with`]). This is the transmit path's way to copy a fragment once,
+/// straight from the message into the device's buffer. Returns the packet length.
 #[allow(clippy::too_many_arguments)]
 pub fn emit_data_header(
     buf: &mut [u8],
@@ -705,6 +718,7 @@ pub fn emit_data_header(
     msg_len: u64,
     offset: u64,
     payload_len: usize,
+    crc: bool,
 ) -> usize {
     let len = DATA_HEADER_LEN + payload_len;
     let repr = Repr {
@@ -720,13 +734,15 @@ pub fn emit_data_header(
             payload: &[],
         },
     };
-    // Emit the header alone, then re-checksum over the full packet.
+    // Emit the header alone, then checksum the full packet.
     let mut hdr = [0u8; DATA_HEADER_LEN];
-    repr.emit(&mut hdr);
+    repr.emit_with(&mut hdr, false);
     buf[..DATA_HEADER_LEN].copy_from_slice(&hdr);
     put16(buf, field::LEN, len as u16);
-    let mut p = Packet::new_unchecked(&mut buf[..len]);
-    p.fill_checksum();
+    if crc {
+        let mut p = Packet::new_unchecked(&mut buf[..len]);
+        p.fill_checksum();
+    }
     len
 }
 

@@ -200,6 +200,7 @@ fn data_header_emitted_in_place_equals_full_emit() {
         400,
         96,
         payload.len(),
+        true,
     );
     assert_eq!(n, full.len());
     // Different msg_len (400 here, so that the 300-byte fragment fits): only that field and
@@ -208,6 +209,43 @@ fn data_header_emitted_in_place_equals_full_emit() {
     assert!(
         matches!(r2.body, Body::Data { msg_len: 400, offset: 96, payload: p, .. } if p == &payload[..])
     );
+}
+
+/// Without CRC (sealed packets: the device vouches for every byte) the field stays zero and is
+/// not checked; everything else reads the same, and a checking parser refuses such a packet.
+#[test]
+fn packets_without_crc_read_the_same_where_the_device_vouches_for_them() {
+    for (bytes, name) in samples() {
+        let r = Repr::parse(&bytes, TOKEN).unwrap();
+        let mut bare = vec![0u8; r.buffer_len()];
+        assert_eq!(r.emit_with(&mut bare, false), bytes.len(), "{name}");
+        assert_eq!(&bare[24..28], &[0u8; 4], "{name}: the CRC field");
+        assert_eq!(Repr::parse_with(&bare, TOKEN, false).unwrap(), r, "{name}");
+        assert_eq!(
+            Repr::parse(&bare, TOKEN),
+            Err(Malformed::Checksum),
+            "{name}"
+        );
+        // The token and the fields are still checked.
+        assert_eq!(
+            Repr::parse_with(&bare, TOKEN ^ 1, false),
+            Err(Malformed::Token),
+            "{name}"
+        );
+    }
+    let mut payload = vec![7u8; 64];
+    payload.resize(DATA_HEADER_LEN + 64, 0);
+    payload.rotate_right(DATA_HEADER_LEN);
+    let seq = Seq {
+        seq: 5,
+        piggyback: None,
+        best_effort: false,
+        msg: 1,
+    };
+    let n = emit_data_header(&mut payload, TOKEN, 1, 2, &seq, 3, 4, 64, 0, 64, false);
+    assert_eq!(&payload[24..28], &[0u8; 4]);
+    let r = Repr::parse_with(&payload[..n], TOKEN, false).unwrap();
+    assert!(matches!(r.body, Body::Data { payload: p, .. } if p == &[7u8; 64][..]));
 }
 
 #[test]

@@ -520,7 +520,7 @@ proptest! {
         inplace[DATA_HEADER_LEN..].copy_from_slice(payload);
         let n = emit_data_header(
             &mut inplace, s.token, s.src, s.dst, seq, *tag, *context, *msg_len, *offset,
-            payload.len(),
+            payload.len(), true,
         );
         prop_assert_eq!(n, full.len());
         prop_assert_eq!(inplace, full);

@@ -450,16 +450,17 @@ fn open_device(cfg: &NetConfig, token: u64, rank: u32) -> Result<Box<dyn Device>
     Ok(dev)
 }
 
-/// The device as the engine uses it: authenticated with `key` (when the job has one), then
-/// wrapped by the fault injector (VOLLEY_FAULTS), whose junk and damage must meet the
-/// protocol's own checks.
+/// The device as the engine uses it: the fault injector (VOLLEY_FAULTS) next to the wire, as
+/// the network's own damage would be, then the sealing under `key` (when the job has one). The
+/// injector's junk and damage meet the checks that guard the protocol: a sealed packet that
+/// does not open, or, without sealing, the CRC32C and the parser.
 fn finish_device(dev: Box<dyn Device>, key: Option<[u8; 32]>, cfg: &NetConfig) -> Box<dyn Device> {
-    let dev: Box<dyn Device> = match key {
-        Some(k) => Box::new(volley_transport::auth::AuthDevice::new(dev, k)),
+    let dev: Box<dyn Device> = match &cfg.faults {
+        Some(f) => Box::new(FaultDevice::new(dev, f.clone())),
         None => dev,
     };
-    match &cfg.faults {
-        Some(f) => Box::new(FaultDevice::new(dev, f.clone())),
+    match key {
+        Some(k) => Box::new(volley_transport::auth::AuthDevice::new(dev, k)),
         None => dev,
     }
 }
@@ -615,6 +616,9 @@ impl Net {
             };
         // A matched receive takes a large message straight into its buffer.
         proto_cfg.receiver_places = true;
+        // Sealed packets carry no CRC: one altered on the way does not open (the fault
+        // injector sits under the sealing, so its damage meets that check; `finish_device`).
+        proto_cfg.checksums = !cfg.auth;
         proto_cfg.validate().map_err(net_err)?;
 
         // The address exchange: our card out, everyone's back. Rank 0's card carries the job's
