@@ -446,8 +446,9 @@ static void bcast_once(const struct comm *c, long i, int root, int sel) {
     OK(MPI_Bcast(rbuf, cnt, base_type(t), root, c->c));
     for (int k = 0; k < cnt + GUARD; k++) {
         double want = k < cnt ? as_val(t, bh(T_BC, i, rw, 0, k)) : FILL[t];
-        EXPECT(get(t, rbuf, (size_t)k) == want, "bcast of %d %s from %d: element %d: %.17g, want %.17g",
-               cnt, t == TI ? "MPI_INT" : "MPI_DOUBLE", root, k, get(t, rbuf, (size_t)k), want);
+        EXPECT(get(t, rbuf, (size_t)k) == want,
+               "bcast of %d %s from %d: element %d: %.17g, want %.17g", cnt,
+               t == TI ? "MPI_INT" : "MPI_DOUBLE", root, k, get(t, rbuf, (size_t)k), want);
     }
 }
 
@@ -796,8 +797,8 @@ int main(int argc, char **argv) {
     free(key);
 
     /* 1 and 2: at least 200 steps each on the world. */
-    gather_scatter_loop(&world, 200, 400, 3.0);
-    alltoall_loop(&world, 200, 400, 1.5);
+    gather_scatter_loop(&world, 200, 400, 2.0);
+    alltoall_loop(&world, 200, 400, 1.0);
     /* 3: the other communicators. */
     const struct comm *others[] = {&dup, &rev, &uneven};
     for (int j = 0; j < 3; j++) {

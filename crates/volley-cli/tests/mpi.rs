@@ -197,6 +197,30 @@ fn short_collectives_in_shared_memory_give_the_standard_results() {
     }
 }
 
+/// Gather, scatter and alltoall meet in the segment too (a rank's blocks written once, read
+/// where they are wanted): back to back with racing roots and sizes on both sides of a slot's
+/// 4 KiB, MPI_IN_PLACE, a vector type against its contiguous signature, the -v forms, every
+/// kind after every kind, communicators freed and remade, sleepy ranks, zero counts. On volley
+/// and on MPICH; then on volley with sleeping waits and with 16 ranks on two cores.
+#[test]
+fn gather_scatter_and_alltoall_in_shared_memory_give_the_standard_results() {
+    for n in [1, 2, 3, 4, 5, 8] {
+        passes("coll_shm_blocks", n);
+    }
+    let s = Scratch::new("coll_shm_blocks");
+    let exe = build(&s.0, "coll_shm_blocks", false);
+    let exe = exe.to_str().expect("utf-8 path");
+    for (n, wait) in [("5", "block"), ("16", "spin")] {
+        let o = volley(&["-n", n, exe], &[("VOLLEY_WAIT", wait)]);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && out.contains("coll_shm_blocks: ok"),
+            "{n} ranks, VOLLEY_WAIT={wait}: {:?}\n{out}\n{err}",
+            o.status
+        );
+    }
+}
+
 /// The same program in every waiting mode and with 16 ranks on two cores, where ranks sleep
 /// on their doorbells in the middle of collectives and must be woken by the flags they wait
 /// for; the counters show that the segment was used, and that the communicators beyond the
