@@ -309,6 +309,13 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// CPUs online on this machine (whatever this process is bound to).
+pub fn online_cpus() -> usize {
+    // SAFETY: plain libc call.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as usize
+}
+
 /// Number of CPUs this process may run on.
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: plain data.

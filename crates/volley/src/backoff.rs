@@ -1,6 +1,12 @@
 //! Waiting for something another process must do first (room in a full ring, a copy to finish).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// This process's host runs more ranks than it has CPUs (`Config::oversubscribed`, set when
+/// the world starts): the process whose progress we wait for may be waiting for our CPU, so a
+/// wait yields from the start instead of spinning first.
+pub(crate) static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
 
 /// Waiting for room in a full ring: spin briefly (the consumer is usually draining), then yield,
 /// then sleep in short steps so that more ranks than cores still progress.
@@ -37,7 +43,13 @@ impl Backoff {
         }
         let now = Instant::now();
         let waited = now - *self.since.get_or_insert(now);
-        if waited < Duration::from_micros(50) {
+        // Relaxed: set once before the world's first operation.
+        let spin_for = if OVERSUBSCRIBED.load(Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(50)
+        };
+        if waited < spin_for {
             std::hint::spin_loop();
         } else if waited < Duration::from_millis(2) {
             volley_sys::yield_now();

@@ -60,6 +60,10 @@ pub struct Config {
     /// every local peer's ring: None lets the rank count decide (more than 8 local ranks).
     /// VOLLEY_SHM_SUMMARY = auto | on | off.
     pub summary: Option<bool>,
+    /// More ranks on this host than CPUs online: a wait then gives its CPU away at every pass
+    /// (the rank it waits for may need it), as Open MPI's yield_when_idle does.
+    /// VOLLEY_OVERSUBSCRIBED = auto | 1 | 0.
+    pub oversubscribed: bool,
     /// Where each setting came from: (variable, value, "default", "environment" or "profile").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
@@ -192,6 +196,19 @@ impl Config {
                 })
             }
         };
+        let cpus = volley_sys::online_cpus();
+        let oversubscribed = match std::env::var("VOLLEY_OVERSUBSCRIBED").ok().as_deref() {
+            None | Some("") | Some("auto") => nranks > cpus,
+            Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_OVERSUBSCRIBED",
+                    value: other.to_string(),
+                    why: "must be auto, 1 or 0".into(),
+                })
+            }
+        };
         let unexpected_bytes = env_usize("VOLLEY_UNEXPECTED_BYTES")?.unwrap_or(16 << 20);
         let eager_bytes = env_usize("VOLLEY_EAGER_BYTES")?.unwrap_or(DEFAULT_EAGER);
         let source = |v: &str| {
@@ -227,6 +244,14 @@ impl Config {
                 "VOLLEY_SHM_RECORD_BYTES",
                 record_bytes.to_string(),
                 source("VOLLEY_SHM_RECORD_BYTES"),
+            ),
+            (
+                "VOLLEY_OVERSUBSCRIBED",
+                format!(
+                    "{} ({nranks} ranks here, {cpus} CPUs online)",
+                    if oversubscribed { "1" } else { "0" }
+                ),
+                source("VOLLEY_OVERSUBSCRIBED"),
             ),
             (
                 "VOLLEY_SHM_SUMMARY",
@@ -305,6 +330,7 @@ impl Config {
             single_copy_max,
             profile,
             summary,
+            oversubscribed,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
             progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
             unexpected_bytes,

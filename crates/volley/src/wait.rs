@@ -102,17 +102,19 @@ impl<'h> Waiter<'h> {
         if self.blocking {
             return self.block(w);
         }
+        // More ranks than CPUs: the rank we wait for may be waiting for this CPU, so give it
+        // away at every pass; otherwise now and then (a CPU shared with other work).
+        let yield_every = if w.inner.cfg.oversubscribed { 1 } else { 1024 };
         match self.mode {
             WaitMode::BusyPoll => {
-                if self.spins.is_multiple_of(1024) {
+                if self.spins.is_multiple_of(yield_every) {
                     volley_sys::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
             }
             WaitMode::SpinThenBlock(cap) => {
-                if self.spins.is_multiple_of(1024) {
-                    // More ranks than cores: let the one we wait for have this one.
+                if self.spins.is_multiple_of(yield_every) {
                     volley_sys::yield_now();
                 } else {
                     std::hint::spin_loop();

@@ -157,6 +157,8 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.set_single_copy_range(cfg.single_copy_threshold, cfg.single_copy_max);
+        crate::backoff::OVERSUBSCRIBED
+            .store(cfg.oversubscribed, std::sync::atomic::Ordering::Relaxed);
         if let Some(on) = cfg.summary {
             eng.set_summary(on);
         }
