@@ -15,6 +15,14 @@ use std::sync::atomic::Ordering;
 use volley_proto::Reliability;
 use volley_shm::{Kind, RecordInfo};
 
+/// What [`Endpoint::fast_pass`] did.
+enum Fast {
+    Done(Status),
+    Nothing,
+    /// A match that the full pass must take.
+    Other,
+}
+
 impl Endpoint {
     /// Waits for the first message on this endpoint's port from `source` (None: any) with `tag`
     /// (None: any) and copies it into `buf`. Among one sender's messages the first that matches
@@ -32,13 +40,70 @@ impl Endpoint {
             wait_from_bits(self.wait.load(Ordering::Relaxed)),
             &self.waits,
         );
+        // Where only the rings can hold a match, and no posted receive or handler comes first,
+        // a pass is one borrow of the engine (see `fast_pass`).
+        let w = &self.world;
+        let rings_only = match source {
+            Some(r) => w.route(r).map(Some),
+            None if w.inner.net.is_none() => Some(None),
+            None => None,
+        };
         let mut buf = Some(buf);
         loop {
+            if let Some(ring) = rings_only {
+                if w.inner.nposted.load(Ordering::Relaxed) == 0
+                    && w.inner.nactive.load(Ordering::Relaxed) == 0
+                {
+                    let out = buf.as_deref_mut().expect("a receive has a buffer");
+                    match self.fast_pass(&pat, ring, out)? {
+                        Fast::Done(st) => return Ok(st),
+                        Fast::Nothing => {
+                            waiter.idle(w, self.port, source)?;
+                            continue;
+                        }
+                        Fast::Other => {}
+                    }
+                }
+            }
             if let Some(st) = self.step(&pat, &mut buf, &mut waiter)? {
                 waiter.finish(&self.world);
                 return Ok(st);
             }
             waiter.idle(&self.world, self.port, source)?;
+        }
+    }
+
+    /// One pass of a matched receive in a single borrow of the engine, as `recv_into` does: the
+    /// first match in the rings, copied into `out` if it is a whole record that fits and wants
+    /// no acknowledgement. Anything else (a drained message, fragments, a rendezvous, a
+    /// synchronous send, a message too long) is left for the full pass (`step`).
+    #[inline]
+    fn fast_pass(
+        &self,
+        pat: &Pattern,
+        ring: Option<usize>,
+        out: &mut [u8],
+    ) -> Result<Fast, RecvError> {
+        let w = &self.world;
+        let mut e = w.eng();
+        e.refresh_fates();
+        e.drive_pending();
+        match e.poll_match(pat, ring)? {
+            None => Ok(Fast::Nothing),
+            Some((src, Hit::Ring(info)))
+                if info.kind == Kind::Whole
+                    && info.len <= out.len()
+                    && info.tag & SYNC_TAG == 0 =>
+            {
+                e.copy_whole(src, &info, out);
+                e.disarm();
+                Ok(Fast::Done(Status {
+                    source: w.inner.l2g[src],
+                    tag: info.tag,
+                    len: info.len,
+                }))
+            }
+            Some(_) => Ok(Fast::Other),
         }
     }
 
