@@ -108,8 +108,9 @@ impl<'h> Waiter<'h> {
             return self.block(w);
         }
         // More ranks than CPUs: the rank we wait for may be waiting for this CPU, so give it
-        // away at every pass; otherwise now and then (a CPU shared with other work).
-        let yield_every = if w.inner.cfg.oversubscribed { 1 } else { 1024 };
+        // away often (`Config::yield_every`); otherwise now and then (a CPU shared with other
+        // work).
+        let yield_every = w.inner.cfg.yield_every;
         match self.mode {
             WaitMode::BusyPoll => {
                 if self.spins.is_multiple_of(yield_every) {
