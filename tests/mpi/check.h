@@ -3,6 +3,7 @@
 #ifndef VOLLEY_MPI_TEST_CHECK_H
 #define VOLLEY_MPI_TEST_CHECK_H
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -44,6 +45,19 @@ static inline long peak_kib(void) {
     if (f)
         fclose(f);
     return kib;
+}
+
+/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit value. */
+static inline uint64_t fmix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A test value for (what, step, rank, element): every argument changes it. */
+static inline uint64_t h4(uint64_t what, uint64_t i, uint64_t r, uint64_t k) {
+    return fmix(fmix(fmix(fmix(what) ^ i) ^ r) ^ k);
 }
 
 /* Ends a passing test: every rank says so, rank 0 last. */

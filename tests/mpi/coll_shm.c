@@ -46,19 +46,7 @@ static long at_step = -1;
 
 static int rank, size;
 
-/* ---- values ---------------------------------------------------------------------------------- */
-
-static uint64_t fmix(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A value for (what, step, rank, element): every argument changes it. */
-static uint64_t h4(uint64_t what, uint64_t i, uint64_t r, uint64_t k) {
-    return fmix(fmix(fmix(fmix(what) ^ i) ^ r) ^ k);
-}
+/* ---- values (fmix and h4 are in check.h) ------------------------------------------------------ */
 
 /* Ints small enough that 16 of them add up without overflow. */
 static int ival(uint64_t what, long i, int r, int k) {

@@ -8,7 +8,9 @@
 //! times a ping-pong. The medians decide (`volley::profile::choose_range`).
 
 use crate::bench::links::Ctl;
-use crate::bench::{cold_region, parse_sizes, pinned_cpu, placement_words, relaunch_two};
+use crate::bench::{
+    cold_region, err, parse_sizes, pattern, pinned_cpu, placement_words, relaunch_two, COLD_POOL,
+};
 use clap::Args;
 use std::io;
 use std::path::PathBuf;
@@ -45,13 +47,6 @@ const T_SINGLE_HOT: u64 = 2;
 const T_PIPE_COLD: u64 = 3;
 const T_SINGLE_COLD: u64 = 4;
 const MODES: [u64; 4] = [T_PIPE_HOT, T_SINGLE_HOT, T_PIPE_COLD, T_SINGLE_COLD];
-
-/// Bytes of each rank's pool for cold buffers: beyond the last-level cache of today's CPUs.
-const COLD_POOL: usize = 256 << 20;
-
-fn err(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
-}
 
 /// Entry point of `volley tune`.
 pub fn tune(args: TuneArgs) -> i32 {
@@ -120,7 +115,7 @@ fn run(args: &TuneArgs, sizes: &[u64], output: Option<PathBuf>) -> io::Result<()
         world: &world,
         ctl,
         data,
-        buf: (0..max).map(|i| (i % 251) as u8).collect(),
+        buf: pattern(max),
         rbuf: vec![0u8; max],
         pool: Vec::new(),
     };

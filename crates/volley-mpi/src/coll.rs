@@ -403,22 +403,30 @@ fn allgather_shm(
     };
     let k = c.size();
     let mut out = Bytes::of(&t, recvbuf, rn * k, false);
-    let (mine_p, out_p) = (mine.ptr(), out.ptr());
-    // SAFETY: MPI's rule for the buffers (see user_bytes), or our packed copies; this rank's
-    // block is copied into its slot before the receive buffer (MPI_IN_PLACE: the same) is
-    // written.
+    gather_in_slots(g, None, mine.ptr(), len, out.ptr())?;
+    out.unpack(&t, recvbuf, rn * k);
+    Ok(true)
+}
+
+/// Every member's block of `len` bytes at `mine` written once into its slot, and read into its
+/// place in `out` (a block per member) by `root`, or by every member when None. `out` is
+/// touched only where blocks are read. `mine` may lie inside `out` (MPI_IN_PLACE): it is
+/// copied into the slot before `out` is written.
+fn gather_in_slots(g: &volley::ShmGroup, root: Option<usize>, mine: P, len: usize, out: P) -> R {
+    let k = g.size();
+    // SAFETY: MPI's rule for the program's buffers (see user_bytes), or the caller's packed
+    // copies; this slice ends before `out`'s are made.
     let contribution = g
-        .contribute(None, unsafe { user_bytes(mine_p, len) })
+        .contribute(root, unsafe { user_bytes(mine, len) })
         .map_err(|e| from_recv(&e))?;
     g.fold(contribution, |i, data| {
-        // SAFETY: as above: the receive buffer holds every rank's block.
-        let o = unsafe { user_bytes(out_p, len * k) };
+        // SAFETY: as above; only where this rank reads the blocks, whose receive buffer holds
+        // every member's.
+        let o = unsafe { user_bytes(out, len * k) };
         o[i * len..(i + 1) * len].copy_from_slice(data);
         Ok::<(), FoldFail>(())
     })
-    .map_err(FoldFail::into_fail)?;
-    out.unpack(&t, recvbuf, rn * k);
-    Ok(true)
+    .map_err(FoldFail::into_fail)
 }
 
 /// MPI_Gather in the segment: every rank's block written once into its slot, read by the root
@@ -469,26 +477,19 @@ fn gather_shm(
         return Ok(false);
     };
     let k = c.size();
-    // SAFETY: MPI's rule for the send buffer (see user_bytes), or our packed copy.
-    let contribution = g
-        .contribute(Some(root), unsafe { user_bytes(mine.ptr(), len) })
-        .map_err(|e| from_recv(&e))?;
     let Some(t) = rt_ else {
-        // Away from the root the fold only says this rank is done.
-        return g
-            .fold(contribution, |_, _| Ok::<(), FoldFail>(()))
-            .map(|_| true)
-            .map_err(FoldFail::into_fail);
+        // Away from the root no block is read: nothing is written to `out`.
+        gather_in_slots(
+            g,
+            Some(root),
+            mine.ptr(),
+            len,
+            P::new(std::ptr::null::<u8>()),
+        )?;
+        return Ok(true);
     };
     let mut out = Bytes::of(&t, recvbuf, rn * k, false);
-    let out_p = out.ptr();
-    g.fold(contribution, |i, data| {
-        // SAFETY: MPI's rule for the root's receive buffer (every rank's block), or our copy.
-        let o = unsafe { user_bytes(out_p, len * k) };
-        o[i * len..(i + 1) * len].copy_from_slice(data);
-        Ok::<(), FoldFail>(())
-    })
-    .map_err(FoldFail::into_fail)?;
+    gather_in_slots(g, Some(root), mine.ptr(), len, out.ptr())?;
     out.unpack(&t, recvbuf, rn * k);
     Ok(true)
 }

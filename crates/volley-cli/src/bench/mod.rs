@@ -211,7 +211,7 @@ struct Bench {
 }
 
 /// Bytes of the --cold pool: well beyond any last-level cache of today's CPUs.
-const COLD_POOL: usize = 256 << 20;
+pub(crate) const COLD_POOL: usize = 256 << 20;
 
 /// The `k`-th region of `size` bytes in the cold pool, page-aligned, cycling through it.
 pub(crate) fn cold_region(pool_len: usize, size: usize, k: u64) -> std::ops::Range<usize> {
@@ -221,7 +221,7 @@ pub(crate) fn cold_region(pool_len: usize, size: usize, k: u64) -> std::ops::Ran
     start..start + size
 }
 
-fn err(e: impl std::fmt::Display) -> io::Error {
+pub(crate) fn err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
@@ -376,7 +376,7 @@ fn run(args: BenchArgs, sizes: Vec<u64>, vs: Vec<Kind>) -> io::Result<()> {
     Ok(())
 }
 
-fn pattern(n: usize) -> Vec<u8> {
+pub(crate) fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i % 251) as u8).collect()
 }
 
