@@ -895,7 +895,7 @@ impl Engine {
             None => Ok(Poll::Nothing),
             Some(Err(e)) => Err(e),
             Some(Ok((src, info))) if info.context == port => {
-                self.rr = (src + 1) % self.n;
+                self.rr = if src + 1 == self.n { 0 } else { src + 1 };
                 Ok(Poll::Found(src, info))
             }
             Some(Ok((src, info))) => Ok(Poll::Active(src, info)),
@@ -915,8 +915,11 @@ impl Engine {
     ) -> Option<R> {
         let n = self.n;
         if !self.summary || self.armed || self.ndrained > 0 {
-            for i in 0..n {
-                if let Some(r) = f(self, (self.rr + i) % n) {
+            // Two plain loops instead of `(rr + i) % n`: a division per ring is dearer than
+            // the look at an empty ring.
+            let rr = self.rr.min(n - 1);
+            for src in (rr..n).chain(0..rr) {
+                if let Some(r) = f(self, src) {
                     return Some(r);
                 }
             }
@@ -997,7 +1000,7 @@ impl Engine {
             None => Ok(None),
             Some(Err(e)) => Err(e),
             Some(Ok((src, hit))) => {
-                self.rr = (src + 1) % self.n;
+                self.rr = if src + 1 == self.n { 0 } else { src + 1 };
                 Ok(Some((src, hit)))
             }
         }
