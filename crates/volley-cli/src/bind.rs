@@ -161,6 +161,20 @@ impl Plan {
             Plan::Sets(s) => Some(s[i % s.len()].clone()),
         }
     }
+
+    /// The NUMA node of each of `n` local ranks (local rank `l` is `order(l)`th in the plan),
+    /// where its CPUs lie on one; an unbound rank runs where this process may, which may be one
+    /// node too (numactl, a cpuset).
+    pub fn homes(&self, n: usize, order: impl Fn(usize) -> usize) -> Vec<Option<usize>> {
+        (0..n)
+            .map(|l| {
+                let cpus = self
+                    .for_rank(order(l))
+                    .unwrap_or_else(volley_sys::allowed_cpus);
+                volley_sys::numa::node_of_cpus(&cpus)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

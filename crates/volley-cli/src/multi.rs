@@ -470,7 +470,8 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("bad bind_to from the launcher: {e}"))?;
     let plan = crate::bind::Plan::new(a.cpus.as_deref(), bind).map_err(anyhow::Error::msg)?;
     let cfg = Config::from_env(mine.len())?;
-    let job = JobLaunch::create_with_token(mine.len(), &cfg, token)?;
+    let homes = plan.homes(mine.len(), |li| mine[li]);
+    let job = JobLaunch::create_with_token(mine.len(), &cfg, token, &homes)?;
     let me = std::process::id();
     let mut children: Vec<(usize, Child, Option<Fate>)> = Vec::new();
     let mut boots: Vec<UnixStream> = Vec::new();

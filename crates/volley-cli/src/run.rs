@@ -275,7 +275,8 @@ fn run_inner(a: RunArgs) -> anyhow::Result<i32> {
     }
     let plan = crate::bind::Plan::new(a.cpus.as_deref(), a.bind_to).map_err(anyhow::Error::msg)?;
     let cfg = Config::from_env(a.n)?;
-    let job = JobLaunch::create(a.n, &cfg)?;
+    let homes = plan.homes(a.n, |r| r);
+    let job = JobLaunch::create_with_token(a.n, &cfg, volley_sys::random_u64(), &homes)?;
 
     // Signals are recorded and handled in the supervision loop, not in the handler.
     let got_signal = Arc::new(AtomicUsize::new(0));

@@ -394,3 +394,28 @@ fn a_stale_pmi_descriptor_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Under Hydra each rank puts the NUMA node its CPUs lie on into its key-value record, and the
+/// host's leader places each rank's rings there (VOLLEY_NUMA=on: the development machine has one
+/// node); with VOLLEY_NUMA=off nothing is placed.
+#[test]
+fn ranks_under_hydra_get_their_rings_on_their_numa_node() {
+    for numa in ["on", "off"] {
+        let out = must(hydra(
+            &["-n", "3", "-bind-to", "core", CHECK, "numa"],
+            &[("VOLLEY_NUMA", numa)],
+        ));
+        let report = numa_report(&out);
+        assert_eq!(report.len(), 3, "{out}");
+        for (home, rings) in report {
+            assert_eq!(rings.len(), 3, "{out}");
+            for (mode, nodes, page) in rings {
+                if numa == "on" && home != "-" {
+                    assert_eq!((mode.as_str(), &nodes, &page), ("1", &home, &home), "{out}");
+                } else {
+                    assert_eq!(mode, "0", "{numa}: {out}");
+                }
+            }
+        }
+    }
+}

@@ -520,3 +520,52 @@ fn volley_tune_writes_the_profile_that_runs_use_and_a_bad_profile_is_ignored_wit
     assert!(err.contains("cannot read it"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 14, point 5: each ring's pages are allocated on its receiver's NUMA node (a
+/// preferred-node policy set before the segment's memory is reserved). The development machine
+/// has one node, so `VOLLEY_NUMA=on` asks for the placement there too: the policy is then in
+/// force on every ring (and the pages are on the receiver's node); with `off`, and by default on
+/// one node, the kernel's default policy is.
+#[test]
+fn each_ring_lives_on_its_receivers_numa_node() {
+    for (numa, bind) in [
+        ("on", "core"),
+        ("on", "none"),
+        ("off", "core"),
+        ("auto", "core"),
+    ] {
+        let o = volley(
+            &["-n", "3", "--bind-to", bind, CHECK, "numa"],
+            &[("VOLLEY_NUMA", numa)],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{numa} {bind}: {out}\n{err}");
+        let report = numa_report(&out);
+        assert_eq!(report.len(), 3, "{out}");
+        let several = volley_sys::numa::nodes_online().len() > 1;
+        for (home, rings) in report {
+            assert_eq!(rings.len(), 3, "{out}");
+            for (mode, nodes, page) in rings {
+                let placed = numa == "on" || (numa == "auto" && several);
+                if placed && home != "-" {
+                    assert_eq!(
+                        (mode.as_str(), &nodes),
+                        ("1", &home),
+                        "{numa} {bind}: {out}"
+                    );
+                    assert_eq!(page, home, "{numa} {bind}: the page is elsewhere: {out}");
+                } else {
+                    assert_eq!(mode, "0", "{numa} {bind}: placed anyway: {out}");
+                }
+            }
+        }
+        assert!(!err.contains("warning"), "{err}");
+    }
+    let o = volley(&["-n", "2", CHECK, "numa"], &[("VOLLEY_NUMA", "sometimes")]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("VOLLEY_NUMA") && err.contains("auto, on or off"),
+        "{err}"
+    );
+}

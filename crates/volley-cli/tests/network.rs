@@ -7,7 +7,7 @@
 mod common;
 
 use common::hosts::Hosts;
-use common::{ok, text, values, CHECK, VOLLEY};
+use common::{numa_report, ok, text, values, CHECK, VOLLEY};
 use std::process::Command;
 
 const SIZES: &[&str] = &[
@@ -1167,6 +1167,24 @@ fn ranks_on_several_hosts_are_bound_as_asked() {
         bound(&["--cpus", &list]),
         vec![b.to_string(), a.to_string()]
     );
+}
+
+/// Issue 14, point 5, across hosts: each host's agent places the rings of its ranks on their
+/// NUMA nodes (VOLLEY_NUMA=on: the development machine has one node).
+#[test]
+fn each_hosts_rings_live_on_their_receivers_numa_node() {
+    let h = Hosts::new(2, 1500);
+    let out = ok(h.run(4, &[("VOLLEY_NUMA", "on")], &[CHECK, "numa"]));
+    let report = numa_report(&out);
+    assert_eq!(report.len(), 4, "{out}");
+    for (home, rings) in report {
+        assert_eq!(rings.len(), 2, "two ranks a host: {out}");
+        for (mode, nodes, page) in rings {
+            if home != "-" {
+                assert_eq!((mode.as_str(), &nodes, &page), ("1", &home, &home), "{out}");
+            }
+        }
+    }
 }
 
 /// The endpoint's descriptor wakes a poll(2) for a message from another host, and active-port

@@ -89,6 +89,49 @@ pub enum SegmentError {
     WrongJob { found: u64, expected: u64 },
 }
 
+/// What [`Segment::create_placed`] did about NUMA placement.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// Ranges given a preferred node.
+    pub ranges: usize,
+    /// Bytes in them.
+    pub bytes: usize,
+    /// Why the kernel refused a policy (the remaining ranges were left to its default).
+    pub refused: Option<String>,
+}
+
+/// The parts of a segment with a home node, merged where neighbours share one: `(offset,
+/// length, node)`, page-aligned. The ring `src -> dst` belongs to its receiver `dst` (the
+/// receiver polls it; the sender's writes cross once), rank `r`'s collective slots to `r` (it
+/// writes them, and reads its own flags most). The header, the rank blocks and the summaries
+/// are small and shared by everyone: they stay where the kernel puts them.
+pub fn home_ranges(layout: &Layout, homes: &[Option<usize>]) -> Vec<(usize, usize, usize)> {
+    let n = layout.nranks;
+    let mut out: Vec<(usize, usize, usize)> = Vec::new();
+    if homes.len() != n || homes.iter().all(Option::is_none) {
+        return out;
+    }
+    let mut add = |off: usize, len: usize, node: Option<usize>| {
+        let Some(node) = node else { return };
+        match out.last_mut() {
+            Some((o, l, m)) if *m == node && *o + *l == off => *l += len,
+            _ => out.push((off, len, node)),
+        }
+    };
+    let slots = COLL_SLOTS * COLL_SLOT_BYTES;
+    // Each rank's slots start on a page of their own (coll_offset is page-aligned).
+    const _: () = assert!((COLL_SLOTS * COLL_SLOT_BYTES).is_multiple_of(4096));
+    for (r, &home) in homes.iter().enumerate() {
+        add(layout.coll_offset + r * slots, slots, home);
+    }
+    for src in 0..n {
+        for (dst, &home) in homes.iter().enumerate() {
+            add(layout.ring_offset(src, dst), layout.ring_stride, home);
+        }
+    }
+    out
+}
+
 /// A mapped job segment. Cheap to share (`Arc`); unmapped when the last holder is gone.
 pub struct Segment {
     map: Mapping,
@@ -104,6 +147,20 @@ impl Segment {
         params: SegmentParams,
         where_: &str,
     ) -> Result<Arc<Segment>, SegmentError> {
+        Ok(Segment::create_placed(fd, params, where_, &[])?.0)
+    }
+
+    /// As [`Segment::create`], with each rank's memory on its NUMA node: `homes[r]` is rank
+    /// `r`'s node (None: not known, or its CPUs span nodes). The rings into rank `r` and its
+    /// collective slots get a preferred-node policy before the segment's memory is reserved, so
+    /// their pages are allocated there (see [`home_ranges`]). A policy the kernel refuses is no
+    /// reason to fail the job: the segment is made without it, and the [`Placement`] says why.
+    pub fn create_placed(
+        fd: OwnedFd,
+        params: SegmentParams,
+        where_: &str,
+        homes: &[Option<usize>],
+    ) -> Result<(Arc<Segment>, Placement), SegmentError> {
         let layout = Layout::new(&params);
         let total = layout.total_bytes as u64;
         // Refused before a byte is taken: a segment larger than the memory the host or the
@@ -117,6 +174,27 @@ impl Segment {
                     limit,
                     what,
                 });
+            }
+        }
+        // Mapped before the memory is reserved: the policies must be in place when fallocate
+        // allocates the pages. Nothing touches the mapping until then.
+        let map = Mapping::map_shared(fd.as_raw_fd(), layout.total_bytes).map_err(|e| {
+            SegmentError::Map {
+                len: layout.total_bytes,
+                source: e,
+            }
+        })?;
+        let mut placement = Placement::default();
+        for (off, len, node) in home_ranges(&layout, homes) {
+            match volley_sys::numa::prefer_node(&map, off, len, node) {
+                Ok(()) => {
+                    placement.ranges += 1;
+                    placement.bytes += len;
+                }
+                Err(e) => {
+                    placement.refused = Some(format!("mbind of {len} bytes to node {node}: {e}"));
+                    break;
+                }
             }
         }
         if let Err(e) = volley_sys::fallocate(&fd, total) {
@@ -133,17 +211,27 @@ impl Segment {
                 source: e,
             });
         }
-        let map = Mapping::map_shared(fd.as_raw_fd(), layout.total_bytes).map_err(|e| {
-            SegmentError::Map {
-                len: layout.total_bytes,
-                source: e,
-            }
-        })?;
         let seg = Segment { map, layout, fd };
         // SAFETY: the mapping is fresh, zero-filled, at least header-sized and page-aligned; no
         // other process has it yet, so this plain write cannot race.
         unsafe { layout::init_header(seg.map.as_ptr(), &params, &seg.layout) };
-        Ok(Arc::new(seg))
+        Ok((Arc::new(seg), placement))
+    }
+
+    /// The NUMA policy in force for the ring `src -> dst` (its first byte): mode and nodes (see
+    /// `volley_sys::numa::policy_at`).
+    pub fn ring_policy(&self, src: usize, dst: usize) -> std::io::Result<(i32, Vec<usize>)> {
+        volley_sys::numa::policy_at(&self.map, self.layout.ring_offset(src, dst))
+    }
+
+    /// The node that holds the first page of the ring `src -> dst` (read here first, so that
+    /// this process maps it).
+    pub fn ring_page_node(&self, src: usize, dst: usize) -> std::io::Result<usize> {
+        let off = self.layout.ring_offset(src, dst);
+        // SAFETY: inside the mapping; a volatile read of a byte of the ring's control block
+        // only faults the page in.
+        let _ = unsafe { std::ptr::read_volatile(self.map.as_ptr().add(off)) };
+        volley_sys::numa::page_node(&self.map, off)
     }
 
     /// Maps an inherited segment and checks that it is a volley segment of this version, of this
@@ -353,5 +441,79 @@ fn space_of(where_: &str) -> Option<u64> {
         volley_sys::fs_space(p).ok().map(|(free, _)| free)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_ranges_give_each_ring_its_receivers_node_and_each_rank_its_slots() {
+        let layout = Layout::new(&SegmentParams::new(3, 8192, 1024, 1));
+        let homes = [Some(0), Some(1), None];
+        let ranges = home_ranges(&layout, &homes);
+        // The node every byte of each ring and slot area was given.
+        let node_at = |off: usize| {
+            ranges
+                .iter()
+                .find(|(o, l, _)| (*o..o + l).contains(&off))
+                .map(|r| r.2)
+        };
+        for src in 0..3 {
+            for (dst, home) in homes.iter().enumerate() {
+                let off = layout.ring_offset(src, dst);
+                for at in [off, off + layout.ring_stride - 1] {
+                    assert_eq!(node_at(at), *home, "ring {src}->{dst} at {at}");
+                }
+            }
+        }
+        let slots = COLL_SLOTS * COLL_SLOT_BYTES;
+        for (r, home) in homes.iter().enumerate() {
+            assert_eq!(
+                node_at(layout.coll_offset + r * slots),
+                *home,
+                "slots of {r}"
+            );
+        }
+        assert_eq!(node_at(0), None, "the header stays unplaced");
+        assert_eq!(node_at(layout.summary_offset), None);
+        // Neighbours with one node merge (slots 0 and 1 differ; rings src->0 and src->1 too),
+        // and every range is page-aligned.
+        assert_eq!(ranges.len(), 2 + 3 * 2);
+        assert!(ranges
+            .iter()
+            .all(|(o, l, _)| o % 4096 == 0 && l % 4096 == 0));
+        // Same node everywhere: the rings are one range after the slots.
+        assert_eq!(home_ranges(&layout, &[Some(2); 3]).len(), 1);
+        assert!(home_ranges(&layout, &[None; 3]).is_empty());
+        assert!(
+            home_ranges(&layout, &[Some(0)]).is_empty(),
+            "wrong length: nothing"
+        );
+    }
+
+    #[test]
+    fn a_placed_segment_has_its_rings_on_their_receivers_node() {
+        let node = volley_sys::numa::nodes_online()[0];
+        let fd = volley_sys::memfd_create("volley-test").unwrap();
+        let (seg, placement) = Segment::create_placed(
+            fd,
+            SegmentParams::new(2, 8192, 1024, 7),
+            "memfd",
+            &[Some(node), None],
+        )
+        .unwrap();
+        assert_eq!(placement.refused, None);
+        assert_eq!(
+            placement.ranges,
+            1 + 2,
+            "rank 0's slots, then ring 0->0, then 1->0"
+        );
+        for src in 0..2 {
+            assert_eq!(seg.ring_policy(src, 0).unwrap(), (1, vec![node]));
+            assert_eq!(seg.ring_page_node(src, 0).unwrap(), node);
+            assert_eq!(seg.ring_policy(src, 1).unwrap().0, 0, "rank 1 has no home");
+        }
     }
 }

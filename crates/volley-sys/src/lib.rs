@@ -10,6 +10,7 @@
 mod exclusive;
 pub mod lend;
 pub mod net;
+pub mod numa;
 pub mod unix;
 pub mod xdp;
 

@@ -52,6 +52,9 @@ struct Record {
     host: String,
     pid: u32,
     token: u64,
+    /// The NUMA node the rank's CPUs (as its launcher bound it) lie on; None if they span
+    /// nodes or it is not bound.
+    numa: Option<usize>,
 }
 
 fn parse_record(r: usize, v: &[u8]) -> Result<Record, InitError> {
@@ -63,7 +66,8 @@ fn parse_record(r: usize, v: &[u8]) -> Result<Record, InitError> {
     };
     let s = std::str::from_utf8(v).map_err(|_| bad())?;
     let mut w = s.split(' ');
-    let (Some(host), Some(pid), Some(token), None) = (w.next(), w.next(), w.next(), w.next())
+    let (Some(host), Some(pid), Some(token), Some(numa), None) =
+        (w.next(), w.next(), w.next(), w.next(), w.next())
     else {
         return Err(bad());
     };
@@ -71,6 +75,10 @@ fn parse_record(r: usize, v: &[u8]) -> Result<Record, InitError> {
         host: host.to_string(),
         pid: pid.parse().map_err(|_| bad())?,
         token: u64::from_str_radix(token, 16).map_err(|_| bad())?,
+        numa: match numa {
+            "-" => None,
+            n => Some(n.parse().map_err(|_| bad())?),
+        },
     })
 }
 
@@ -86,7 +94,10 @@ pub(crate) fn attach(mut pmi: Pmi) -> Result<Attached, InitError> {
     } else {
         0
     };
-    let rec = format!("{} {me} {token:016x}", host_identity());
+    // Where Hydra or Slurm bound this rank: its rings are placed on that node.
+    let numa = volley_sys::numa::node_of_cpus(&volley_sys::allowed_cpus())
+        .map_or("-".to_string(), |n| n.to_string());
+    let rec = format!("{} {me} {token:016x} {numa}", host_identity());
     pmi.put(&format!("volley-{rank}"), rec.as_bytes())?;
     pmi.fence()?;
     let mut recs = Vec::with_capacity(size);
@@ -137,7 +148,8 @@ pub(crate) fn attach(mut pmi: Pmi) -> Result<Attached, InitError> {
     let cfg = Config::from_env(local.len())?;
     let name = format!("volley-{token:016x}-{node_id}");
     let (seg, doorbells) = if local_rank == 0 {
-        let seg = create_segment(local.len(), &cfg, token)?;
+        let homes: Vec<Option<usize>> = local.iter().map(|&r| recs[r].numa).collect();
+        let seg = create_segment(local.len(), &cfg, token, &homes)?;
         let doorbells: Vec<EventFd> = (0..local.len())
             .map(|_| EventFd::new().map_err(InitError::Memfd))
             .collect::<Result<_, _>>()?;

@@ -395,7 +395,7 @@ pub(crate) fn attach_from_env() -> Result<Option<Attached>, InitError> {
 /// A world of one: the process made its own segment.
 pub(crate) fn singleton(cfg: &Config) -> Result<Attached, InitError> {
     let token = volley_sys::random_u64();
-    let seg = create_segment(1, cfg, token)?;
+    let seg = create_segment(1, cfg, token, &[])?;
     let doorbells = vec![EventFd::new().map_err(InitError::Memfd)?];
     Ok(Attached {
         info: JobInfo {
@@ -425,10 +425,13 @@ pub fn segment_bytes(nranks: usize, cfg: &Config) -> usize {
     volley_shm::Layout::new(&params).total_bytes
 }
 
+/// Creates this host's segment for `nranks` local ranks; `homes[r]` is local rank `r`'s NUMA
+/// node where known (see [`Config::numa`] for when the rings are placed on them).
 pub(crate) fn create_segment(
     nranks: usize,
     cfg: &Config,
     token: u64,
+    homes: &[Option<usize>],
 ) -> Result<Arc<Segment>, InitError> {
     let params = SegmentParams::new(nranks, cfg.ring_bytes, cfg.record_bytes, token);
     // The token in the name tells tools (and the tests) which job a mapping belongs to.
@@ -448,7 +451,16 @@ pub(crate) fn create_segment(
             (fd, dir.display().to_string())
         }
     };
-    Ok(Segment::create(fd, params, &where_)?)
+    let homes = if cfg.places_rings(homes) { homes } else { &[] };
+    let (seg, placement) = Segment::create_placed(fd, params, &where_, homes)?;
+    if let Some(why) = placement.refused {
+        // Once per host (only the segment's creator gets here); the job runs unplaced.
+        eprintln!(
+            "volley: warning: the rings stay where the kernel puts them, not on their receivers' \
+             NUMA nodes: {why}; set VOLLEY_NUMA=off to skip the placement"
+        );
+    }
+    Ok(seg)
 }
 
 /// The launcher's half: a job's segment and doorbells, and the environment of each rank.
@@ -461,16 +473,19 @@ pub struct JobLaunch {
 impl JobLaunch {
     /// Creates the shared state of a job of `nranks` ranks on this machine.
     pub fn create(nranks: usize, cfg: &Config) -> Result<JobLaunch, InitError> {
-        Self::create_with_token(nranks, cfg, volley_sys::random_u64())
+        Self::create_with_token(nranks, cfg, volley_sys::random_u64(), &[])
     }
 
     /// The shared state of this node's `nranks` ranks of a job whose token the launcher chose.
+    /// `homes[r]` is the NUMA node local rank `r` will run on, where the launcher binds it to
+    /// CPUs of one node (empty: not known): its rings and collective slots are placed there.
     pub fn create_with_token(
         nranks: usize,
         cfg: &Config,
         token: u64,
+        homes: &[Option<usize>],
     ) -> Result<JobLaunch, InitError> {
-        let seg = create_segment(nranks, cfg, token)?;
+        let seg = create_segment(nranks, cfg, token, homes)?;
         let doorbells = (0..nranks)
             .map(|_| EventFd::new().map_err(InitError::Memfd))
             .collect::<Result<_, _>>()?;

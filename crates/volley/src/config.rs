@@ -69,6 +69,10 @@ pub struct Config {
     /// (with 128 ranks a CPU, a yield at every pass made each a context switch: a 256-rank
     /// alltoall on 2 cores took 38-72 s instead of 24). 1024 otherwise.
     pub yield_every: u32,
+    /// Whether each rank's rings and collective slots are placed on its NUMA node (where the
+    /// launcher binds it to one): None lets the machine decide (when it has several nodes).
+    /// VOLLEY_NUMA = auto | on | off.
+    pub numa: Option<bool>,
     /// Where each setting came from: (variable, value, "default", "environment" or "profile").
     pub sources: Vec<(&'static str, String, &'static str)>,
 }
@@ -201,6 +205,19 @@ impl Config {
                 })
             }
         };
+        let numa = match std::env::var("VOLLEY_NUMA").ok().as_deref() {
+            None | Some("") | Some("auto") => None,
+            Some("on") | Some("1") => Some(true),
+            Some("off") | Some("0") => Some(false),
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_NUMA",
+                    value: other.to_string(),
+                    why: "must be auto, on or off".into(),
+                })
+            }
+        };
+        let numa_nodes = volley_sys::numa::nodes_online().len();
         let cpus = volley_sys::online_cpus();
         let oversubscribed = match std::env::var("VOLLEY_OVERSUBSCRIBED").ok().as_deref() {
             None | Some("") | Some("auto") => nranks > cpus,
@@ -273,6 +290,18 @@ impl Config {
                 source("VOLLEY_SHM_SUMMARY"),
             ),
             (
+                "VOLLEY_NUMA",
+                match numa {
+                    None if numa_nodes > 1 => {
+                        format!("auto: {numa_nodes} nodes, rings on their receivers' nodes")
+                    }
+                    None => "auto: one node, nothing to place".into(),
+                    Some(true) => format!("on ({numa_nodes} node(s))"),
+                    Some(false) => "off".into(),
+                },
+                source("VOLLEY_NUMA"),
+            ),
+            (
                 "VOLLEY_SHM_DIR",
                 shm_dir
                     .as_ref()
@@ -340,6 +369,7 @@ impl Config {
             single_copy_max,
             profile,
             summary,
+            numa,
             oversubscribed,
             yield_every,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
@@ -348,6 +378,17 @@ impl Config {
             eager_bytes,
             sources,
         })
+    }
+}
+
+impl Config {
+    /// Whether a segment for ranks on the NUMA nodes `homes` places their rings: where at least
+    /// one is known and the machine has several nodes (or VOLLEY_NUMA=on says so anyway).
+    pub fn places_rings(&self, homes: &[Option<usize>]) -> bool {
+        homes.iter().any(Option::is_some)
+            && self
+                .numa
+                .unwrap_or_else(|| volley_sys::numa::nodes_online().len() > 1)
     }
 }
 

@@ -315,6 +315,23 @@ impl World {
         self.eng().set_single_copy_range(min.max(64), max);
     }
 
+    /// Where the ring from local rank `src` to this rank lives: the NUMA policy it was given
+    /// (mode: 0 the kernel's default, 1 preferred node; and the nodes named) and the node of
+    /// its first page. `volley run` places each ring on its receiver's node where it binds the
+    /// receiver to one (VOLLEY_NUMA); this says whether that happened.
+    pub fn ring_numa(&self, src: usize) -> std::io::Result<(i32, Vec<usize>, usize)> {
+        let seg = self.eng().segment();
+        let me = self.local_rank();
+        if src >= seg.nranks() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("local rank {src}: this host has {}", seg.nranks()),
+            ));
+        }
+        let (mode, nodes) = seg.ring_policy(src, me)?;
+        Ok((mode, nodes, seg.ring_page_node(src, me)?))
+    }
+
     /// Largest message that travels as one record (lent in place by recv()).
     pub fn max_inline(&self) -> usize {
         self.eng().max_payload()

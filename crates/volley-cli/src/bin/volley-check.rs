@@ -281,10 +281,25 @@ fn stream_for(w: &World, ms: u64, size: usize) -> R {
     Ok(())
 }
 
-/// A token around every rank `laps` times, each adding its rank (the sum is checked); then each
-/// rank reports the memory it holds of its own (private pages, from /proc/self/smaps_rollup) and
-/// rank 0 the size of the job's shared segment as mapped (/proc/self/maps, the mapping named
-/// after the job's token): what a job of this many ranks costs the host.
+/// Where the rings into this rank live: for each local sender, `mode:nodes:page`.
+fn numa(w: &World) -> R {
+    let n = w.info().local_size;
+    let mut rings = Vec::new();
+    for src in 0..n {
+        let (mode, nodes, page) = w.ring_numa(src)?;
+        let nodes: Vec<String> = nodes.iter().map(|x| x.to_string()).collect();
+        rings.push(format!("{mode}:{}:{page}", nodes.join("+")));
+    }
+    let home = volley_sys::numa::node_of_cpus(&volley_sys::allowed_cpus())
+        .map_or("-".to_string(), |x| x.to_string());
+    println!(
+        "result: numa rank={} home={home} rings={}",
+        w.rank(),
+        rings.join(",")
+    );
+    Ok(())
+}
+
 /// Ranks 0 and 1 ping-pong 8-byte messages on their own port while every other rank sleeps on
 /// another port until rank 0 says done: what a receive costs with many local peers (issue 14,
 /// point 1). Prints the median one-way time of 5 batches; checks every message.
@@ -349,6 +364,10 @@ fn crowd(w: &World, iters: u64) -> R {
     Ok(())
 }
 
+/// A token around every rank `laps` times, each adding its rank (the sum is checked); then each
+/// rank reports the memory it holds of its own (private pages, from /proc/self/smaps_rollup) and
+/// rank 0 the size of the job's shared segment as mapped (/proc/self/maps, the mapping named
+/// after the job's token): what a job of this many ranks costs the host.
 fn ring_and_memory(w: &World, laps: u64) -> R {
     let (me, n) = (w.rank(), w.size());
     let ep = w.open(2)?;
@@ -1563,6 +1582,7 @@ fn main() {
         Some("alltoall") => alltoall(&world, num(1, 100)),
         Some("ring") => ring_and_memory(&world, num(1, 10)),
         Some("crowd") => crowd(&world, num(1, 20000)),
+        Some("numa") => numa(&world),
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),

@@ -95,3 +95,30 @@ pub fn dev_shm_volley_entries() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// One ring into a rank as `volley-check numa` reports it: policy mode, nodes, node of its first
+/// page.
+pub type RingNuma = (String, String, String);
+
+/// The rings into each rank as `volley-check numa` reports them, one per local sender, with the
+/// rank's home node.
+pub fn numa_report(out: &str) -> Vec<(String, Vec<RingNuma>)> {
+    let homes = values(out, "home");
+    let rings = values(out, "rings");
+    assert_eq!(homes.len(), rings.len(), "{out}");
+    homes
+        .into_iter()
+        .zip(rings)
+        .map(|(h, r)| {
+            let rings = r
+                .split(',')
+                .map(|x| {
+                    let f: Vec<&str> = x.split(':').collect();
+                    assert_eq!(f.len(), 3, "{out}");
+                    (f[0].to_string(), f[1].to_string(), f[2].to_string())
+                })
+                .collect();
+            (h, rings)
+        })
+        .collect()
+}
