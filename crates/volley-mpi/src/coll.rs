@@ -29,6 +29,7 @@ pub const TAG_BCAST: u32 = (1 << 30) | 2;
 pub const TAG_REDUCE: u32 = (1 << 30) | 3;
 pub const TAG_GATHER: u32 = (1 << 30) | 4;
 pub const TAG_SCATTER: u32 = (1 << 30) | 5;
+pub const TAG_ALLGATHER: u32 = (1 << 30) | 6;
 pub const TAG_ALLTOALL: u32 = (1 << 30) | 7;
 pub const TAG_CID: u32 = (1 << 30) | 8;
 pub const TAG_GATHERV: u32 = (1 << 30) | 9;
@@ -307,7 +308,6 @@ fn reduce_shm(
     } else {
         Coll::Allreduce
     };
-    // Hierarchical applies to allreduce only (`collectives::applies`).
     let Some(place) = place_for(&c, coll, len, n, Some(op))? else {
         return Ok(false);
     };
@@ -326,7 +326,10 @@ fn reduce_shm(
     };
     match place {
         Place::Shm(g) => reduce_in_slots(g, root, red, n, mine.ptr(), out.ptr())?,
-        Place::Hier(h) => h.allreduce(&c, c.next_seq(), red, n, mine.ptr(), out.ptr())?,
+        Place::Hier(h) => match root {
+            Some(r) => h.reduce(&c, c.next_seq(), red, n, r, mine.ptr(), out.ptr())?,
+            None => h.allreduce(&c, c.next_seq(), red, n, mine.ptr(), out.ptr())?,
+        },
     }
     if folds {
         out.unpack(&t, recvbuf, n);
@@ -382,7 +385,7 @@ fn allgather_shm(
     };
     let rn = count(recvcount)?;
     let len = rn * t.size;
-    let Some(Place::Shm(g)) = place_for(&c, Coll::Allgather, len, len, None)? else {
+    let Some(place) = place_for(&c, Coll::Allgather, len, len, None)? else {
         return Ok(false);
     };
     let mut mine = if in_place(sendbuf) {
@@ -403,7 +406,10 @@ fn allgather_shm(
     };
     let k = c.size();
     let mut out = Bytes::of(&t, recvbuf, rn * k, false);
-    gather_in_slots(g, None, mine.ptr(), len, out.ptr())?;
+    match place {
+        Place::Shm(g) => gather_in_slots(g, None, mine.ptr(), len, out.ptr())?,
+        Place::Hier(h) => h.allgather(&c, c.next_seq(), mine.ptr(), len, out.ptr())?,
+    }
     out.unpack(&t, recvbuf, rn * k);
     Ok(true)
 }
@@ -412,7 +418,13 @@ fn allgather_shm(
 /// place in `out` (a block per member) by `root`, or by every member when None. `out` is
 /// touched only where blocks are read. `mine` may lie inside `out` (MPI_IN_PLACE): it is
 /// copied into the slot before `out` is written.
-fn gather_in_slots(g: &volley::ShmGroup, root: Option<usize>, mine: P, len: usize, out: P) -> R {
+pub(crate) fn gather_in_slots(
+    g: &volley::ShmGroup,
+    root: Option<usize>,
+    mine: P,
+    len: usize,
+    out: P,
+) -> R {
     let k = g.size();
     // SAFETY: MPI's rule for the program's buffers (see user_bytes), or the caller's packed
     // copies; this slice ends before `out`'s are made.

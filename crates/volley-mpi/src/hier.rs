@@ -11,11 +11,16 @@
 //! Reductions fold each host's contributions at its leader (in rank order within the host),
 //! then every leader folds the hosts' partial results in the order of their leaders, so every
 //! rank ends with the same bits; the hosts are not contiguous in rank order, so only
-//! commutative operations go this way (`volley::collectives::applies`).
+//! commutative operations go this way (`volley::collectives::applies`). A reduce to one root
+//! folds the root's own host at the root itself (not at its leader), and the other hosts'
+//! leaders send their partial results straight to it. An allgather gathers each host's blocks
+//! at its leader, the leaders trade their hosts' blocks, and each leader broadcasts the whole
+//! result to its host through the segment, a slot's worth at a time.
 
 use crate::algos::Red;
 use crate::coll::{
-    apply, exchange, reduce_in_slots, user_bytes, P, TAG_ALLREDUCE, TAG_BARRIER, TAG_BCAST,
+    apply, exchange, gather_in_slots, reduce_in_slots, user_bytes, P, TAG_ALLGATHER, TAG_ALLREDUCE,
+    TAG_BARRIER, TAG_BCAST, TAG_REDUCE,
 };
 use crate::err::{from_recv, R};
 use crate::nbc::Seq;
@@ -226,6 +231,155 @@ impl Hier {
         // 3. The result from each leader to its host.
         if let Some(g) = &self.node {
             g.bcast(0, user(out)).map_err(|e| from_recv(&e))?;
+        }
+        Ok(())
+    }
+
+    /// The members of host `h` (communicator ranks, in rank order: the order of its group).
+    fn members(&self, h: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.host_of.len()).filter(move |&r| self.host_of[r] == h)
+    }
+
+    /// Reduce of `mine` into `out` at communicator rank `root` under commutative `op` (`out`
+    /// is significant at the root only; there it may hold `mine` already, for MPI_IN_PLACE).
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce(
+        &self,
+        c: &CommCore,
+        s: Seq,
+        red: Red,
+        n: usize,
+        root: usize,
+        mine: P,
+        out: P,
+    ) -> R {
+        let len = n * red.t.size;
+        if len == 0 {
+            return Ok(());
+        }
+        let user = |p: P| {
+            // SAFETY: MPI's rule for the program's buffers (or the caller's packed copies);
+            // each slice lives for one step, and `mine` is read before `out` is written.
+            unsafe { user_bytes(p, len) }
+        };
+        let (me, root_host) = (self.host(c), self.host_of[root]);
+        let tag = s.tag(TAG_REDUCE);
+        // 1. Each host's contributions folded at the root (on its host) or at the leader.
+        let rep = if me == root_host {
+            self.members(root_host)
+                .position(|r| r == root)
+                .expect("the root is on its host")
+        } else {
+            0
+        };
+        let mut partial = if me != root_host && self.node_rank == rep {
+            vec![0u8; len]
+        } else {
+            Vec::new()
+        };
+        let here = if c.rank == root {
+            out
+        } else if partial.is_empty() {
+            // Written only where this rank folds, which it does not.
+            out
+        } else {
+            P::new(partial.as_mut_ptr())
+        };
+        match &self.node {
+            Some(g) => reduce_in_slots(g, Some(rep), red, n, mine, here)?,
+            None if c.rank == root => {
+                if mine.get() != out.get() {
+                    user(out).copy_from_slice(user(mine));
+                }
+            }
+            None => partial.copy_from_slice(user(mine)),
+        }
+        // 2. The other hosts' leaders send their partial results to the root, which folds them
+        // in (the operation commutes).
+        if c.rank == root {
+            let h = self.leaders.len();
+            let mut theirs = vec![0u8; len * h];
+            {
+                let mut recvs: Vec<(usize, u32, &mut [u8])> = theirs
+                    .chunks_mut(len)
+                    .enumerate()
+                    .filter(|&(k, _)| k != me)
+                    .map(|(k, b)| (self.leaders[k], tag, b))
+                    .collect();
+                exchange(c, &[], &mut recvs)?;
+            }
+            let o = user(out);
+            for k in (0..h).rev().filter(|&k| k != me) {
+                apply(red.op, red.t, red.th, n, &theirs[k * len..(k + 1) * len], o)?;
+            }
+        } else if !partial.is_empty() {
+            exchange(c, &[(root, tag, &partial[..])], &mut [])?;
+        }
+        Ok(())
+    }
+
+    /// Allgather of every member's `len` bytes at `mine` into `out` (a block per communicator
+    /// rank, in rank order; `mine` may lie inside `out`, for MPI_IN_PLACE: it is read before
+    /// `out` is written here).
+    pub fn allgather(&self, c: &CommCore, s: Seq, mine: P, len: usize, out: P) -> R {
+        let k = self.host_of.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let me = self.host(c);
+        // 1. The host's blocks gathered at its leader (in its members' order).
+        let mut host_blocks = Vec::new();
+        if self.leader() {
+            host_blocks = vec![0u8; len * self.members(me).count()];
+        }
+        match &self.node {
+            Some(g) => gather_in_slots(g, Some(0), mine, len, P::new(host_blocks.as_mut_ptr()))?,
+            None => {
+                // SAFETY: MPI's rule for the program's buffer (or the caller's packed copy).
+                host_blocks.copy_from_slice(unsafe { user_bytes(mine, len) });
+            }
+        }
+        // SAFETY: MPI's rule for the program's receive buffer (or the caller's packed copy),
+        // a block per rank; this rank's own block was read above.
+        let all = unsafe { user_bytes(out, len * k) };
+        // 2. The leaders trade their hosts' blocks and lay every block in its rank's place.
+        if self.leader() {
+            let h = self.leaders.len();
+            let tag = s.tag(TAG_ALLGATHER);
+            let mut theirs: Vec<Vec<u8>> = (0..h)
+                .map(|x| {
+                    if x == me {
+                        Vec::new()
+                    } else {
+                        vec![0u8; len * self.members(x).count()]
+                    }
+                })
+                .collect();
+            {
+                let sends: Vec<(usize, u32, &[u8])> = (0..h)
+                    .filter(|&x| x != me)
+                    .map(|x| (self.leaders[x], tag, &host_blocks[..]))
+                    .collect();
+                let mut recvs: Vec<(usize, u32, &mut [u8])> = theirs
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|&(x, _)| x != me)
+                    .map(|(x, b)| (self.leaders[x], tag, &mut b[..]))
+                    .collect();
+                exchange(c, &sends, &mut recvs)?;
+            }
+            theirs[me] = host_blocks;
+            for (x, blocks) in theirs.iter().enumerate() {
+                for (j, r) in self.members(x).enumerate() {
+                    all[r * len..(r + 1) * len].copy_from_slice(&blocks[j * len..(j + 1) * len]);
+                }
+            }
+        }
+        // 3. The whole result from each leader to its host, a slot's worth at a time.
+        if let Some(g) = &self.node {
+            for piece in all.chunks_mut(volley::SHM_COLL_BYTES) {
+                g.bcast(0, piece).map_err(|e| from_recv(&e))?;
+            }
         }
         Ok(())
     }

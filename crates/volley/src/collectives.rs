@@ -82,7 +82,7 @@ impl Coll {
                 Algo::Shm,
                 Algo::Hierarchical,
             ],
-            Coll::Reduce => &[Algo::Binomial, Algo::Linear, Algo::Shm],
+            Coll::Reduce => &[Algo::Binomial, Algo::Linear, Algo::Shm, Algo::Hierarchical],
             Coll::Allreduce => &[
                 Algo::Shm,
                 Algo::Hierarchical,
@@ -92,6 +92,7 @@ impl Coll {
             ],
             Coll::Allgather => &[
                 Algo::Shm,
+                Algo::Hierarchical,
                 Algo::RecursiveDoubling,
                 Algo::Ring,
                 Algo::GatherBcast,
@@ -201,6 +202,11 @@ pub const SHM_MAX_RANKS: usize = 16;
 /// Up to this many bytes (each rank's contribution), they do.
 pub const SHM_BYTES: usize = crate::shmcoll::SHM_COLL_BYTES;
 
+/// Up to this many bytes gathered in all, an allgather over several hosts goes through their
+/// leaders (each leader then broadcasts the whole result to its host a slot at a time; beyond
+/// this the ring's bandwidth wins).
+pub const HIER_ALLGATHER_BYTES: usize = 64 << 10;
+
 /// Below this many bytes a broadcast goes down a binomial tree.
 pub const BCAST_TREE_BYTES: usize = 12 << 10;
 /// Up to this many bytes an allreduce runs recursive doubling.
@@ -247,6 +253,7 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
                 && s.ranks >= 3
                 && s.commutative
                 && (s.bytes <= SHM_BYTES || c == Coll::Barrier)
+                && (c != Coll::Allgather || s.bytes.saturating_mul(s.ranks) <= HIER_ALLGATHER_BYTES)
         }
         Algo::Rabenseifner => s.commutative && s.count >= pow2_below(s.ranks),
         Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
@@ -491,10 +498,25 @@ mod tests {
             spread: true,
             ..shape(bytes, ranks)
         };
-        for c in [Coll::Barrier, Coll::Bcast, Coll::Allreduce] {
+        for c in [
+            Coll::Barrier,
+            Coll::Bcast,
+            Coll::Reduce,
+            Coll::Allreduce,
+            Coll::Allgather,
+        ] {
             assert_eq!(select(c, spread(8, 4)), Algo::Hierarchical, "{c:?}");
             assert_ne!(select(c, shape(8, 4)), Algo::Hierarchical, "{c:?}");
         }
+        // An allgather's whole result crosses each host's segment: up to a bound in all.
+        assert_eq!(
+            select(Coll::Allgather, spread(HIER_ALLGATHER_BYTES / 16, 16)),
+            Algo::Hierarchical
+        );
+        assert_ne!(
+            select(Coll::Allgather, spread(HIER_ALLGATHER_BYTES / 16 + 1, 16)),
+            Algo::Hierarchical
+        );
         assert_ne!(
             select(Coll::Allreduce, spread(SHM_BYTES + 1, 4)),
             Algo::Hierarchical
@@ -504,7 +526,7 @@ mod tests {
             ..spread(8, 4)
         };
         assert_ne!(select(Coll::Allreduce, noncomm), Algo::Hierarchical);
-        assert_ne!(select(Coll::Reduce, spread(8, 4)), Algo::Hierarchical);
+        assert_ne!(select(Coll::Reduce, noncomm), Algo::Hierarchical);
     }
 
     #[test]
