@@ -193,30 +193,8 @@ impl Config {
                 ),
             });
         }
-        let summary = match std::env::var("VOLLEY_SHM_SUMMARY").ok().as_deref() {
-            None | Some("") | Some("auto") => None,
-            Some("on") | Some("1") => Some(true),
-            Some("off") | Some("0") => Some(false),
-            Some(other) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_SHM_SUMMARY",
-                    value: other.to_string(),
-                    why: "must be auto, on or off".into(),
-                })
-            }
-        };
-        let numa = match std::env::var("VOLLEY_NUMA").ok().as_deref() {
-            None | Some("") | Some("auto") => None,
-            Some("on") | Some("1") => Some(true),
-            Some("off") | Some("0") => Some(false),
-            Some(other) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_NUMA",
-                    value: other.to_string(),
-                    why: "must be auto, on or off".into(),
-                })
-            }
-        };
+        let summary = auto_on_off("VOLLEY_SHM_SUMMARY")?;
+        let numa = auto_on_off("VOLLEY_NUMA")?;
         let numa_nodes = volley_sys::numa::nodes_online().len();
         let cpus = volley_sys::online_cpus();
         let oversubscribed = match std::env::var("VOLLEY_OVERSUBSCRIBED").ok().as_deref() {
@@ -389,6 +367,20 @@ impl Config {
             && self
                 .numa
                 .unwrap_or_else(|| volley_sys::numa::nodes_online().len() > 1)
+    }
+}
+
+/// A setting that is `auto` (None; also unset or empty), `on`/`1` or `off`/`0`.
+fn auto_on_off(var: &'static str) -> Result<Option<bool>, InitError> {
+    match std::env::var(var).ok().as_deref() {
+        None | Some("") | Some("auto") => Ok(None),
+        Some("on") | Some("1") => Ok(Some(true)),
+        Some("off") | Some("0") => Ok(Some(false)),
+        Some(other) => Err(InitError::Env {
+            var,
+            value: other.to_string(),
+            why: "must be auto, on or off".into(),
+        }),
     }
 }
 
