@@ -335,7 +335,7 @@ fn bad_bench_options_are_clear_errors() {
 /// volley's ratio to each, and the build directory is gone afterwards.
 #[test]
 fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
-    for test in ["allreduce", "barrier", "alltoall"] {
+    for test in ["allreduce", "barrier", "alltoall", "iallreduce"] {
         let o = Command::new(VOLLEY)
             .args(["bench", test, "-n", "2", "--sizes", "8,64K", "--vs"])
             .args(["openmpi,mpich", "--reps", "2", "--budget-ms", "20"])

@@ -378,6 +378,23 @@ fn nonblocking_collectives_with_more_ranks_than_cores() {
     passes("nbc", 9);
 }
 
+/// Short non-blocking collectives of one host's ranks meet in the segment (a group of their
+/// own, driven by the program's tests and waits): several in flight, completed in different
+/// orders on different ranks, long runs beside blocking ones, a late starter; at 3 ranks (on
+/// volley and MPICH), and at 16 on two cores, the most that meet there (volley only: MPICH's
+/// busy-polling ranks take minutes when 16 share two cores).
+#[test]
+fn nonblocking_collectives_in_shared_memory() {
+    passes("nbc_shm", 3);
+    let s = Scratch::new("nbc_shm16");
+    let exe = build(&s.0, "nbc_shm", false);
+    let out = must(
+        launch_with(&exe, 16, false, &[], &[]),
+        "nbc_shm on 16 ranks",
+    );
+    assert!(out.contains("nbc_shm: ok"), "{out}");
+}
+
 #[test]
 fn topologies_and_neighbourhood_collectives() {
     passes("topo", 4);

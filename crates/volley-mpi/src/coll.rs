@@ -1348,6 +1348,9 @@ fn barrier_op(comm: H) -> R<Nbc> {
     }
     let c = intra(comm)?;
     let s = c.next_seq();
+    if let Some(k) = crate::nbc_shm::ticket(&c, Coll::Barrier, 0, 0, None) {
+        return Ok(done(async move { crate::nbc_shm::barrier(&c, k, s).await }));
+    }
     Ok(done(async move { barrier_a(&c, s).await }))
 }
 
@@ -1359,8 +1362,20 @@ fn bcast_op(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: 
     let n = count(count_)?;
     let root = root_of(&c, root)?;
     let s = c.next_seq();
+    let len = n * t.size;
+    if let Some(k) = crate::nbc_shm::ticket(&c, Coll::Bcast, len, len, None) {
+        let data = if c.rank == root {
+            packed(&t, buffer, n)
+        } else {
+            vec![0u8; len]
+        };
+        let buffer = P::new(buffer);
+        return Ok(done(async move {
+            crate::nbc_shm::bcast(&c, k, s, root, data, t, buffer, n).await
+        }));
+    }
     if t.contig {
-        let (buffer, len) = (P::new(buffer), n * t.size);
+        let buffer = P::new(buffer);
         return Ok(done(async move {
             // SAFETY: MPI's rule for the buffer (see user_bytes).
             bcast_a(&c, s, root, unsafe { user_bytes(buffer, len) }).await
@@ -1414,6 +1429,26 @@ fn reduce_op(
         sendbuf
     };
     let len = n * t.size;
+    let coll = if all { Coll::Allreduce } else { Coll::Reduce };
+    if let Some(k) = crate::nbc_shm::ticket(&c, coll, len, n, Some(op)) {
+        let mine = packed(&t, src, n);
+        let out = P::new(recvbuf);
+        return Ok(done(async move {
+            crate::nbc_shm::reduce(
+                &c,
+                k,
+                s,
+                (!all).then_some(root),
+                op,
+                t,
+                datatype,
+                n,
+                mine,
+                out,
+            )
+            .await
+        }));
+    }
     let sh = shape(len, c.size(), n, Some(op));
     let direct = t.contig
         && if all {

@@ -34,6 +34,7 @@ mod hier;
 mod info;
 mod inter;
 mod nbc;
+mod nbc_shm;
 mod p2p;
 mod state;
 mod topo;

@@ -521,6 +521,8 @@ pub struct Scratch {
     ids: Vec<Option<RequestId>>,
     owners: Vec<(usize, u32, RequestId)>,
     results: Vec<(usize, Result<volley::Status, RequestError>)>,
+    /// Passes a wait has made over non-blocking collectives in flight (see `advance`).
+    nbc_passes: u32,
 }
 
 /// One pass over the core requests of the face's requests at `slots` (index, generation):
@@ -561,9 +563,20 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     }
     let pending = !sc.ids.is_empty() || nbc_pending;
     if nbc_pending && block {
-        // The collectives' own requests are inside their futures: test and come back.
+        // The collectives' own requests are inside their futures: test and come back. The
+        // CPU is given away as a spinning wait of the world's gives it (every 1024 passes, or
+        // more often where the host runs more ranks than it has CPUs): a yield at every pass
+        // made each poll a system call, and on a busy machine a context switch.
         let _ = rt.world.progress();
-        std::thread::yield_now();
+        sc.nbc_passes = sc.nbc_passes.wrapping_add(1);
+        if sc
+            .nbc_passes
+            .is_multiple_of(rt.world.config().yield_every.max(1))
+        {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
     if !sc.ids.is_empty() {
         let results = &mut sc.results;

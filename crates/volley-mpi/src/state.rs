@@ -100,6 +100,8 @@ pub struct CommCore {
     /// through them has drawn the picture (None inside: nothing to gain, or a host's ranks had no
     /// slot free).
     pub hier: std::sync::OnceLock<Option<crate::hier::Hier>>,
+    /// Its non-blocking collectives that meet in the segment (see `nbc_shm`).
+    pub nbc_shm: crate::nbc_shm::NbcShm,
 }
 
 impl CommCore {
@@ -464,6 +466,7 @@ impl Rt {
             shared,
             shm: std::sync::OnceLock::new(),
             hier: std::sync::OnceLock::new(),
+            nbc_shm: Default::default(),
             cid,
             ep,
             coll,

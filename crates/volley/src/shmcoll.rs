@@ -481,6 +481,87 @@ impl ShmGroup {
     }
 }
 
+/// Polled use: a group whose operations are driven by polls instead of waits (MPI's
+/// non-blocking collectives, as futures the program's tests and waits move on). The caller
+/// takes the group's operations one at a time and in the same order at every member, as the
+/// waiting forms do; what differs is that nothing here waits or sleeps, so nothing here wakes
+/// anyone either: a member polling a group never sleeps on it. A group is used one way or the
+/// other, never both.
+impl ShmGroup {
+    /// This member's place in the group.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Starts the group's next operation: its number.
+    pub fn begin(&self) -> u64 {
+        self.next()
+    }
+
+    /// Whether operation `s` may write this member's buffer now: no member still reads
+    /// operation `s - 2`'s (the same buffer). The polled form of `wait_readers`.
+    pub fn may_write(&self, s: u64) -> bool {
+        if s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s {
+            return true;
+        }
+        (0..self.size()).all(|i| {
+            let (l, slot) = self.at(i);
+            i == self.me
+                || self.seg.coll_arrived(l, slot, s - 1) >= s - 1
+                || self.seg.coll_done(l, slot) >= s - 2
+        })
+    }
+
+    /// Publishes this member's `data` (at most [`SHM_COLL_BYTES`]; empty for a barrier) for
+    /// operation `s`, once [`ShmGroup::may_write`] said so.
+    pub fn publish(&self, s: u64, data: &[u8]) {
+        let (l, slot) = self.at(self.me);
+        if !data.is_empty() {
+            self.seg.coll_write(l, slot, s, data);
+        }
+        self.arrive_quietly(s);
+    }
+
+    /// Whether member `i` has published operation `s`.
+    pub fn has_arrived(&self, i: usize, s: u64) -> bool {
+        let (l, slot) = self.at(i);
+        self.seg.coll_arrived(l, slot, s) >= s
+    }
+
+    /// The first member that has not published operation `s` yet; None once every member has
+    /// (and then no member reads operation `s - 1`'s buffers any more).
+    pub fn first_missing(&self, s: u64) -> Option<usize> {
+        let missing = (0..self.size()).find(|&i| !self.has_arrived(i, s));
+        if missing.is_none() {
+            self.all_arrived.store(s, Ordering::Relaxed);
+        }
+        missing
+    }
+
+    /// Reads member `i`'s data for operation `s` (it has published it).
+    pub fn read(&self, i: usize, s: u64, out: &mut [u8]) {
+        let (l, slot) = self.at(i);
+        self.seg.coll_read(l, slot, s, out);
+    }
+
+    /// Says this member has finished reading operation `s`'s buffers.
+    pub fn done_reading(&self, s: u64) {
+        let (l, slot) = self.at(self.me);
+        self.seg.coll_finish(l, slot, s);
+    }
+
+    /// Whether member `i`, which a poll is still waiting for, has ended: then it never will
+    /// publish, and the operation fails.
+    pub fn lost(&self, i: usize) -> Option<RecvError> {
+        let local = self.members[i].local as usize;
+        let fate = self.world.eng().local_fate(local)?;
+        Some(RecvError::PeerLost(PeerLost {
+            rank: self.world.inner.l2g[local],
+            fate,
+        }))
+    }
+}
+
 /// A contribution published by [`ShmGroup::contribute`], to be finished by [`ShmGroup::fold`].
 #[must_use = "a contribution must be finished with ShmGroup::fold"]
 pub struct Contribution {

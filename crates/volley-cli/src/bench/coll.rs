@@ -1,4 +1,5 @@
-//! `volley bench barrier|bcast|reduce|allreduce|allgather|alltoall`: collectives over N ranks,
+//! `volley bench barrier|bcast|reduce|allreduce|allgather|alltoall|ibarrier|iallreduce`:
+//! collectives over N ranks (the i-forms: started, then waited for),
 //! volley's MPI beside Open MPI's and MPICH's in one invocation.
 //!
 //! One small C program (`coll_driver.c`, in this binary) is built with each MPI's own `mpicc`
@@ -21,6 +22,8 @@ pub const TESTS: &[&str] = &[
     "allreduce",
     "allgather",
     "alltoall",
+    "ibarrier",
+    "iallreduce",
 ];
 
 const DRIVER: &str = include_str!("coll_driver.c");

@@ -1,5 +1,5 @@
 /* The collective measurement of `volley bench` (barrier, bcast, reduce, allreduce, allgather,
- * alltoall), built by `volley bench` with each MPI's own mpicc (volley's, Open MPI's, MPICH's)
+ * alltoall, and ibarrier, iallreduce: the non-blocking call, then MPI_Wait), built by `volley bench` with each MPI's own mpicc (volley's, Open MPI's, MPICH's)
  * and started by each one's launcher, so the three run the same code.
  *
  *   coll_driver OP BUDGET_MS SIZE...
@@ -16,8 +16,9 @@
 #include <string.h>
 
 static int op_of(const char *s) {
-    const char *ops[] = {"barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall"};
-    for (int i = 0; i < 6; i++)
+    const char *ops[] = {"barrier",  "bcast",    "reduce",     "allreduce",
+                         "allgather", "alltoall", "ibarrier", "iallreduce"};
+    for (int i = 0; i < 8; i++)
         if (strcmp(s, ops[i]) == 0)
             return i;
     return -1;
@@ -25,6 +26,7 @@ static int op_of(const char *s) {
 
 static void call(int op, char *a, char *b, long size, MPI_Comm c) {
     int n = (int)(size / 8);
+    MPI_Request r;
     switch (op) {
     case 0:
         MPI_Barrier(c);
@@ -44,6 +46,14 @@ static void call(int op, char *a, char *b, long size, MPI_Comm c) {
     case 5:
         MPI_Alltoall(a, (int)size, MPI_BYTE, b, (int)size, MPI_BYTE, c);
         break;
+    case 6:
+        MPI_Ibarrier(c, &r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+        break;
+    case 7:
+        MPI_Iallreduce(a, b, n, MPI_DOUBLE, MPI_SUM, c, &r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+        break;
     }
 }
 
@@ -61,7 +71,7 @@ int main(int argc, char **argv) {
     int op = argc > 3 ? op_of(argv[1]) : -1;
     if (op < 0) {
         if (rank == 0)
-            fprintf(stderr, "usage: coll_driver barrier|bcast|reduce|allreduce|allgather|alltoall BUDGET_MS SIZE...\n");
+            fprintf(stderr, "usage: coll_driver barrier|bcast|reduce|allreduce|allgather|alltoall|ibarrier|iallreduce BUDGET_MS SIZE...\n");
         MPI_Abort(c, 2);
     }
     double budget = atof(argv[2]) / 1000.0;

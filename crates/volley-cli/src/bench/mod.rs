@@ -26,7 +26,7 @@ pub const TESTS: &[&str] = &[
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// pingpong | stream | bibw | rate | logp | overlap | idle (two ranks), or a collective over
-    /// --ranks: barrier | bcast | reduce | allreduce | allgather | alltoall
+    /// --ranks: barrier | bcast | reduce | allreduce | allgather | alltoall | ibarrier | iallreduce
     pub test: String,
     /// Ranks for the collective tests.
     #[arg(long, short = 'n', default_value_t = 4)]
