@@ -20,9 +20,34 @@ static void roundtrip(MPI_Datatype t, void *src, int count, int *got, int n) {
     OK(MPI_Bcast(got, n, MPI_INT, 1, MPI_COMM_WORLD));
 }
 
+/* A resized type with a negative extent (MPI-3.1 4.1.7): its copies run downwards, so the
+ * bounds of a type built from it come from its last copy (lb) and its first (ub). */
+static void negative_extent(void) {
+    MPI_Datatype t4, r, c, v;
+    MPI_Aint lb, ext;
+    OK(MPI_Type_contiguous(4, MPI_BYTE, &t4));
+    OK(MPI_Type_create_resized(t4, 6, -9, &r));
+    OK(MPI_Type_get_extent(r, &lb, &ext));
+    CHECK(lb == 6 && ext == -9);
+    /* Copies at 0, -9, -18: lower bounds 6, -3, -12; upper bounds -3, -12, -21. */
+    OK(MPI_Type_contiguous(3, r, &c));
+    OK(MPI_Type_get_extent(c, &lb, &ext));
+    CHECK(lb == -12 && ext == 9);
+    /* Blocks of 4 copies, 5 copies apart: copies 0..3, 5..8, 10..13 at -9 bytes each, so the
+     * lowest lower bound is 6 - 13 * 9 = -111 and the highest upper bound -3. */
+    OK(MPI_Type_vector(3, 4, 5, r, &v));
+    OK(MPI_Type_get_extent(v, &lb, &ext));
+    CHECK(lb == -111 && ext == 108);
+    MPI_Type_free(&t4);
+    MPI_Type_free(&r);
+    MPI_Type_free(&c);
+    MPI_Type_free(&v);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     CHECK(world_size() >= 2);
+    negative_extent();
     int a[64];
     for (int i = 0; i < 64; i++)
         a[i] = i;

@@ -534,11 +534,15 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
             tlb = tlb.min(first.min(last) + p.t.true_lb);
             tub = tub.max(first.max(last) + p.t.true_ub);
         }
+        // With a negative extent the last copy lies below the first: the marked bounds come
+        // from whichever is lower (lb) and higher (ub), as the unmarked ones do.
         if p.t.lb_marked {
-            mlb = Some(mlb.map_or(first + p.t.lb, |m| m.min(first + p.t.lb)));
+            let l = first.min(last) + p.t.lb;
+            mlb = Some(mlb.map_or(l, |m| m.min(l)));
         }
         if p.t.ub_marked {
-            mub = Some(mub.map_or(last + p.t.ub, |m| m.max(last + p.t.ub)));
+            let u = first.max(last) + p.t.ub;
+            mub = Some(mub.map_or(u, |m| m.max(u)));
         }
         size += p.count * p.t.size;
         nbasic += p.count * p.t.nbasic;
