@@ -86,6 +86,23 @@ static void collectives(MPI_Comm inter, int color, int rank, int lrank, int rsiz
             w += 10 * far(color, r) + off + k;
         CHECK(blk[k] == w);
     }
+    /* Reduce_scatter_block with groups of different sizes (MPI-3.1 5.10.1): each group's
+     * vectors hold lsize x recvcount elements, so with recvcount 2 x rsize both groups' vectors
+     * have 2 x lsize x rsize elements; each rank gets its block of the other group's sum. */
+    int rc = 2 * rsize, len = lsize * rc;
+    int *bvec = malloc(sizeof(int) * (size_t)len), *bblk = malloc(sizeof(int) * (size_t)rc);
+    CHECK(bvec && bblk);
+    for (int k = 0; k < len; k++)
+        bvec[k] = 10 * rank + k;
+    OK(MPI_Reduce_scatter_block(bvec, bblk, rc, MPI_INT, MPI_SUM, inter));
+    for (int k = 0; k < rc; k++) {
+        int w = 0;
+        for (int r = 0; r < rsize; r++)
+            w += 10 * far(color, r) + lrank * rc + k;
+        CHECK(bblk[k] == w);
+    }
+    free(bvec);
+    free(bblk);
     free(lcounts);
     free(got);
     free(out);

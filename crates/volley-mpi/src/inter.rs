@@ -501,9 +501,22 @@ pub fn reduce_scatter_block(
     let m = remote(&c).len();
     let t = ty(dt)?;
     let op = op_of(op)?;
-    // This process's vector has a block for each rank of the other group.
+    // This process's vector has this group's size times recvcount elements (MPI-3.1 5.10.1),
+    // reduced over this group and scattered over the other: a block for each of its ranks,
+    // as long as the other group's recvcount (the two vectors are the same length).
+    let total = c.size() * n;
+    if total % m != 0 {
+        return Err(fail(
+            class::COUNT,
+            format!(
+                "MPI_Reduce_scatter_block: this group's vectors ({} ranks x {n} elements) do not split into equal blocks for the other group's {m} ranks",
+                c.size()
+            ),
+        ));
+    }
+    let k = total / m;
     let sends = (0..m)
-        .map(|r| (r, packed(&t, at(sendbuf, (r * n) as isize, &t), n)))
+        .map(|r| (r, packed(&t, at(sendbuf, (r * k) as isize, &t), k)))
         .collect();
     let recvs = (0..m).map(|r| (r, n * t.size)).collect();
     let buf = P::new(recvbuf);
