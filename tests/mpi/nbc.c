@@ -6,6 +6,7 @@
  * messages that a blocking MPI_Comm_dup would deadlock on, and when two of them on different
  * communicators are started in different orders on different ranks. */
 #include "check.h"
+#include <unistd.h>
 #include <string.h>
 
 static int rank, size;
@@ -324,6 +325,43 @@ static void idup(void) {
     OK(MPI_Comm_free_keyval(&key));
 }
 
+/* A rank waiting on point-to-point moves its non-blocking collectives on (MPI 3.1, 3.7.4's
+ * progress rule): rank 0 waits for a message that the last rank sends only once its
+ * MPI_Ireduce_scatter_block has completed, which needs rank 0's later steps (to fold the
+ * contributions and hand back the blocks). Once by MPI_Wait on an MPI_Irecv, once by a blocking
+ * MPI_Recv. */
+static void progress_while_waiting_on_point_to_point(void) {
+    for (int blocking = 0; blocking < 2; blocking++) {
+        int *in = malloc(sizeof(int) * size), out = -1, msg = -1;
+        CHECK(in);
+        for (int r = 0; r < size; r++)
+            in[r] = rank * 100 + r;
+        MPI_Request c, p;
+        /* The others start late, so that rank 0's start cannot finish its part at once. */
+        if (rank != 0)
+            usleep(30000);
+        OK(MPI_Ireduce_scatter_block(in, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &c));
+        if (rank == 0) {
+            if (blocking) {
+                OK(MPI_Recv(&msg, 1, MPI_INT, size - 1, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            } else {
+                OK(MPI_Irecv(&msg, 1, MPI_INT, size - 1, 77, MPI_COMM_WORLD, &p));
+                wait1(&p);
+            }
+            CHECK(msg == 4242);
+            wait1(&c);
+        } else {
+            wait1(&c);
+            if (rank == size - 1) {
+                msg = 4242;
+                OK(MPI_Send(&msg, 1, MPI_INT, 0, 77, MPI_COMM_WORLD));
+            }
+        }
+        CHECK(out == 100 * size * (size - 1) / 2 + size * rank);
+        free(in);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     rank = world_rank();
@@ -334,6 +372,7 @@ int main(int argc, char **argv) {
     progress_by_test();
     nbx();
     idup();
+    progress_while_waiting_on_point_to_point();
     pass("nbc");
     return 0;
 }

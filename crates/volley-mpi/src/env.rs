@@ -74,6 +74,7 @@ fn init(required: c_int) -> R<c_int> {
         bsend_used: 0,
         orphans: Vec::new(),
         scratch: Default::default(),
+        nbcs: Vec::new(),
     };
     let all: Arc<[usize]> = (0..rt.world.size()).collect();
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);

@@ -539,12 +539,16 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     for &(i, g) in &sc.slots {
         nbc_pending |= poll_nbc(rt, i, g);
     }
-    if nbc_pending {
-        // The others in flight move on too (MPI's progress rule): the one waited for may need
-        // them, e.g. a communicator creation waits for the contexts an earlier one holds.
-        let others: Vec<(usize, u32)> = nbc_slots(rt).filter(|k| !sc.slots.contains(k)).collect();
-        for (i, g) in others {
-            poll_nbc(rt, i, g);
+    // The others in flight move on too, whatever this waits for (MPI's progress rule): what
+    // it waits for may need them, e.g. a message another rank sends only once a collective
+    // has finished there, which needs this rank's later steps; or a communicator creation
+    // that waits for the contexts an earlier one holds.
+    let mut moving = nbc_pending;
+    if !rt.nbcs.is_empty() {
+        for (i, g) in nbc_slots(rt) {
+            if !sc.slots.contains(&(i, g)) {
+                moving |= poll_nbc(rt, i, g);
+            }
         }
     }
     for &(i, g) in &sc.slots {
@@ -562,7 +566,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
         }
     }
     let pending = !sc.ids.is_empty() || nbc_pending;
-    if nbc_pending && block {
+    if moving && block {
         // The collectives' own requests are inside their futures: test and come back. The
         // CPU is given away as a spinning wait of the world's gives it (every 1024 passes, or
         // more often where the host runs more ranks than it has CPUs): a yield at every pass
@@ -580,7 +584,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     }
     if !sc.ids.is_empty() {
         let results = &mut sc.results;
-        if block && !nbc_pending {
+        if block && !moving {
             rt.world.wait_some(&mut sc.ids, |k, r| results.push((k, r)));
         } else {
             rt.world.test_some(&mut sc.ids, |k, r| results.push((k, r)));
@@ -624,6 +628,7 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
 
 /// Records the end of non-blocking collective (i, g): its error, or what it finishes.
 fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>) {
+    rt.nbcs.retain(|&x| x != (i, g));
     let err = match res {
         Ok(None) => None,
         Ok(Some(finish)) => finish(rt).err(),
@@ -639,21 +644,20 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
     }
 }
 
-/// The request slots (index, generation) of the non-blocking collectives in flight.
-fn nbc_slots(rt: &Rt) -> impl Iterator<Item = (usize, u32)> + '_ {
-    rt.reqs
-        .slots
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, r))| r.as_ref().is_some_and(|r| r.nbc.is_some()))
-        .map(|(i, (g, _))| (i, *g))
+/// The request slots (index, generation) of the non-blocking collectives in flight (those
+/// that ended or whose requests are gone are dropped from the list).
+fn nbc_slots(rt: &mut Rt) -> Vec<(usize, u32)> {
+    let reqs = &mut rt.reqs;
+    rt.nbcs
+        .retain(|&(i, g)| reqs.get_mut(i, g).is_some_and(|r| r.nbc.is_some()));
+    rt.nbcs.clone()
 }
 
 /// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
 /// to let go of something, e.g. the contexts a communicator creation holds).
 pub fn progress_nbcs() {
     let Ok(mut rt) = rt() else { return };
-    let slots: Vec<(usize, u32)> = nbc_slots(&rt).collect();
+    let slots = nbc_slots(&mut rt);
     if slots.is_empty() {
         let _ = rt.world.progress();
     } else {
@@ -679,6 +683,7 @@ pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
                 r.nbc = Some(f);
+                rt.nbcs.push((i, g));
             }
         }
         std::task::Poll::Ready(res) => finish_nbc(&mut rt, i, g, res),
@@ -881,7 +886,9 @@ fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
 fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
     let mut rt = rt()?;
     let t = committed(&rt, datatype)?;
-    if t.contig && dest != abi::PROC_NULL {
+    // The fast path waits in the core, which moves no non-blocking collective on: while one is
+    // in flight, the send waits as MPI_Wait does.
+    if t.contig && dest != abi::PROC_NULL && rt.nbcs.is_empty() {
         // The fast path borrows the communicator from the table (no reference count touched).
         let c = &rt.comm_slot(comm)?.core;
         let n = check_count(count)?;
@@ -922,7 +929,9 @@ fn recv(
 ) -> R {
     let mut rt = rt()?;
     let t = committed(&rt, datatype)?;
-    if t.contig && source != abi::PROC_NULL {
+    // As in `send`: while a non-blocking collective is in flight, the receive waits as MPI_Wait
+    // does, moving it on.
+    if t.contig && source != abi::PROC_NULL && rt.nbcs.is_empty() {
         // The state stays borrowed while the receive waits: nothing the program wrote runs
         // meanwhile (MPI programs bind no active ports), and the borrow costs no reference count.
         let c = &rt.comm_slot(comm)?.core;

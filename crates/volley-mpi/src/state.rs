@@ -279,6 +279,9 @@ pub struct Rt {
     pub orphans: Vec<(usize, u32)>,
     /// Reused by every wait and test (see `p2p::advance`).
     pub scratch: crate::p2p::Scratch,
+    /// The requests (slot, generation) of the non-blocking collectives started and maybe still
+    /// in flight: every wait and test moves them on, whatever it waits for.
+    pub nbcs: Vec<(usize, u32)>,
 }
 
 pub struct RtGuard(ExclusiveGuard<'static, Option<Rt>>);
