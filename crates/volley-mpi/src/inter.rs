@@ -505,7 +505,7 @@ pub fn reduce_scatter_block(
     // reduced over this group and scattered over the other: a block for each of its ranks,
     // as long as the other group's recvcount (the two vectors are the same length).
     let total = c.size() * n;
-    if total % m != 0 {
+    if !total.is_multiple_of(m) {
         return Err(fail(
             class::COUNT,
             format!(
