@@ -362,6 +362,42 @@ static void progress_while_waiting_on_point_to_point(void) {
     }
 }
 
+/* A user-defined operation may call MPI functions other than communication ones (MPI-3.1
+ * 5.9.5), also inside a non-blocking reduction: this one asks for its datatype's extent and
+ * size, and sums. */
+static void sum_asking(void *in, void *inout, int *len, MPI_Datatype *t) {
+    MPI_Aint lb, ext;
+    int sz;
+    CHECK(MPI_Type_get_extent(*t, &lb, &ext) == MPI_SUCCESS && lb == 0 && ext == sizeof(int));
+    CHECK(MPI_Type_size(*t, &sz) == MPI_SUCCESS && sz == sizeof(int));
+    for (int k = 0; k < *len; k++)
+        ((int *)inout)[k] += ((int *)in)[k];
+}
+
+static void user_op_calling_mpi(void) {
+    MPI_Op op;
+    OK(MPI_Op_create(sum_asking, 1, &op));
+    for (int n = 3; n <= 3000; n *= 1000) {
+        int *a = malloc(sizeof(int) * (size_t)n), *b = malloc(sizeof(int) * (size_t)n);
+        CHECK(a && b);
+        for (int k = 0; k < n; k++)
+            a[k] = rank + k, b[k] = -1;
+        MPI_Request r;
+        OK(MPI_Iallreduce(a, b, n, MPI_INT, op, MPI_COMM_WORLD, &r));
+        wait1(&r);
+        for (int k = 0; k < n; k++)
+            CHECK(b[k] == size * (size - 1) / 2 + size * k);
+        OK(MPI_Ireduce(a, b, n, MPI_INT, op, size - 1, MPI_COMM_WORLD, &r));
+        wait1(&r);
+        if (rank == size - 1)
+            for (int k = 0; k < n; k++)
+                CHECK(b[k] == size * (size - 1) / 2 + size * k);
+        free(a);
+        free(b);
+    }
+    OK(MPI_Op_free(&op));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     rank = world_rank();
@@ -373,6 +409,7 @@ int main(int argc, char **argv) {
     nbx();
     idup();
     progress_while_waiting_on_point_to_point();
+    user_op_calling_mpi();
     pass("nbc");
     return 0;
 }

@@ -612,7 +612,9 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
     let Some(mut f) = r.nbc.take() else {
         return false;
     };
-    match crate::nbc::poll_once(&mut f) {
+    // A reduction's user-defined operation may call MPI (not to communicate): the state this
+    // wait holds is lent to it.
+    match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
                 r.nbc = Some(f);
@@ -679,7 +681,7 @@ pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
     req.done = false;
     let h = store(&mut rt, req)?;
     let (i, g) = req_at(h).expect("a stored request");
-    match crate::nbc::poll_once(&mut f) {
+    match crate::state::lend_to_callbacks(&mut rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
                 r.nbc = Some(f);

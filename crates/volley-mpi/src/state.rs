@@ -284,33 +284,83 @@ pub struct Rt {
     pub nbcs: Vec<(usize, u32)>,
 }
 
-pub struct RtGuard(ExclusiveGuard<'static, Option<Rt>>);
+/// The face's state, borrowed for one MPI call.
+pub struct RtGuard(Held);
+
+enum Held {
+    /// The state itself, borrowed from its cell.
+    Own(ExclusiveGuard<'static, Option<Rt>>),
+    /// The state a caller up the stack holds, lent to a function of the program's that MPI runs
+    /// (see `lend_to_callbacks`).
+    Lent(*mut Rt),
+}
 
 impl std::ops::Deref for RtGuard {
     type Target = Rt;
     fn deref(&self) -> &Rt {
-        self.0.as_ref().expect("checked when the guard was made")
+        match &self.0 {
+            Held::Own(g) => g.as_ref().expect("checked when the guard was made"),
+            // SAFETY: see `lend_to_callbacks`: the lender does not touch the state while this
+            // guard, the only way to it meanwhile, lives.
+            Held::Lent(p) => unsafe { &**p },
+        }
     }
 }
 impl std::ops::DerefMut for RtGuard {
     fn deref_mut(&mut self) -> &mut Rt {
-        self.0.as_mut().expect("checked when the guard was made")
+        match &mut self.0 {
+            Held::Own(g) => g.as_mut().expect("checked when the guard was made"),
+            // SAFETY: as in deref.
+            Held::Lent(p) => unsafe { &mut **p },
+        }
     }
+}
+
+impl Drop for RtGuard {
+    fn drop(&mut self) {
+        if let Held::Lent(p) = self.0 {
+            // Back to the lender, for the program's next call from the same function.
+            LENT.set(p);
+        }
+    }
+}
+
+thread_local! {
+    /// The state while a caller that holds it runs functions of the program's (null: none).
+    static LENT: std::cell::Cell<*mut Rt> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs `f`, which may run functions of the program's (a user-defined operation inside a
+/// non-blocking reduction, polled by a wait that holds the state), with the state `rt` lent to
+/// the MPI calls those functions make: MPI-3.1 5.9.5 lets a user function call MPI (e.g.
+/// MPI_Type_get_extent on its datatype), only not communicate. One such call at a time gets it
+/// (`rt()` takes it out of `LENT` and its guard puts it back), and `rt` is not touched until
+/// `f` returns.
+pub fn lend_to_callbacks<T>(rt: &mut Rt, f: impl FnOnce() -> T) -> T {
+    let p: *mut Rt = rt;
+    let before = LENT.replace(p);
+    let r = f();
+    LENT.set(before);
+    r
 }
 
 /// The state, if MPI is running.
 pub fn rt() -> R<RtGuard> {
     crate::err::running()?;
-    let g = RT.try_borrow_mut().ok_or_else(|| {
-        fail(
+    let Some(g) = RT.try_borrow_mut() else {
+        let lent = LENT.replace(std::ptr::null_mut());
+        if !lent.is_null() {
+            return Ok(RtGuard(Held::Lent(lent)));
+        }
+        return Err(fail(
             class::OTHER,
             "two threads are inside MPI at once, or MPI was called from a callback that MPI itself runs: volley's MPI provides MPI_THREAD_SERIALIZED at most",
-        )
-    })?;
+        ));
+    };
     if g.is_none() {
         return Err(fail(class::OTHER, "MPI is not initialised"));
     }
-    Ok(RtGuard(g))
+    Ok(RtGuard(Held::Own(g)))
 }
 
 /// Installs the state (MPI_Init).
