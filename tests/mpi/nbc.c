@@ -398,6 +398,35 @@ static void user_op_calling_mpi(void) {
     OK(MPI_Op_free(&op));
 }
 
+/* MPI_Comm_idup on one communicator and MPI_Comm_create_group on another, started in one order
+ * on even ranks and the other on odd ones (legal: different communicators): the creation must
+ * not wait for the duplication, which cannot finish until the even ranks start it. */
+static void idup_beside_create_group(void) {
+    MPI_Comm base, dup, grp;
+    MPI_Group all;
+    MPI_Request r;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &base));
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+    if (rank % 2) {
+        OK(MPI_Comm_idup(base, &dup, &r));
+        OK(MPI_Comm_create_group(MPI_COMM_WORLD, all, 5, &grp));
+    } else {
+        OK(MPI_Comm_create_group(MPI_COMM_WORLD, all, 5, &grp));
+        OK(MPI_Comm_idup(base, &dup, &r));
+    }
+    wait1(&r);
+    int a = -1, b = -1, cmp;
+    OK(MPI_Allreduce(&rank, &a, 1, MPI_INT, MPI_SUM, dup));
+    OK(MPI_Allreduce(&rank, &b, 1, MPI_INT, MPI_SUM, grp));
+    CHECK(a == size * (size - 1) / 2 && b == a);
+    OK(MPI_Comm_compare(dup, grp, &cmp));
+    CHECK(cmp == MPI_CONGRUENT);
+    OK(MPI_Group_free(&all));
+    OK(MPI_Comm_free(&dup));
+    OK(MPI_Comm_free(&grp));
+    OK(MPI_Comm_free(&base));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     rank = world_rank();
@@ -410,6 +439,7 @@ int main(int argc, char **argv) {
     idup();
     progress_while_waiting_on_point_to_point();
     user_op_calling_mpi();
+    idup_beside_create_group();
     pass("nbc");
     return 0;
 }

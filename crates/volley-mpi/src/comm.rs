@@ -40,9 +40,15 @@ async fn agree_cid_a(parent: &CommCore, s: Seq) -> R<u32> {
 async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
     let words = CTX_WORDS * 8;
     for attempt in 0u32.. {
+        let blocking = s.n & (1 << 31) == 0;
         let (offer, free) = {
             let mut cx = contexts();
-            (cx.offer_to(key), cx.free_mask())
+            let free = if blocking {
+                cx.free_mask()
+            } else {
+                cx.free_beyond_reserve()
+            };
+            (cx.offer_to(key, blocking), free)
         };
         // Each member's offer, then its free contexts (to tell "taken everywhere" from "offered
         // to another agreement for now").

@@ -64,6 +64,8 @@ pub fn gen_index(kind: usize, h: H) -> Option<(usize, u32)> {
 /// Context ids: 1024 per process (MPICH's scheme): a new communicator takes the lowest id that
 /// is free at every member, agreed by an AND-reduction of the free masks over the parent.
 pub const CTX_WORDS: usize = 16;
+/// Words of contexts reserved for creations that finish in one call (see `Contexts::offer_to`).
+pub const RESERVED_WORDS: usize = 1;
 /// The core port of context `cid`'s point-to-point traffic (collectives use the next one).
 pub fn port_of(cid: u32) -> u32 {
     0x4000_0000 + 2 * cid
@@ -590,13 +592,42 @@ impl Contexts {
         self.inflight.retain(|&k| k != key);
     }
 
-    /// What agreement `key` is offered now: the contexts free and not offered elsewhere if it
-    /// is the least in flight here (pledged to it until it withdraws), else none.
-    pub fn offer_to(&mut self, key: (u32, u32)) -> [u64; CTX_WORDS] {
-        if self.inflight.iter().any(|&k| k < key) {
-            return [0; CTX_WORDS];
+    /// What agreement `key` is offered now (pledged to it until it withdraws): the contexts
+    /// free and not offered elsewhere if it is the least in flight here, else none; but never
+    /// the reserved ones to a non-blocking agreement, and always the free reserved ones to a
+    /// blocking one.
+    ///
+    /// The reserve (the first RESERVED_WORDS words) is for the agreements that run to their end
+    /// in one call: MPI_Comm_dup, MPI_Comm_create_group and the others. A non-blocking one
+    /// (MPI_Comm_idup) pledges what it is offered until all its members have joined it, which
+    /// can be after this process's next blocking creation, on another communicator, needs its
+    /// members: without the reserve that creation found nothing it could offer (MPICH's
+    /// comm/comm_create_group_idup). At most one blocking agreement runs at a time here, and no
+    /// non-blocking one touches the reserve, so whatever of it is free is its own.
+    pub fn offer_to(&mut self, key: (u32, u32), blocking: bool) -> [u64; CTX_WORDS] {
+        let mut m = if self.inflight.iter().any(|&k| k < key) {
+            [0; CTX_WORDS]
+        } else {
+            self.offer()
+        };
+        for w in 0..RESERVED_WORDS {
+            let reserve = self.free[w] & !self.pledged[w];
+            if blocking {
+                m[w] |= reserve;
+                self.pledged[w] |= reserve;
+            } else {
+                self.pledged[w] &= !m[w];
+                m[w] = 0;
+            }
         }
-        self.offer()
+        m
+    }
+
+    /// The free contexts a non-blocking agreement may ever be offered (the reserve left out).
+    pub fn free_beyond_reserve(&self) -> [u64; CTX_WORDS] {
+        let mut m = self.free;
+        m[..RESERVED_WORDS].fill(0);
+        m
     }
 
     /// The free contexts.
