@@ -610,14 +610,17 @@ impl Contexts {
         } else {
             self.offer()
         };
-        for w in 0..RESERVED_WORDS {
-            let reserve = self.free[w] & !self.pledged[w];
+        let words = m
+            .iter_mut()
+            .zip(self.free.iter().zip(self.pledged.iter_mut()));
+        for (o, (f, p)) in words.take(RESERVED_WORDS) {
             if blocking {
-                m[w] |= reserve;
-                self.pledged[w] |= reserve;
+                let reserve = f & !*p;
+                *o |= reserve;
+                *p |= reserve;
             } else {
-                self.pledged[w] &= !m[w];
-                m[w] = 0;
+                *p &= !*o;
+                *o = 0;
             }
         }
         m
