@@ -171,7 +171,14 @@ fn volley_info_lists_the_collective_algorithms_by_size() {
     );
     let g6 = line(&out, "allgather", "6 ranks, several hosts");
     assert!(
-        g6.contains("ring from 0 B") && !g6.contains("recursive"),
+        g6.contains("hierarchical from 0 B")
+            && g6.contains("ring from 4097 B")
+            && !g6.contains("recursive"),
+        "{g6}"
+    );
+    let g6 = line(&out, "allgather", "6 ranks, one host");
+    assert!(
+        g6.contains("shm from 0 B") && g6.contains("ring from 4097 B"),
         "{g6}"
     );
     let t8 = line(&out, "alltoall", "8 ranks, several hosts");
