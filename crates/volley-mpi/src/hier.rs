@@ -277,10 +277,8 @@ impl Hier {
         } else {
             Vec::new()
         };
-        let here = if c.rank == root {
-            out
-        } else if partial.is_empty() {
-            // Written only where this rank folds, which it does not.
+        // The root folds into `out`; a rank that does not fold never writes what it is given.
+        let here = if partial.is_empty() {
             out
         } else {
             P::new(partial.as_mut_ptr())

@@ -130,17 +130,13 @@ async fn arrived(g: &ShmGroup, i: usize, s: u64) -> R {
     .await
 }
 
-/// Waits until this member may write operation `s`'s buffer.
+/// Waits until this member may write operation `s`'s buffer: no member still reads operation
+/// `s - 2`'s (one that has ended never will finish).
 async fn writable(g: &ShmGroup, s: u64) -> R {
-    until(|| {
-        if g.may_write(s) {
-            return Ok(true);
-        }
-        // A member still reading operation s - 2 that has ended never will finish.
-        match (0..g.size()).find_map(|i| (i != g.me()).then(|| g.lost(i)).flatten()) {
-            Some(e) => Err(from_recv(&e)),
-            None => Ok(false),
-        }
+    let mut polls = 0;
+    until(|| match g.reader_left(s) {
+        None => Ok(true),
+        Some(i) => check_lost(g, i, &mut polls),
     })
     .await
 }

@@ -523,6 +523,8 @@ pub struct Scratch {
     results: Vec<(usize, Result<volley::Status, RequestError>)>,
     /// Passes a wait has made over non-blocking collectives in flight (see `advance`).
     nbc_passes: u32,
+    /// The non-blocking collectives in flight, copied out of `Rt::nbcs` for one pass.
+    nbcs: Vec<(usize, u32)>,
 }
 
 /// One pass over the core requests of the face's requests at `slots` (index, generation):
@@ -545,7 +547,10 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     // that waits for the contexts an earlier one holds.
     let mut moving = nbc_pending;
     if !rt.nbcs.is_empty() {
-        for (i, g) in nbc_slots(rt) {
+        prune_nbcs(rt);
+        sc.nbcs.clear();
+        sc.nbcs.extend_from_slice(&rt.nbcs);
+        for &(i, g) in &sc.nbcs {
             if !sc.slots.contains(&(i, g)) {
                 moving |= poll_nbc(rt, i, g);
             }
@@ -646,24 +651,23 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
     }
 }
 
-/// The request slots (index, generation) of the non-blocking collectives in flight (those
-/// that ended or whose requests are gone are dropped from the list).
-fn nbc_slots(rt: &mut Rt) -> Vec<(usize, u32)> {
+/// Drops from `Rt::nbcs` the collectives whose requests are gone or no longer in flight.
+fn prune_nbcs(rt: &mut Rt) {
     let reqs = &mut rt.reqs;
     rt.nbcs
         .retain(|&(i, g)| reqs.get_mut(i, g).is_some_and(|r| r.nbc.is_some()));
-    rt.nbcs.clone()
 }
 
 /// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
 /// to let go of something, e.g. the contexts a communicator creation holds).
 pub fn progress_nbcs() {
     let Ok(mut rt) = rt() else { return };
-    let slots = nbc_slots(&mut rt);
-    if slots.is_empty() {
+    prune_nbcs(&mut rt);
+    if rt.nbcs.is_empty() {
         let _ = rt.world.progress();
     } else {
-        advance(&mut rt, &mut slots.into_iter(), false);
+        // One pass: advance polls every collective in flight whatever it is given.
+        advance(&mut rt, &mut std::iter::empty(), false);
     }
 }
 

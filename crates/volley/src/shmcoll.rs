@@ -266,7 +266,7 @@ impl ShmGroup {
     /// `s - 2`'s (the same buffer).
     #[inline(always)]
     fn wait_readers(&self, s: u64) -> Result<(), RecvError> {
-        if s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s {
+        if self.readers_known_done(s) {
             return Ok(());
         }
         self.wait_readers_slow(s)
@@ -274,18 +274,25 @@ impl ShmGroup {
 
     #[inline(never)]
     fn wait_readers_slow(&self, s: u64) -> Result<(), RecvError> {
+        self.wait(|seg| self.reader_in(seg, s), false)
+    }
+
+    /// Whether no member can still read operation `s - 2`'s buffer, without looking: there is
+    /// none, or every member was seen to have published `s - 1`.
+    #[inline(always)]
+    fn readers_known_done(&self, s: u64) -> bool {
+        s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s
+    }
+
+    /// A member that may still read operation `s - 2`'s buffer (the one operation `s` writes).
+    fn reader_in(&self, seg: &Segment, s: u64) -> Option<usize> {
         // A member that published operation s - 1 has finished s - 2 (it ran them in order).
-        self.wait(
-            |seg| {
-                (0..self.size()).find(|&i| {
-                    let (l, slot) = self.at(i);
-                    i != self.me
-                        && seg.coll_arrived(l, slot, s - 1) < s - 1
-                        && seg.coll_done(l, slot) < s - 2
-                })
-            },
-            false,
-        )
+        (0..self.size()).find(|&i| {
+            let (l, slot) = self.at(i);
+            i != self.me
+                && seg.coll_arrived(l, slot, s - 1) < s - 1
+                && seg.coll_done(l, slot) < s - 2
+        })
     }
 
     /// Waits until `pending` finds no member left to wait for; with `owed`, wakes the others
@@ -488,32 +495,22 @@ impl ShmGroup {
 /// anyone either: a member polling a group never sleeps on it. A group is used one way or the
 /// other, never both.
 impl ShmGroup {
-    /// This member's place in the group.
-    pub fn me(&self) -> usize {
-        self.me
-    }
-
     /// Starts the group's next operation: its number.
     pub fn begin(&self) -> u64 {
         self.next()
     }
 
-    /// Whether operation `s` may write this member's buffer now: no member still reads
-    /// operation `s - 2`'s (the same buffer). The polled form of `wait_readers`.
-    pub fn may_write(&self, s: u64) -> bool {
-        if s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s {
-            return true;
+    /// A member that may still read operation `s - 2`'s buffer, which operation `s` writes
+    /// (None: this member may write it now). The polled form of `wait_readers`.
+    pub fn reader_left(&self, s: u64) -> Option<usize> {
+        if self.readers_known_done(s) {
+            return None;
         }
-        (0..self.size()).all(|i| {
-            let (l, slot) = self.at(i);
-            i == self.me
-                || self.seg.coll_arrived(l, slot, s - 1) >= s - 1
-                || self.seg.coll_done(l, slot) >= s - 2
-        })
+        self.reader_in(&self.seg, s)
     }
 
     /// Publishes this member's `data` (at most [`SHM_COLL_BYTES`]; empty for a barrier) for
-    /// operation `s`, once [`ShmGroup::may_write`] said so.
+    /// operation `s`, once [`ShmGroup::reader_left`] found no reader left.
     pub fn publish(&self, s: u64, data: &[u8]) {
         let (l, slot) = self.at(self.me);
         if !data.is_empty() {
