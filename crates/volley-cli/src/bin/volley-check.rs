@@ -555,12 +555,15 @@ fn lost_while_placing(w: &World, request: bool) -> R {
         return Err("lost-placing needs exactly 2 ranks".into());
     }
     let ep = w.open(12)?;
-    let len = 128 << 20;
+    // Large enough that it is still on its way when the sender dies: 256 MiB take about 180 ms
+    // at udp's 1.5 GB/s on an idle development machine (128 MiB killed after 100 ms sometimes
+    // arrived whole first).
+    let len = 256 << 20;
     if w.rank() == 1 {
         let mut r = ep.isend_tagged(0, 3, vec![7u8; len])?;
-        // Announced, accepted, under way for a while: then gone.
+        // Announced, accepted, under way for a moment: then gone.
         let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(100) {
+        while t.elapsed() < Duration::from_millis(20) {
             r.test()?;
         }
         volley_sys::kill(std::process::id(), libc_sigkill())?;
