@@ -281,6 +281,24 @@ fn start_send(
     }
     let w = c.peer_world_rank(dest)?;
     let bytes = n * t.size;
+    if matches!(mode, Mode::Standard | Mode::Ready) && t.contig {
+        // A small message that goes through the ring at once completes the send now, with no
+        // request of the core's.
+        let data: &[u8] = if bytes == 0 {
+            &[]
+        } else {
+            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
+        };
+        if c.ep
+            .try_send_eager(w, tag, data)
+            .map_err(|e| from_send(&e))?
+        {
+            let mut status = Status::empty();
+            status.set_bytes(bytes as u64);
+            return Ok(Req::finished(comm, status));
+        }
+    }
     let mut stage = Vec::new();
     let mut bsend = 0;
     if mode == Mode::Buffered {
@@ -384,6 +402,22 @@ fn start_recv(
     }
     let src = source_of(&c, source)?;
     let bytes = n * t.size;
+    if t.contig {
+        // A message already here whole completes the receive now, with no request of the
+        // core's (the message rate of a window of receives rests on it).
+        let out: &mut [u8] = if bytes == 0 {
+            &mut []
+        } else {
+            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
+        };
+        if let Some(st) =
+            c.ep.try_recv_now(src, tag, out)
+                .map_err(|e| from_recv(&e))?
+        {
+            return Ok(Req::finished(comm, status_of(&c, &st, st.len)));
+        }
+    }
     let stage = Vec::new();
     let core = if t.contig {
         // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
@@ -525,6 +559,8 @@ pub struct Scratch {
     nbc_passes: u32,
     /// The non-blocking collectives in flight, copied out of `Rt::nbcs` for one pass.
     nbcs: Vec<(usize, u32)>,
+    /// What `collect_all` collected: (index, status, failed).
+    collected: Vec<(usize, Status, bool)>,
 }
 
 /// One pass over the core requests of the face's requests at `slots` (index, generation):
@@ -834,16 +870,17 @@ unsafe fn put_status(p: *mut Status, mut st: Status) {
 /// # Safety
 /// `statuses` is null or holds an entry per request.
 unsafe fn collect_all(rt: &mut Rt, hs: &mut [H], statuses: *mut Status) -> R {
-    let done: Vec<(usize, Status, bool)> = hs
-        .iter_mut()
-        .enumerate()
-        .map(|(k, h)| {
-            let (st, e) = collect(rt, h);
-            (k, st, e.is_some())
-        })
-        .collect();
+    // The scratch vector: a wait allocates nothing once warm.
+    let mut done = std::mem::take(&mut rt.scratch.collected);
+    done.clear();
+    for (k, h) in hs.iter_mut().enumerate() {
+        let (st, e) = collect(rt, h);
+        done.push((k, st, e.is_some()));
+    }
     // SAFETY: per the contract.
-    unsafe { put_statuses(statuses, &done) }
+    let r = unsafe { put_statuses(statuses, &done) };
+    rt.scratch.collected = done;
+    r
 }
 
 /// Writes the statuses of a multiple-completion call at `p[k]` for each (k, status, failed): the

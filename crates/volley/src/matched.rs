@@ -73,6 +73,40 @@ impl Endpoint {
         }
     }
 
+    /// Takes the first message from `source` (None: any) with `tag` (None: any) into `buf` if
+    /// one has arrived whole in a ring, fits, wants no acknowledgement and no receive posted
+    /// earlier may take it: Some(status). None takes nothing (no match yet, or a match that the
+    /// full receive must take: fragments, rendezvous, single copy, a synchronous send, one too
+    /// long, one drained aside or from the network): post the receive instead. MPI_Irecv's fast
+    /// path, which then needs no request; MPI's order holds because it runs only while no
+    /// receive is posted.
+    pub fn try_recv_now(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Option<Status>, RecvError> {
+        let w = &self.world;
+        if w.inner.nposted.load(Ordering::Relaxed) != 0
+            || w.inner.nactive.load(Ordering::Relaxed) != 0
+        {
+            return Ok(None);
+        }
+        let ring = match source {
+            Some(r) => match w.route(r) {
+                Some(l) => Some(l),
+                None => return Ok(None),
+            },
+            None if w.inner.net.is_none() => None,
+            None => return Ok(None),
+        };
+        let pat = self.pattern(source, tag)?;
+        match self.fast_pass(&pat, ring, buf)? {
+            Fast::Done(st) => Ok(Some(st)),
+            Fast::Nothing | Fast::Other => Ok(None),
+        }
+    }
+
     /// One pass of a matched receive in a single borrow of the engine, as `recv_into` does: the
     /// first match in the rings, copied into `out` if it is a whole record that fits and wants
     /// no acknowledgement. Anything else (a drained message, fragments, a rendezvous, a

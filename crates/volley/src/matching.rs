@@ -56,6 +56,17 @@ impl Pattern {
         }
     }
 
+    /// Whether `other` names the same source (or both any) and every message it accepts, this
+    /// pattern accepts too: when this one finds nothing, `other` finds nothing either, and a
+    /// receive by either meets the same dead end (a lost peer) or none.
+    #[inline]
+    pub fn covers(&self, other: &Pattern) -> bool {
+        self.context == other.context
+            && self.ignore == other.ignore
+            && self.source == other.source
+            && (self.tag.is_none() || self.tag == other.tag)
+    }
+
     /// This pattern, ignoring the tag bits in `mask` (see [`Pattern::ignore`]).
     pub fn ignoring(mut self, mask: u32) -> Pattern {
         self.ignore = mask;

@@ -251,6 +251,30 @@ impl Path<'_> {
         }
     }
 
+    /// Whether a whole message of `len` bytes on `context` would go through the ring to this
+    /// shared-memory peer at once, by neither single copy nor rendezvous (the question of a
+    /// non-blocking send that may then skip its request). False for a network peer and for any
+    /// message that cannot go now; a dead peer is an error.
+    pub fn eager_now(&self, context: u32, len: usize) -> Result<bool, SendError> {
+        match *self {
+            Path::Ring { w, dst } => {
+                let mut e = w.eng();
+                if len > e.ring_payload_capacity()
+                    || e.use_single_copy(dst, len)
+                    || e.wants_rendezvous(context, len)
+                {
+                    return Ok(false);
+                }
+                if let Some(l) = e.send_dead_end(dst) {
+                    return Err(l.into());
+                }
+                e.drive_pending();
+                Ok(!e.has_pending(dst) && e.can_fit(dst, len))
+            }
+            Path::Net { .. } => Ok(false),
+        }
+    }
+
     /// One step of a send of `len` bytes that `fill` writes in place: into a ring record (no
     /// copy on the sending side), or into a network buffer that `staged` keeps until it goes.
     /// `fill` runs once.

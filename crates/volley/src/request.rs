@@ -527,6 +527,10 @@ impl World {
         // over, so the earlier one takes it. Bounded, in case messages keep arriving.
         let mut restarts = 0;
         let mut waiter = Waiter::new(WaitMode::BusyPoll, &self.inner.waits);
+        // The pattern of a receive that found nothing in this pass: a later receive it covers
+        // would find nothing too, and is skipped (a window of like receives costs one look per
+        // pass, not one each).
+        let mut empty: Option<Pattern> = None;
         loop {
             // Take the receive out of its slot while matching: the match may run active-port
             // handlers, which may post or test requests themselves.
@@ -534,6 +538,12 @@ impl World {
                 let mut r = self.inner.reqs.borrow_mut();
                 let Some(&idx) = r.posted.get(i) else { return };
                 let slot = &mut r.slots[idx as usize];
+                if let (Some(e), Some(Op::Recv(p, _) | Op::RecvUnpack(p, _))) = (&empty, &slot.op) {
+                    if e.covers(p) {
+                        i += 1;
+                        continue;
+                    }
+                }
                 match slot.op.take() {
                     Some(
                         op @ (Op::Recv(..)
@@ -559,7 +569,10 @@ impl World {
                     let mut out = Some(buf.as_mut_slice());
                     match self.match_step(&pat, &mut out, &mut waiter, &veto, true) {
                         Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
-                            None => (Op::Recv(pat, buf), false),
+                            None => {
+                                note_empty(&mut empty, &pat);
+                                (Op::Recv(pat, buf), false)
+                            }
                             Some(e) => (Op::Done(Err(e.into())), true),
                         },
                         Ok(Step::Vetoed) => {
@@ -568,6 +581,7 @@ impl World {
                             drop(r);
                             restarts += 1;
                             i = if restarts > 64 { i + 1 } else { 0 };
+                            empty = None;
                             continue;
                         }
                         Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
@@ -608,7 +622,10 @@ impl World {
                     let veto = |st: &Status| self.posted_accepts(pat.context, st, i);
                     match self.match_step_unpack(&pat, &mut *u, &mut waiter, &veto) {
                         Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
-                            None => (Op::RecvUnpack(pat, u), false),
+                            None => {
+                                note_empty(&mut empty, &pat);
+                                (Op::RecvUnpack(pat, u), false)
+                            }
                             Some(e) => (Op::Done(Err(e.into())), true),
                         },
                         Ok(Step::Vetoed) => {
@@ -617,6 +634,7 @@ impl World {
                             drop(r);
                             restarts += 1;
                             i = if restarts > 64 { i + 1 } else { 0 };
+                            empty = None;
                             continue;
                         }
                         Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
@@ -876,5 +894,14 @@ impl World {
                 backoff.snooze_unless_moved(self.eng().activity(), &mut seen);
             }
         }
+    }
+}
+
+/// Keeps in `empty` the pattern of a receive that found nothing this pass (the wider of it and
+/// the one kept, where one covers the other; else the newest).
+fn note_empty(empty: &mut Option<Pattern>, pat: &Pattern) {
+    match empty {
+        Some(e) if e.covers(pat) => {}
+        _ => *empty = Some(*pat),
     }
 }
