@@ -12,7 +12,8 @@ pub enum WaitMode {
     /// Sleep on the process's doorbell (an eventfd) until a sender rings it.
     Block,
     /// Spin, then sleep: spin at most the given time, and less as the endpoint's recent waits
-    /// say (about twice a usual short wait; 2 us when waits have been longer than the limit).
+    /// say (about four times a usual short wait; 2 us when waits have been longer than the
+    /// limit).
     /// The default.
     SpinThenBlock(Duration),
 }
@@ -79,7 +80,7 @@ pub struct Config {
 
 /// The most a wait spins before it sleeps in the default mode. Each endpoint learns from its
 /// recent waits how much of it to use (`wait::WaitHistory`): waits that have been short spin
-/// about twice their usual length, waits longer than this sleep after 2 us. Large enough that a
+/// about four times their usual length, waits longer than this sleep after 2 us. Large enough that a
 /// ring of 16 ranks busy-polling at 14 us a hop (issue 14's server) keeps spinning between its
 /// turns (a 210 us wait) instead of paying a wake-up per hop.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(500);

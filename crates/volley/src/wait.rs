@@ -8,9 +8,9 @@ use crate::world::World;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The shortest spin of a wait expected to be short: about a wake-up's cost, so that a wait a
+/// The shortest spin of a wait expected to be short: a few wake-ups' cost, so that a wait a
 /// little longer than usual does not pay one.
-const MIN_SPIN: Duration = Duration::from_micros(10);
+const MIN_SPIN: Duration = Duration::from_micros(20);
 /// The spin of a wait expected to be longer than the spin limit: long enough for a message
 /// already on its way, then sleep.
 const SHORT_SPIN: Duration = Duration::from_micros(2);
@@ -31,8 +31,8 @@ impl WaitHistory {
         let avg = Duration::from_nanos(self.0.load(Ordering::Relaxed));
         if avg.is_zero() {
             cap
-        } else if avg * 2 <= cap {
-            (avg * 2).max(MIN_SPIN).min(cap)
+        } else if avg * 4 <= cap {
+            (avg * 4).max(MIN_SPIN).min(cap)
         } else if avg <= cap {
             cap
         } else {
@@ -233,12 +233,12 @@ mod tests {
     }
 
     #[test]
-    fn short_waits_spin_about_twice_their_length_and_never_less_than_a_wake_up() {
+    fn short_waits_spin_about_four_times_their_length_and_never_less_than_a_wake_up() {
         let h = WaitHistory::default();
         for _ in 0..20 {
             h.record(Duration::from_micros(40), CAP);
         }
-        assert_eq!(h.spin_for(CAP), Duration::from_micros(80));
+        assert_eq!(h.spin_for(CAP), Duration::from_micros(160));
         for _ in 0..40 {
             h.record(Duration::from_micros(1), CAP);
         }
@@ -258,7 +258,7 @@ mod tests {
             h.record(Duration::from_micros(20), CAP);
         }
         assert!(h.spin_for(CAP) > SHORT_SPIN, "{:?}", h.average());
-        // Waits between half the limit and the limit spin the whole limit.
+        // Waits between a quarter of the limit and the limit spin the whole limit.
         let h = WaitHistory::default();
         h.record(Duration::from_micros(400), CAP);
         assert_eq!(h.spin_for(CAP), CAP);
