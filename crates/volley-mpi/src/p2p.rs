@@ -270,6 +270,11 @@ fn start_send(
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
+    if held.is_none() && matches!(mode, Mode::Standard | Mode::Ready) {
+        if let Some(r) = eager_send(rt, buf, count, dtype, dest, tag, comm)? {
+            return Ok(r);
+        }
+    }
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
@@ -281,24 +286,6 @@ fn start_send(
     }
     let w = c.peer_world_rank(dest)?;
     let bytes = n * t.size;
-    if matches!(mode, Mode::Standard | Mode::Ready) && t.contig {
-        // A small message that goes through the ring at once completes the send now, with no
-        // request of the core's.
-        let data: &[u8] = if bytes == 0 {
-            &[]
-        } else {
-            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-            unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
-        };
-        if c.ep
-            .try_send_eager(w, tag, data)
-            .map_err(|e| from_send(&e))?
-        {
-            let mut status = Status::empty();
-            status.set_bytes(bytes as u64);
-            return Ok(Req::finished(comm, status));
-        }
-    }
     let mut stage = Vec::new();
     let mut bsend = 0;
     if mode == Mode::Buffered {
@@ -379,6 +366,81 @@ fn start_send(
     })
 }
 
+/// The fast path of MPI_Isend and MPI_Irsend: a contiguous message that goes whole through the
+/// ring at once completes now, with no request of the core's and the communicator borrowed (no
+/// reference count touched: on a server each locked instruction waits for the last message's
+/// stores to reach the receiver). None: take the full path, which checks the arguments again.
+#[allow(clippy::too_many_arguments)]
+fn eager_send(
+    rt: &Rt,
+    buf: *const c_void,
+    count: c_int,
+    dtype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Option<Req>> {
+    let t = committed(rt, dtype)?;
+    if !t.contig || dest == abi::PROC_NULL {
+        return Ok(None);
+    }
+    let c = &rt.comm_slot(comm)?.core;
+    let n = check_count(count)?;
+    let tag = check_tag(tag, false)?.expect("not any");
+    let w = c.peer_world_rank(dest)?;
+    let bytes = n * t.size;
+    let data: &[u8] = if bytes == 0 {
+        &[]
+    } else {
+        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+        unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
+    };
+    if !c
+        .ep
+        .try_send_eager(w, tag, data)
+        .map_err(|e| from_send(&e))?
+    {
+        return Ok(None);
+    }
+    let mut status = Status::empty();
+    status.set_bytes(bytes as u64);
+    Ok(Some(Req::finished(comm, status)))
+}
+
+/// The fast path of MPI_Irecv: a message that has already arrived whole and fits completes the
+/// receive now, with no request of the core's (the message rate of a window of receives rests on
+/// it). None: take the full path.
+#[allow(clippy::too_many_arguments)]
+fn eager_recv(
+    rt: &Rt,
+    buf: *mut c_void,
+    count: c_int,
+    dtype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Option<Req>> {
+    let t = committed(rt, dtype)?;
+    if !t.contig || source == abi::PROC_NULL {
+        return Ok(None);
+    }
+    let c = &rt.comm_slot(comm)?.core;
+    let n = check_count(count)?;
+    let tag = check_tag(tag, true)?;
+    let src = source_of(c, source)?;
+    let bytes = n * t.size;
+    let out: &mut [u8] = if bytes == 0 {
+        &mut []
+    } else {
+        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
+    };
+    Ok(c.ep
+        .try_recv_now(src, tag, out)
+        .map_err(|e| from_recv(&e))?
+        .map(|st| Req::finished(comm, status_of(c, &st, st.len))))
+}
+
 /// Posts a receive (MPI_Irecv; MPI_Recv of a non-contiguous type waits on it).
 #[allow(clippy::too_many_arguments)]
 fn start_recv(
@@ -391,6 +453,11 @@ fn start_recv(
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
+    if held.is_none() {
+        if let Some(r) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
+            return Ok(r);
+        }
+    }
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
@@ -402,22 +469,6 @@ fn start_recv(
     }
     let src = source_of(&c, source)?;
     let bytes = n * t.size;
-    if t.contig {
-        // A message already here whole completes the receive now, with no request of the
-        // core's (the message rate of a window of receives rests on it).
-        let out: &mut [u8] = if bytes == 0 {
-            &mut []
-        } else {
-            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
-        };
-        if let Some(st) =
-            c.ep.try_recv_now(src, tag, out)
-                .map_err(|e| from_recv(&e))?
-        {
-            return Ok(Req::finished(comm, status_of(&c, &st, st.len)));
-        }
-    }
     let stage = Vec::new();
     let core = if t.contig {
         // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).

@@ -251,14 +251,17 @@ impl Path<'_> {
         }
     }
 
-    /// Whether a whole message of `len` bytes on `context` would go through the ring to this
-    /// shared-memory peer at once, by neither single copy nor rendezvous (the question of a
-    /// non-blocking send that may then skip its request). False for a network peer and for any
-    /// message that cannot go now; a dead peer is an error.
-    pub fn eager_now(&self, context: u32, len: usize) -> Result<bool, SendError> {
+    /// Sends a whole message through the ring to this shared-memory peer if it goes at once,
+    /// by neither single copy nor rendezvous (what a send of its size would do anyway), in one
+    /// borrow of the engine: true when sent. False sends nothing: a network peer, a full ring,
+    /// sends queued before it, or a message for single copy or rendezvous. A dead peer is an
+    /// error. The fast path of a non-blocking send, which then needs no request.
+    #[inline]
+    pub fn try_eager(&self, context: u32, tag: u32, data: &[u8]) -> Result<bool, SendError> {
         match *self {
             Path::Ring { w, dst } => {
                 let mut e = w.eng();
+                let len = data.len();
                 if len > e.ring_payload_capacity()
                     || e.use_single_copy(dst, len)
                     || e.wants_rendezvous(context, len)
@@ -268,8 +271,23 @@ impl Path<'_> {
                 if let Some(l) = e.send_dead_end(dst) {
                     return Err(l.into());
                 }
-                e.drive_pending();
-                Ok(!e.has_pending(dst) && e.can_fit(dst, len))
+                if e.has_pending(dst) {
+                    e.drive_pending();
+                    if e.has_pending(dst) {
+                        return Ok(false);
+                    }
+                }
+                if !e.can_fit(dst, len) {
+                    return Ok(false);
+                }
+                let mut cursor = Cursor::default();
+                let done = e.push(dst, tag, context, data, &mut cursor);
+                if done || cursor.off > 0 {
+                    e.ring_doorbell(dst);
+                }
+                // can_fit promised room for the whole message.
+                debug_assert!(done, "a message that fits goes whole");
+                Ok(done)
             }
             Path::Net { .. } => Ok(false),
         }

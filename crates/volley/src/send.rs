@@ -138,18 +138,7 @@ impl Endpoint {
     /// (a network peer, a full ring, sends queued before it, or a message for single copy or
     /// rendezvous): start a request instead. MPI_Isend's fast path, which then needs no request.
     pub fn try_send_eager(&self, rank: usize, tag: u32, data: &[u8]) -> Result<bool, SendError> {
-        let path = self.world.path(rank)?;
-        if !path.eager_now(self.port, data.len())? {
-            return Ok(false);
-        }
-        let mut out = Out::new(self.port, tag, data, self.how());
-        out.single_copy = false;
-        out.rendezvous = false;
-        match path.step(&mut out)? {
-            Step::Done => Ok(true),
-            Step::Partial => unreachable!("eager_now promised room for the whole message"),
-            Step::Busy | Step::Rendezvous => Ok(false),
-        }
+        self.world.path(rank)?.try_eager(self.port, tag, data)
     }
 
     fn try_send_env(
