@@ -135,6 +135,41 @@ typedef struct MPI_ABI_Datatype *MPI_Datatype;
 #define MPI_UINT32_T                ((MPI_Datatype)0x251)
 #define MPI_INT64_T                 ((MPI_Datatype)0x258)
 #define MPI_UINT64_T                ((MPI_Datatype)0x259)
+/* Fortran's named types, usable from C with the Fortran compiler's default kinds (INTEGER,
+ * REAL and LOGICAL of 4 bytes, DOUBLE PRECISION 8). volley has no Fortran face: these serve C
+ * programs and libraries that name them. The sized types volley lacks (2-byte reals, 16-byte
+ * integers and reals) have their handles, and an operation on one fails with MPI_ERR_TYPE. */
+#define MPI_LOGICAL                 ((MPI_Datatype)0x218)
+#define MPI_INTEGER                 ((MPI_Datatype)0x219)
+#define MPI_REAL                    ((MPI_Datatype)0x21a)
+#define MPI_COMPLEX                 ((MPI_Datatype)0x21b)
+#define MPI_DOUBLE_PRECISION        ((MPI_Datatype)0x21c)
+#define MPI_DOUBLE_COMPLEX          ((MPI_Datatype)0x21d)
+#define MPI_2REAL                   ((MPI_Datatype)0x230)
+#define MPI_2DOUBLE_PRECISION       ((MPI_Datatype)0x231)
+#define MPI_2INTEGER                ((MPI_Datatype)0x232)
+#define MPI_INTEGER1                ((MPI_Datatype)0x2c1)
+#define MPI_CHARACTER               ((MPI_Datatype)0x2c3)
+#define MPI_INTEGER2                ((MPI_Datatype)0x2c9)
+#define MPI_REAL2                   ((MPI_Datatype)0x2ca)
+#define MPI_INTEGER4                ((MPI_Datatype)0x2d1)
+#define MPI_REAL4                   ((MPI_Datatype)0x2d2)
+#define MPI_COMPLEX4                ((MPI_Datatype)0x2d3)
+#define MPI_INTEGER8                ((MPI_Datatype)0x2d9)
+#define MPI_REAL8                   ((MPI_Datatype)0x2da)
+#define MPI_COMPLEX8                ((MPI_Datatype)0x2db)
+#define MPI_INTEGER16               ((MPI_Datatype)0x2e1)
+#define MPI_REAL16                  ((MPI_Datatype)0x2e2)
+#define MPI_COMPLEX16               ((MPI_Datatype)0x2e3)
+#define MPI_COMPLEX32               ((MPI_Datatype)0x2eb)
+
+/* MPI_Type_match_size's classes. */
+enum {
+    MPI_TYPECLASS_INTEGER = 802,
+    MPI_TYPECLASS_REAL = 803,
+    MPI_TYPECLASS_COMPLEX = 804
+};
+
 /* Lower and upper bound markers of MPI-1, still used by old programs. */
 #define MPI_LB                      ((MPI_Datatype)0x2f0)
 #define MPI_UB                      ((MPI_Datatype)0x2f1)
@@ -318,6 +353,9 @@ P(int, Get_version, (int *version, int *subversion)) \
 P(int, Get_library_version, (char *version, int *resultlen)) \
 P(int, Pcontrol, (const int level, ...)) \
 P(int, Error_string, (int errorcode, char *string, int *resultlen)) \
+P(int, Add_error_class, (int *errorclass)) \
+P(int, Add_error_code, (int errorclass, int *errorcode)) \
+P(int, Add_error_string, (int errorcode, const char *string)) \
 P(int, Error_class, (int errorcode, int *errorclass)) \
 P(int, Comm_set_errhandler, (MPI_Comm comm, MPI_Errhandler errhandler)) \
 P(int, Comm_get_errhandler, (MPI_Comm comm, MPI_Errhandler *errhandler)) \
@@ -434,6 +472,7 @@ P(int, Group_translate_ranks, (MPI_Group group1, int n, const int ranks1[], MPI_
 P(int, Group_compare, (MPI_Group group1, MPI_Group group2, int *result)) \
 P(int, Group_free, (MPI_Group *group)) \
 P(int, Type_size, (MPI_Datatype datatype, int *size)) \
+P(int, Type_match_size, (int typeclass, int size, MPI_Datatype *datatype)) \
 P(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size)) \
 P(int, Type_get_extent, (MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)) \
 P(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent)) \

@@ -40,6 +40,10 @@ pub const REQUEST_NULL: H = 0x180;
 pub const DATATYPE_NULL: H = 0x200;
 /// Predefined datatypes are 0x200..0x300.
 pub const DATATYPE_END: H = 0x300;
+/// MPI_Type_match_size's classes.
+pub const TYPECLASS_INTEGER: c_int = 802;
+pub const TYPECLASS_REAL: c_int = 803;
+pub const TYPECLASS_COMPLEX: c_int = 804;
 
 pub const IN_PLACE: usize = 1;
 

@@ -879,6 +879,30 @@ macro_rules! loc {
     }};
 }
 
+/// MINLOC / MAXLOC on pairs whose index has the value's type (Fortran's MPI_2REAL and
+/// MPI_2DOUBLE_PRECISION): ties take the smaller index.
+macro_rules! loc_same {
+    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
+        const S: usize = std::mem::size_of::<$t>();
+        for (o, i) in $a.chunks_exact_mut(2 * S).zip($b.chunks_exact(2 * S)) {
+            let xv = <$t>::from_ne_bytes(i[..S].try_into().expect("chunk"));
+            let xi = <$t>::from_ne_bytes(i[S..].try_into().expect("chunk"));
+            let yv = <$t>::from_ne_bytes(o[..S].try_into().expect("chunk"));
+            let yi = <$t>::from_ne_bytes(o[S..].try_into().expect("chunk"));
+            let better = if $op == abi::MINLOC { xv < yv } else { xv > yv };
+            let (v, k) = if better {
+                (xv, xi)
+            } else if xv == yv {
+                (xv, if xi < yi { xi } else { yi })
+            } else {
+                (yv, yi)
+            };
+            o[..S].copy_from_slice(&v.to_ne_bytes());
+            o[S..].copy_from_slice(&k.to_ne_bytes());
+        }
+    }};
+}
+
 /// inout = in op inout, element by element, for `count` elements of `t` (packed).
 pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &mut [u8]) -> R {
     match op {
@@ -988,6 +1012,8 @@ pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &
                     TwoInt => loc!(i32, o, inout, input, 4, 8),
                     _ => loc!(i16, o, inout, input, 2, 6),
                 },
+                TwoF32 if loc => loc_same!(f32, o, inout, input),
+                TwoF64 if loc => loc_same!(f64, o, inout, input),
                 _ if loc => return Err(unsupported()),
                 I8 => arith!(i8, o, inout, input, unsupported()),
                 U8 => arith!(u8, o, inout, input, unsupported()),

@@ -38,6 +38,9 @@ pub enum Basic {
     TwoInt,
     ShortInt,
     LongDoubleInt,
+    /// Fortran's MPI_2REAL and MPI_2DOUBLE_PRECISION: the index is of the value's type.
+    TwoF32,
+    TwoF64,
     /// MPI_LB and MPI_UB: no data.
     Marker,
 }
@@ -398,6 +401,38 @@ static PREDEFINED: LazyLock<Vec<Option<Dtype>>> = LazyLock::new(|| {
     pair(0x22b, "MPI_2INT", TwoInt, 4, 4, 8);
     pair(0x22c, "MPI_SHORT_INT", ShortInt, 2, 4, 8);
     pair(0x22d, "MPI_LONG_DOUBLE_INT", LongDoubleInt, 16, 16, 32);
+    // Fortran's named types, usable from C (MPI-3.1 section 3.2.2 and the ABI's handles),
+    // with gfortran's default kinds: INTEGER, REAL and LOGICAL of 4 bytes, DOUBLE PRECISION 8.
+    // LOGICAL is 4 bytes that are 0 (.FALSE.) or not.
+    for (h, name, b, size) in [
+        (0x218, "MPI_LOGICAL", I32, 4),
+        (0x219, "MPI_INTEGER", I32, 4),
+        (0x21a, "MPI_REAL", F32, 4),
+        (0x21b, "MPI_COMPLEX", C32, 8),
+        (0x21c, "MPI_DOUBLE_PRECISION", F64, 8),
+        (0x21d, "MPI_DOUBLE_COMPLEX", C64, 16),
+        (0x2c1, "MPI_INTEGER1", I8, 1),
+        (0x2c3, "MPI_CHARACTER", I8, 1),
+        (0x2c9, "MPI_INTEGER2", I16, 2),
+        (0x2d1, "MPI_INTEGER4", I32, 4),
+        (0x2d2, "MPI_REAL4", F32, 4),
+        (0x2d9, "MPI_INTEGER8", I64, 8),
+        (0x2da, "MPI_REAL8", F64, 8),
+        (0x2db, "MPI_COMPLEX8", C32, 8),
+        (0x2e3, "MPI_COMPLEX16", C64, 16),
+    ] {
+        t[h - 0x200] = Some(Dtype::named(name, b, &[(0, size)], size as isize));
+    }
+    // Fortran's pairs for MINLOC and MAXLOC: the index has the value's type.
+    for (h, name, b, v) in [
+        (0x230, "MPI_2REAL", TwoF32, 4usize),
+        (0x231, "MPI_2DOUBLE_PRECISION", TwoF64, 8),
+        (0x232, "MPI_2INTEGER", TwoInt, 4),
+    ] {
+        let mut d = Dtype::named(name, b, &[(0, v), (v as isize, v)], 2 * v as isize);
+        d.nbasic = 2;
+        t[h - 0x200] = Some(d);
+    }
     for (h, name) in [(0x2f0, "MPI_LB"), (0x2f1, "MPI_UB")] {
         let mut d = Dtype::named(name, Marker, &[], 0);
         d.nbasic = 0;
@@ -426,6 +461,20 @@ impl std::ops::Deref for TypeRef {
 fn bad_type(h: H) -> crate::err::Fail {
     if h == abi::DATATYPE_NULL {
         return fail(class::TYPE, "the datatype is MPI_DATATYPE_NULL");
+    }
+    let lacking = match h {
+        0x2ca => Some("MPI_REAL2 (a 2-byte real)"),
+        0x2d3 => Some("MPI_COMPLEX4 (two 2-byte reals)"),
+        0x2e1 => Some("MPI_INTEGER16 (a 16-byte integer)"),
+        0x2e2 => Some("MPI_REAL16 (a 16-byte real)"),
+        0x2eb => Some("MPI_COMPLEX32 (two 16-byte reals)"),
+        _ => None,
+    };
+    if let Some(what) = lacking {
+        return fail(
+            class::TYPE,
+            format!("{what} is not supported by volley: use a type of another size"),
+        );
     }
     fail(
         class::TYPE,
@@ -636,6 +685,29 @@ fn old(h: H) -> R<TypeRef> {
 }
 
 crate::mpi! {
+    fn MPI_Type_match_size / PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut H) {
+        // MPI-3.1 section 17.2.5: a predefined type of the class and size (the sized Fortran
+        // types, which C can use too).
+        let h = match (typeclass, size) {
+            (abi::TYPECLASS_INTEGER, 1) => 0x2c1,
+            (abi::TYPECLASS_INTEGER, 2) => 0x2c9,
+            (abi::TYPECLASS_INTEGER, 4) => 0x2d1,
+            (abi::TYPECLASS_INTEGER, 8) => 0x2d9,
+            (abi::TYPECLASS_REAL, 4) => 0x2d2,
+            (abi::TYPECLASS_REAL, 8) => 0x2da,
+            (abi::TYPECLASS_COMPLEX, 8) => 0x2db,
+            (abi::TYPECLASS_COMPLEX, 16) => 0x2e3,
+            (abi::TYPECLASS_INTEGER | abi::TYPECLASS_REAL | abi::TYPECLASS_COMPLEX, _) => {
+                return Err(fail(class::ARG, format!("no predefined type of this class has {size} bytes: volley has integers of 1, 2, 4 and 8 bytes, reals of 4 and 8, complex numbers of 8 and 16")));
+            }
+            _ => {
+                return Err(fail(class::ARG, format!("typeclass {typeclass} is none of MPI_TYPECLASS_INTEGER, MPI_TYPECLASS_REAL and MPI_TYPECLASS_COMPLEX")));
+            }
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(datatype, h) }
+    }
+
     fn MPI_Type_size / PMPI_Type_size(datatype: H, size: *mut c_int) {
         let t = old(datatype)?;
         let s = c_int::try_from(t.size).unwrap_or(abi::UNDEFINED);
@@ -1041,7 +1113,7 @@ fn basic_alignment(b: Basic) -> usize {
     match b {
         I8 | U8 | Bool | Byte | Marker => 1,
         I16 | U16 => 2,
-        I32 | U32 | F32 | C32 | TwoInt | FloatInt | ShortInt => 4,
+        I32 | U32 | F32 | C32 | TwoInt | FloatInt | ShortInt | TwoF32 => 4,
         LongDouble | LongDoubleComplex | LongDoubleInt => 16,
         _ => 8,
     }

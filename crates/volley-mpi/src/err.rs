@@ -59,12 +59,56 @@ pub fn code_for(class: c_int, msg: String) -> c_int {
     class | (((slot + 1) as c_int) << 8)
 }
 
+/// Error classes and codes the program added (MPI_Add_error_class, MPI_Add_error_code), with
+/// the strings MPI_Add_error_string gave them. Added classes take the values no predefined
+/// class uses below 256 (a code's low byte is its class); added codes come after
+/// MPI_ERR_LASTCODE, which the codes volley makes never pass, and MPI_LASTUSEDCODE follows them.
+struct Added {
+    classes: Vec<String>,
+    codes: Vec<(c_int, String)>,
+}
+static ADDED: std::sync::Mutex<Added> = std::sync::Mutex::new(Added {
+    classes: Vec::new(),
+    codes: Vec::new(),
+});
+const FIRST_ADDED_CLASS: c_int = 128;
+const LAST_ADDED_CLASS: c_int = 255;
+const FIRST_ADDED_CODE: c_int = class::LASTCODE + 1;
+
+fn added() -> std::sync::MutexGuard<'static, Added> {
+    ADDED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where an added class or code keeps its string.
+fn added_string(a: &mut Added, code: c_int) -> Option<&mut String> {
+    if code >= FIRST_ADDED_CODE {
+        return a
+            .codes
+            .get_mut((code - FIRST_ADDED_CODE) as usize)
+            .map(|c| &mut c.1);
+    }
+    if (FIRST_ADDED_CLASS..=LAST_ADDED_CLASS).contains(&code) {
+        return a.classes.get_mut((code - FIRST_ADDED_CLASS) as usize);
+    }
+    None
+}
+
 pub fn class_of(code: c_int) -> Option<c_int> {
     if code < 0 {
         return None;
     }
+    if code >= FIRST_ADDED_CODE {
+        return added()
+            .codes
+            .get((code - FIRST_ADDED_CODE) as usize)
+            .map(|c| c.0);
+    }
     let c = code & 0xff;
     let slot = code >> 8;
+    if c >= FIRST_ADDED_CLASS {
+        let known = (c - FIRST_ADDED_CLASS) < added().classes.len() as c_int;
+        return (slot == 0 && known).then_some(c);
+    }
     if slot as usize > SLOTS || describe(c).is_none() {
         return None;
     }
@@ -112,6 +156,9 @@ pub fn describe(class: c_int) -> Option<&'static str> {
 /// The full string of a code.
 pub fn string_of(code: c_int) -> Option<String> {
     let class = class_of(code)?;
+    if let Some(s) = added_string(&mut added(), code) {
+        return Some(s.clone());
+    }
     let mut s = describe(class)?.to_string();
     let slot = (code >> 8) as usize;
     if slot > 0 {
@@ -311,6 +358,49 @@ crate::mpi! {
         })?;
         // SAFETY: MPI: string holds MPI_MAX_ERROR_STRING bytes.
         unsafe { put_str(string, abi::MAX_ERROR_STRING, resultlen, &s) }
+    }
+
+    fn MPI_Add_error_class / PMPI_Add_error_class(errorclass: *mut c_int) {
+        let c = {
+            let mut a = added();
+            let c = FIRST_ADDED_CLASS + a.classes.len() as c_int;
+            if c > LAST_ADDED_CLASS {
+                return Err(fail(class::OTHER, format!("MPI_Add_error_class: volley keeps at most {} added error classes, and all are taken", LAST_ADDED_CLASS - FIRST_ADDED_CLASS + 1)));
+            }
+            a.classes.push(String::new());
+            c
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(errorclass, c) }
+    }
+
+    fn MPI_Add_error_code / PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) {
+        if class_of(errorclass) != Some(errorclass) {
+            return Err(fail(class::ARG, format!("MPI_Add_error_code: {errorclass} is not an error class (a predefined one, or one MPI_Add_error_class returned)")));
+        }
+        let code = {
+            let mut a = added();
+            let code = FIRST_ADDED_CODE + a.codes.len() as c_int;
+            a.codes.push((errorclass, String::new()));
+            code
+        };
+        crate::env::note_last_used(code);
+        // SAFETY: the caller's output argument.
+        unsafe { put(errorcode, code) }
+    }
+
+    fn MPI_Add_error_string / PMPI_Add_error_string(errorcode: c_int, string: *const c_char) {
+        // SAFETY: MPI: a null-terminated string.
+        let text = unsafe { c_str(string)? };
+        if text.len() >= abi::MAX_ERROR_STRING {
+            return Err(fail(class::ARG, format!("MPI_Add_error_string: the string has {} bytes; MPI_MAX_ERROR_STRING is {}", text.len(), abi::MAX_ERROR_STRING)));
+        }
+        let mut a = added();
+        let slot = added_string(&mut a, errorcode).ok_or_else(|| {
+            fail(class::ARG, format!("MPI_Add_error_string: {errorcode} is not an error class or code that MPI_Add_error_class or MPI_Add_error_code made (predefined ones keep their strings)"))
+        })?;
+        *slot = text;
+        Ok(())
     }
 
     fn MPI_Error_class / PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) {
