@@ -333,6 +333,11 @@ typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
 #define MPI_NULL_COPY_FN        MPI_COMM_NULL_COPY_FN
 #define MPI_DUP_FN              MPI_COMM_DUP_FN
 #define MPI_NULL_DELETE_FN      MPI_COMM_NULL_DELETE_FN
+typedef int (MPI_Type_copy_attr_function)(MPI_Datatype, int, void *, void *, void *, int *);
+typedef int (MPI_Type_delete_attr_function)(MPI_Datatype, int, void *, void *);
+#define MPI_TYPE_NULL_COPY_FN   ((MPI_Type_copy_attr_function *)0x0)
+#define MPI_TYPE_DUP_FN         ((MPI_Type_copy_attr_function *)0x1)
+#define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0x0)
 typedef MPI_Comm_copy_attr_function MPI_Copy_function;
 typedef MPI_Comm_delete_attr_function MPI_Delete_function;
 
@@ -473,6 +478,14 @@ P(int, Group_compare, (MPI_Group group1, MPI_Group group2, int *result)) \
 P(int, Group_free, (MPI_Group *group)) \
 P(int, Type_size, (MPI_Datatype datatype, int *size)) \
 P(int, Type_match_size, (int typeclass, int size, MPI_Datatype *datatype)) \
+P(int, Pack_external, (const char datarep[], const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, MPI_Aint outsize, MPI_Aint *position)) \
+P(int, Unpack_external, (const char datarep[], const void *inbuf, MPI_Aint insize, MPI_Aint *position, void *outbuf, int outcount, MPI_Datatype datatype)) \
+P(int, Pack_external_size, (const char datarep[], int incount, MPI_Datatype datatype, MPI_Aint *size)) \
+P(int, Type_create_keyval, (MPI_Type_copy_attr_function *type_copy_attr_fn, MPI_Type_delete_attr_function *type_delete_attr_fn, int *type_keyval, void *extra_state)) \
+P(int, Type_free_keyval, (int *type_keyval)) \
+P(int, Type_set_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val)) \
+P(int, Type_get_attr, (MPI_Datatype datatype, int type_keyval, void *attribute_val, int *flag)) \
+P(int, Type_delete_attr, (MPI_Datatype datatype, int type_keyval)) \
 P(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size)) \
 P(int, Type_get_extent, (MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)) \
 P(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent)) \

@@ -165,6 +165,8 @@ pub mod class {
     pub const TRUNCATE: c_int = 15;
     pub const OTHER: c_int = 16;
     pub const INTERN: c_int = 17;
+    pub const CONVERSION: c_int = 25;
+    pub const UNSUPPORTED_DATAREP: c_int = 57;
     pub const PENDING: c_int = 18;
     pub const IN_STATUS: c_int = 19;
     pub const INFO_KEY: c_int = 31;

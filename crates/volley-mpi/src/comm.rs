@@ -254,10 +254,15 @@ fn copy_attrs(from: H, to: H) -> R {
 /// The attributes a duplicate of `from` gets: its copy callbacks' results (run outside the
 /// state's borrow).
 fn copied_attrs(from: H) -> R<Vec<(c_int, usize)>> {
-    let (attrs, keyvals) = {
-        let rt = rt()?;
-        (rt.comm_slot(from)?.attrs.clone(), rt.keyvals.clone())
-    };
+    let attrs = rt()?.comm_slot(from)?.attrs.clone();
+    run_copy_callbacks(from, attrs)
+}
+
+/// What object `from`'s attributes `attrs` become on its duplicate: each keyval's copy callback
+/// decides (MPI_COMM_NULL_COPY_FN and MPI_TYPE_NULL_COPY_FN drop it, the DUP_FNs keep the value).
+/// Communicators and datatypes share the keyvals' table and the callbacks' C signature.
+pub(crate) fn run_copy_callbacks(from: H, attrs: Vec<(c_int, usize)>) -> R<Vec<(c_int, usize)>> {
+    let keyvals = rt()?.keyvals.clone();
     let mut copied = Vec::new();
     for (k, v) in attrs {
         let Some(Some(kv)) = keyvals.get((k - 1) as usize).copied() else {
@@ -1083,7 +1088,7 @@ fn dup(comm: H, newcomm: *mut H) -> R {
 }
 
 /// MPI_Comm_create_keyval (and MPI-1's MPI_Keyval_create).
-fn create_keyval(
+pub(crate) fn create_keyval(
     copy_fn: usize,
     delete_fn: usize,
     keyval: *mut c_int,
@@ -1101,7 +1106,7 @@ fn create_keyval(
 }
 
 /// MPI_Comm_free_keyval (and MPI_Keyval_free).
-fn free_keyval(keyval: *mut c_int) -> R {
+pub(crate) fn free_keyval(keyval: *mut c_int) -> R {
     // SAFETY: the caller's in-out argument.
     let k = unsafe { get(keyval)? };
     let mut rt = rt()?;

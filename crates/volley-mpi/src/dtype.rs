@@ -8,7 +8,7 @@
 use crate::abi::{self, class, Aint, Count, H};
 use crate::err::{array, fail, get, put, put_str, R};
 use crate::state::{self, handle, index, rt, KIND_TYPE};
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
 use std::sync::{Arc, LazyLock};
 
@@ -456,6 +456,26 @@ impl std::ops::Deref for TypeRef {
             TypeRef::Made(d) => d,
         }
     }
+}
+
+/// Predefined datatype `h`.
+pub fn predefined(h: H) -> R<&'static Dtype> {
+    if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
+        if let Some(d) = PREDEFINED[h - abi::DATATYPE_NULL].as_ref() {
+            return Ok(d);
+        }
+    }
+    Err(bad_type(h))
+}
+
+/// The attributes set on datatype `h`: (keyval, value).
+fn type_attrs_of(h: H) -> R<Vec<(c_int, usize)>> {
+    Ok(rt()?
+        .type_attrs
+        .iter()
+        .filter(|a| a.0 == h)
+        .map(|a| (a.1, a.2))
+        .collect())
 }
 
 fn bad_type(h: H) -> crate::err::Fail {
@@ -940,7 +960,77 @@ crate::mpi! {
         let mut d = (*t).clone();
         d.combiner = abi::COMBINER_DUP;
         d.name = String::new();
-        store(d, vec![], vec![], vec![oldtype], newtype)
+        store(d, vec![], vec![], vec![oldtype], newtype)?;
+        // The attributes go to the duplicate as their copy callbacks say (MPI-3.1 6.7.4), run
+        // outside the state's borrow (they may call MPI).
+        let attrs = type_attrs_of(oldtype)?;
+        if !attrs.is_empty() {
+            let copied = crate::comm::run_copy_callbacks(oldtype, attrs)?;
+            // SAFETY: store wrote the new handle there.
+            let h = unsafe { get(newtype)? };
+            rt()?.type_attrs.extend(copied.into_iter().map(|(k, v)| (h, k, v)));
+        }
+        Ok(())
+    }
+
+    fn MPI_Type_create_keyval / PMPI_Type_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
+        crate::comm::create_keyval(copy_fn, delete_fn, keyval, extra_state)
+    }
+
+    fn MPI_Type_free_keyval / PMPI_Type_free_keyval(keyval: *mut c_int) {
+        crate::comm::free_keyval(keyval)
+    }
+
+    fn MPI_Type_set_attr / PMPI_Type_set_attr(datatype: H, keyval: c_int, attribute_val: *mut c_void) {
+        let old = {
+            let rt = rt()?;
+            lookup(&rt, datatype)?;
+            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).copied().flatten().is_none() {
+                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval made by MPI_Type_create_keyval")));
+            }
+            rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).copied()
+        };
+        // A value set again is deleted first, as MPI_Type_delete_attr would.
+        if let Some((_, k, v)) = old {
+            crate::comm::delete_attr(datatype, k, v)?;
+        }
+        let mut rt = rt()?;
+        rt.type_attrs.retain(|a| !(a.0 == datatype && a.1 == keyval));
+        rt.type_attrs.push((datatype, keyval, attribute_val as usize));
+        Ok(())
+    }
+
+    fn MPI_Type_get_attr / PMPI_Type_get_attr(datatype: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) {
+        let v = {
+            let rt = rt()?;
+            lookup(&rt, datatype)?;
+            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
+                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
+            }
+            rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).map(|a| a.2)
+        };
+        // SAFETY: MPI: attribute_val points to a void*, flag to an int.
+        unsafe {
+            put(flag, v.is_some() as c_int)?;
+            if let Some(v) = v {
+                put(attribute_val as *mut usize, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn MPI_Type_delete_attr / PMPI_Type_delete_attr(datatype: H, keyval: c_int) {
+        let old = {
+            let rt = rt()?;
+            lookup(&rt, datatype)?;
+            rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).copied()
+        };
+        let Some((_, k, v)) = old else {
+            return Err(fail(class::KEYVAL, format!("no attribute with keyval {keyval} is set on the datatype")));
+        };
+        crate::comm::delete_attr(datatype, k, v)?;
+        rt()?.type_attrs.retain(|a| !(a.0 == datatype && a.1 == keyval));
+        Ok(())
     }
 
     fn MPI_Type_commit / PMPI_Type_commit(datatype: *mut H) {
@@ -963,7 +1053,17 @@ crate::mpi! {
         if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
             return Err(fail(class::TYPE, "a predefined datatype cannot be freed"));
         }
+        {
+            let rt = rt()?;
+            let i = index(KIND_TYPE, h).ok_or_else(|| bad_type(h))?;
+            rt.types.get(i).and_then(|s| s.as_ref()).ok_or_else(|| bad_type(h))?;
+        }
+        // Its attributes' delete callbacks run first, outside the state's borrow.
+        for (k, v) in type_attrs_of(h)? {
+            crate::comm::delete_attr(h, k, v)?;
+        }
         let mut rt = rt()?;
+        rt.type_attrs.retain(|a| a.0 != h);
         let i = index(KIND_TYPE, h).ok_or_else(|| bad_type(h))?;
         // Operations in flight hold their own reference (MPI lets a type be freed meanwhile).
         rt.types.get_mut(i).and_then(|s| s.take()).ok_or_else(|| bad_type(h))?;

@@ -70,6 +70,7 @@ fn init(required: c_int) -> R<c_int> {
         keyvals: Vec::new(),
         infos: Vec::new(),
         type_names: Vec::new(),
+        type_attrs: Vec::new(),
         bsend_buf: None,
         bsend_used: 0,
         orphans: Vec::new(),

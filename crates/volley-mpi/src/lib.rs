@@ -30,6 +30,7 @@ mod comm;
 mod dtype;
 mod env;
 mod err;
+mod external;
 mod hier;
 mod info;
 mod inter;

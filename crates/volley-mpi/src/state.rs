@@ -273,6 +273,8 @@ pub struct Rt {
     pub infos: Vec<Option<crate::info::Info>>,
     /// Names the program gave predefined datatypes.
     pub type_names: Vec<(H, String)>,
+    /// Datatype attributes (MPI_Type_set_attr): (datatype, keyval, value).
+    pub type_attrs: Vec<(H, c_int, usize)>,
     /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
     pub bsend_buf: Option<(usize, usize)>,
     pub bsend_used: usize,
