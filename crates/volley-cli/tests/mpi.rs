@@ -180,6 +180,31 @@ fn every_datatype_constructor_and_packing() {
 }
 
 #[test]
+fn fortran_named_types_from_c_and_type_match_size() {
+    passes("fortran_types", 3);
+}
+
+#[test]
+fn added_error_classes_codes_and_strings() {
+    passes("errors_dyn", 2);
+}
+
+#[test]
+fn datatype_attributes_follow_dup_and_free() {
+    passes("type_attrs", 2);
+}
+
+#[test]
+fn external32_packing_is_big_endian_at_the_standard_sizes() {
+    passes("pack_external", 2);
+}
+
+#[test]
+fn darray_owns_what_the_block_and_cyclic_rules_give() {
+    passes("darray", 4);
+}
+
+#[test]
 fn collectives_give_the_standard_results() {
     passes("collectives", 5);
 }

@@ -163,6 +163,14 @@ typedef struct MPI_ABI_Datatype *MPI_Datatype;
 #define MPI_COMPLEX16               ((MPI_Datatype)0x2e3)
 #define MPI_COMPLEX32               ((MPI_Datatype)0x2eb)
 
+/* MPI_Type_create_darray's distributions. */
+enum {
+    MPI_DISTRIBUTE_NONE = 16,
+    MPI_DISTRIBUTE_BLOCK = 17,
+    MPI_DISTRIBUTE_CYCLIC = 18,
+    MPI_DISTRIBUTE_DFLT_DARG = 19
+};
+
 /* MPI_Type_match_size's classes. */
 enum {
     MPI_TYPECLASS_INTEGER = 802,
@@ -478,6 +486,7 @@ P(int, Group_compare, (MPI_Group group1, MPI_Group group2, int *result)) \
 P(int, Group_free, (MPI_Group *group)) \
 P(int, Type_size, (MPI_Datatype datatype, int *size)) \
 P(int, Type_match_size, (int typeclass, int size, MPI_Datatype *datatype)) \
+P(int, Type_create_darray, (int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
 P(int, Pack_external, (const char datarep[], const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, MPI_Aint outsize, MPI_Aint *position)) \
 P(int, Unpack_external, (const char datarep[], const void *inbuf, MPI_Aint insize, MPI_Aint *position, void *outbuf, int outcount, MPI_Datatype datatype)) \
 P(int, Pack_external_size, (const char datarep[], int incount, MPI_Datatype datatype, MPI_Aint *size)) \

@@ -40,6 +40,11 @@ pub const REQUEST_NULL: H = 0x180;
 pub const DATATYPE_NULL: H = 0x200;
 /// Predefined datatypes are 0x200..0x300.
 pub const DATATYPE_END: H = 0x300;
+/// MPI_Type_create_darray's distributions.
+pub const DISTRIBUTE_NONE: c_int = 16;
+pub const DISTRIBUTE_BLOCK: c_int = 17;
+pub const DISTRIBUTE_CYCLIC: c_int = 18;
+pub const DISTRIBUTE_DFLT_DARG: c_int = 19;
 /// MPI_Type_match_size's classes.
 pub const TYPECLASS_INTEGER: c_int = 802;
 pub const TYPECLASS_REAL: c_int = 803;
@@ -78,6 +83,7 @@ pub const COMBINER_INDEXED_BLOCK: c_int = 308;
 pub const COMBINER_HINDEXED_BLOCK: c_int = 309;
 pub const COMBINER_STRUCT: c_int = 310;
 pub const COMBINER_SUBARRAY: c_int = 311;
+pub const COMBINER_DARRAY: c_int = 312;
 pub const COMBINER_RESIZED: c_int = 316;
 
 pub const COMM_TYPE_SHARED: c_int = 1001;

@@ -458,6 +458,58 @@ impl std::ops::Deref for TypeRef {
     }
 }
 
+/// The indices of dimension `d` (of `g` elements, distributed `dist` with argument `darg` over
+/// `p` processes) that the process at coordinate `c` owns, as runs (start, length) in increasing
+/// order (MPI-3.1 section 4.1.4: a block distribution gives each process one block of darg
+/// elements, by default ceil(g / p); a cyclic one deals blocks of darg, by default 1, round the
+/// processes).
+fn darray_runs(
+    d: usize,
+    g: c_int,
+    dist: c_int,
+    darg: c_int,
+    p: c_int,
+    c: c_int,
+) -> R<Vec<(i32, i32)>> {
+    if g < 1 {
+        return Err(fail(
+            class::ARG,
+            format!("dimension {d}: global size {g} is not positive"),
+        ));
+    }
+    if darg != abi::DISTRIBUTE_DFLT_DARG && darg < 1 {
+        return Err(fail(class::ARG, format!("dimension {d}: distribution argument {darg} is neither positive nor MPI_DISTRIBUTE_DFLT_DARG")));
+    }
+    match dist {
+        abi::DISTRIBUTE_NONE => {
+            if p != 1 {
+                return Err(fail(class::ARG, format!("dimension {d} is not distributed (MPI_DISTRIBUTE_NONE) but has {p} processes")));
+            }
+            Ok(vec![(0, g)])
+        }
+        abi::DISTRIBUTE_BLOCK => {
+            let b = if darg == abi::DISTRIBUTE_DFLT_DARG { (g + p - 1) / p } else { darg };
+            if (b as i64) * (p as i64) < g as i64 {
+                return Err(fail(class::ARG, format!("dimension {d}: blocks of {b} on {p} processes do not cover {g} elements")));
+            }
+            let start = c * b;
+            let n = (g - start).min(b);
+            Ok(if n > 0 { vec![(start, n)] } else { vec![] })
+        }
+        abi::DISTRIBUTE_CYCLIC => {
+            let b = if darg == abi::DISTRIBUTE_DFLT_DARG { 1 } else { darg };
+            let mut runs = Vec::new();
+            let mut a = c as i64 * b as i64;
+            while a < g as i64 {
+                runs.push((a as i32, (g as i64 - a).min(b as i64) as i32));
+                a += p as i64 * b as i64;
+            }
+            Ok(runs)
+        }
+        other => Err(fail(class::ARG, format!("dimension {d}: distribution {other} is none of MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC and MPI_DISTRIBUTE_NONE"))),
+    }
+}
+
 /// Predefined datatype `h`.
 pub fn predefined(h: H) -> R<&'static Dtype> {
     if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
@@ -940,6 +992,90 @@ crate::mpi! {
         ints.extend_from_slice(sz);
         ints.extend_from_slice(sub);
         ints.extend_from_slice(st);
+        ints.push(order);
+        store(d, ints, vec![], vec![oldtype], newtype)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn MPI_Type_create_darray / PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: H, newtype: *mut H) {
+        // SAFETY: MPI: the four arrays hold ndims entries.
+        let (gs, dist, dargs, ps) = unsafe {
+            (array(array_of_gsizes, ndims)?, array(array_of_distribs, ndims)?, array(array_of_dargs, ndims)?, array(array_of_psizes, ndims)?)
+        };
+        if ndims < 1 {
+            return Err(fail(class::ARG, format!("ndims must be at least 1, not {ndims}")));
+        }
+        if order != abi::ORDER_C && order != abi::ORDER_FORTRAN {
+            return Err(fail(class::ARG, format!("order {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN")));
+        }
+        if ps.iter().any(|&p| p < 1) || ps.iter().map(|&p| p as i64).product::<i64>() != size as i64 {
+            return Err(fail(class::ARG, format!("the process grid {ps:?} does not hold exactly size = {size} processes")));
+        }
+        if rank < 0 || rank >= size {
+            return Err(fail(class::RANK, format!("rank {rank} is not in 0..{size}")));
+        }
+        // The process grid is numbered in row-major order whatever the array's order
+        // (MPI-3.1 section 4.1.4).
+        let mut coords = vec![0i32; ps.len()];
+        let mut r = rank;
+        for d in (0..ps.len()).rev() {
+            coords[d] = r % ps[d];
+            r /= ps[d];
+        }
+        let mut runs = Vec::with_capacity(ps.len());
+        for d in 0..ps.len() {
+            runs.push(darray_runs(d, gs[d], dist[d], dargs[d], ps[d], coords[d])?);
+        }
+        let t = old(oldtype)?;
+        let dims: Vec<usize> = if order == abi::ORDER_C { (0..gs.len()).collect() } else { (0..gs.len()).rev().collect() };
+        let last = *dims.last().expect("ndims >= 1");
+        let mut stride = vec![0isize; gs.len()];
+        let mut s = t.extent();
+        for &d in dims.iter().rev() {
+            stride[d] = s;
+            s *= gs[d] as isize;
+        }
+        let total = s;
+        // The indices this process owns in each dimension but the fastest, one by one; in the
+        // fastest, its runs: one part per run, in the array's memory order.
+        let owned: Vec<Vec<i32>> = runs.iter().map(|r| r.iter().flat_map(|&(a, n)| a..a + n).collect()).collect();
+        let mut parts = Vec::new();
+        if dims.iter().all(|&d| d == last || !owned[d].is_empty()) {
+            let mut idx = vec![0usize; gs.len()];
+            'rows: loop {
+                let mut base = 0isize;
+                for &d in &dims {
+                    if d != last {
+                        base += owned[d][idx[d]] as isize * stride[d];
+                    }
+                }
+                for &(a, n) in &runs[last] {
+                    parts.push(Part { disp: base + a as isize * stride[last], count: n as usize, t: &t });
+                }
+                let mut k = dims.len() as isize - 2;
+                loop {
+                    if k < 0 {
+                        break 'rows;
+                    }
+                    let d = dims[k as usize];
+                    idx[d] += 1;
+                    if idx[d] < owned[d].len() {
+                        break;
+                    }
+                    idx[d] = 0;
+                    k -= 1;
+                }
+            }
+        }
+        let mut d = build(&parts, abi::COMBINER_DARRAY);
+        d.lb = 0;
+        d.ub = total;
+        d.contig = d.blocks.len() == 1 && d.blocks[0].0 == 0 && d.blocks[0].1 as isize == total;
+        let mut ints = vec![size, rank, ndims];
+        ints.extend_from_slice(gs);
+        ints.extend_from_slice(dist);
+        ints.extend_from_slice(dargs);
+        ints.extend_from_slice(ps);
         ints.push(order);
         store(d, ints, vec![], vec![oldtype], newtype)
     }

@@ -120,11 +120,6 @@ pub fn predefined_attr(keyval: c_int) -> Option<*mut c_void> {
 }
 static LASTUSED: AtomicI32 = AtomicI32::new(class::LASTCODE);
 
-/// MPI_Add_error_code made `code`: MPI_LASTUSEDCODE is at least it.
-pub fn note_last_used(code: c_int) {
-    LASTUSED.fetch_max(code, std::sync::atomic::Ordering::Relaxed);
-}
-
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// MPI_Wtime: seconds on the monotonic clock (nanosecond resolution), from a fixed point in this

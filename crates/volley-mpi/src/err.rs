@@ -62,7 +62,8 @@ pub fn code_for(class: c_int, msg: String) -> c_int {
 /// Error classes and codes the program added (MPI_Add_error_class, MPI_Add_error_code), with
 /// the strings MPI_Add_error_string gave them. Added classes take the values no predefined
 /// class uses below 256 (a code's low byte is its class); added codes come after
-/// MPI_ERR_LASTCODE, which the codes volley makes never pass, and MPI_LASTUSEDCODE follows them.
+/// MPI_ERR_LASTCODE, which the codes volley makes never pass. MPI_LASTUSEDCODE is the largest
+/// error class (MPI-3.1 section 8.5): added classes stay below MPI_ERR_LASTCODE, so it stays.
 struct Added {
     classes: Vec<String>,
     codes: Vec<(c_int, String)>,
@@ -384,7 +385,6 @@ crate::mpi! {
             a.codes.push((errorclass, String::new()));
             code
         };
-        crate::env::note_last_used(code);
         // SAFETY: the caller's output argument.
         unsafe { put(errorcode, code) }
     }
