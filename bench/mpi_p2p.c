@@ -12,7 +12,9 @@
 //   mpi_p2p ring LAPS          N ranks; a token goes LAPS times round the ring, each rank adds
 //                              its rank; median time per hop over 7 batches, token checked
 //
-// Every batch runs about 50 ms (the iteration count is calibrated by rank 0 and broadcast).
+// Every batch runs about 50 ms (the iteration count is calibrated by rank 0 and broadcast),
+// after 100 ms of warm-up: a job's first milliseconds pay page faults on fresh shared memory,
+// and a calibration on a cold start made the batches far too short to leave them.
 // Output: one line per figure, "pingpong SIZE US MBPS", "rate WINDOW MMSGS", "ring N US".
 #include <mpi.h>
 #include <stdint.h>
@@ -43,6 +45,23 @@ static long parse_size(const char *s) {
 
 // Rank 0 turns the time of a trial run into an iteration count for a BATCH_S batch; everyone
 // gets it.
+static long calibrate(double trial_s, long trial_iters);
+
+// Runs `once(iters)` in chunks until rank 0 has spent WARMUP_S on it; the last chunk's time is
+// the calibration's trial.
+#define WARMUP_S 0.1
+#define WARM(call, chunk, out_s)                                                          \
+    do {                                                                                  \
+        double t0 = MPI_Wtime();                                                          \
+        int more = 1;                                                                     \
+        while (more) {                                                                    \
+            out_s = (call);                                                               \
+            more = MPI_Wtime() - t0 < WARMUP_S;                                           \
+            MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);                              \
+        }                                                                                 \
+        (void)chunk;                                                                      \
+    } while (0)
+
 static long calibrate(double trial_s, long trial_iters) {
     long n = trial_s > 0 ? (long)(BATCH_S / (trial_s / trial_iters)) : 1000;
     if (n < 4) n = 4;
@@ -71,7 +90,8 @@ static void pingpong(int argc, char **argv, int me) {
         char *buf = malloc(size ? size : 1), *in = malloc(size ? size : 1);
         memset(buf, me, size ? size : 1);
         memset(in, 0, size ? size : 1);
-        double trial = pingpong_once(buf, in, size, 20, me);
+        double trial;
+        WARM(pingpong_once(buf, in, size, 20, me), 20, trial);
         long iters = calibrate(trial, 20);
         double us[BATCHES];
         for (int b = 0; b < BATCHES; b++)
@@ -107,7 +127,8 @@ static double rate_once(long window, long iters, int me, MPI_Request *rq, uint64
 static void rate(long window, int me) {
     MPI_Request *rq = malloc(sizeof *rq * window);
     uint64_t *bufs = calloc(window, sizeof *bufs);
-    double trial = rate_once(window, 20, me, rq, bufs);
+    double trial;
+    WARM(rate_once(window, 20, me, rq, bufs), 20, trial);
     long iters = calibrate(trial, 20);
     double m[BATCHES];
     for (int b = 0; b < BATCHES; b++)
@@ -138,7 +159,8 @@ static double ring_once(long laps, int me, int n, int *ok) {
 
 static void ring(long laps, int me, int n) {
     int ok = 1;
-    double trial = ring_once(laps, me, n, &ok);
+    double trial;
+    WARM(ring_once(laps, me, n, &ok), laps, trial);
     long l = calibrate(trial, laps);
     double us[BATCHES];
     for (int b = 0; b < BATCHES; b++) us[b] = ring_once(l, me, n, &ok) * 1e6 / (l * n);
