@@ -120,6 +120,11 @@ pub fn predefined_attr(keyval: c_int) -> Option<*mut c_void> {
 }
 static LASTUSED: AtomicI32 = AtomicI32::new(class::LASTCODE);
 
+/// MPI_Add_error_class made `class`: MPI_LASTUSEDCODE, the largest class, is at least it.
+pub fn note_last_used(class: c_int) {
+    LASTUSED.fetch_max(class, std::sync::atomic::Ordering::Relaxed);
+}
+
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// MPI_Wtime: seconds on the monotonic clock (nanosecond resolution), from a fixed point in this

@@ -2,7 +2,7 @@
 //! read and write the C caller's memory.
 //!
 //! A code is its class in the low 8 bits and, above them, the slot of a message that says what
-//! went wrong in words (the last 64 are kept): `MPI_Error_class` masks, `MPI_Error_string`
+//! went wrong in words (the last 63 are kept, so every code stays at most MPI_ERR_LASTCODE): `MPI_Error_class` masks, `MPI_Error_string`
 //! prints the class's text and the message. A failure goes to the handler of the communicator
 //! it happened on: MPI_ERRORS_ARE_FATAL (the default) prints which function failed, on which
 //! rank and why, then ends the job; MPI_ERRORS_RETURN returns the code; a user's handler is
@@ -39,7 +39,7 @@ struct Messages {
     next: usize,
     slots: Vec<String>,
 }
-const SLOTS: usize = 64;
+const SLOTS: usize = 63;
 static MESSAGES: Exclusive<Messages> = Exclusive::new(Messages {
     next: 0,
     slots: Vec::new(),
@@ -60,10 +60,9 @@ pub fn code_for(class: c_int, msg: String) -> c_int {
 }
 
 /// Error classes and codes the program added (MPI_Add_error_class, MPI_Add_error_code), with
-/// the strings MPI_Add_error_string gave them. Added classes take the values no predefined
-/// class uses below 256 (a code's low byte is its class); added codes come after
-/// MPI_ERR_LASTCODE, which the codes volley makes never pass. MPI_LASTUSEDCODE is the largest
-/// error class (MPI-3.1 section 8.5): added classes stay below MPI_ERR_LASTCODE, so it stays.
+/// the strings MPI_Add_error_string gave them. Both come after MPI_ERR_LASTCODE, which the codes
+/// volley makes never pass: classes from 0x4000, codes from 0x5000. MPI_LASTUSEDCODE is the
+/// largest class (MPI-3.1 section 8.5).
 struct Added {
     classes: Vec<String>,
     codes: Vec<(c_int, String)>,
@@ -72,9 +71,9 @@ static ADDED: std::sync::Mutex<Added> = std::sync::Mutex::new(Added {
     classes: Vec::new(),
     codes: Vec::new(),
 });
-const FIRST_ADDED_CLASS: c_int = 128;
-const LAST_ADDED_CLASS: c_int = 255;
-const FIRST_ADDED_CODE: c_int = class::LASTCODE + 1;
+const FIRST_ADDED_CLASS: c_int = class::LASTCODE + 1;
+const LAST_ADDED_CLASS: c_int = 0x4fff;
+const FIRST_ADDED_CODE: c_int = LAST_ADDED_CLASS + 1;
 
 fn added() -> std::sync::MutexGuard<'static, Added> {
     ADDED.lock().unwrap_or_else(|e| e.into_inner())
@@ -104,12 +103,12 @@ pub fn class_of(code: c_int) -> Option<c_int> {
             .get((code - FIRST_ADDED_CODE) as usize)
             .map(|c| c.0);
     }
+    if code >= FIRST_ADDED_CLASS {
+        let known = (code - FIRST_ADDED_CLASS) < added().classes.len() as c_int;
+        return known.then_some(code);
+    }
     let c = code & 0xff;
     let slot = code >> 8;
-    if c >= FIRST_ADDED_CLASS {
-        let known = (c - FIRST_ADDED_CLASS) < added().classes.len() as c_int;
-        return (slot == 0 && known).then_some(c);
-    }
     if slot as usize > SLOTS || describe(c).is_none() {
         return None;
     }
@@ -371,6 +370,7 @@ crate::mpi! {
             a.classes.push(String::new());
             c
         };
+        crate::env::note_last_used(c);
         // SAFETY: the caller's output argument.
         unsafe { put(errorclass, c) }
     }

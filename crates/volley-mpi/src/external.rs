@@ -5,8 +5,9 @@
 //! here), so those are narrowed on the way out (a value that does not fit is
 //! MPI_ERR_CONVERSION, nothing is truncated silently) and widened on the way in. A complex
 //! number is two reals, each big-endian on its own; a pair type (MPI_DOUBLE_INT...) its value
-//! and its int. long double (a 16-byte IEEE quad in external32, x87's 80 bits here) is refused
-//! rather than converted.
+//! and its int. long double is x87's 80-bit format here and a 16-byte IEEE quad in external32:
+//! it is converted both ways (exactly out; back in, rounded to nearest to x87's 64-bit
+//! significand).
 
 use crate::abi::{self, class, Aint, H};
 use crate::dtype::{committed, predefined, Basic, Dtype};
@@ -16,12 +17,14 @@ use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
 
 /// A run of basic elements in typemap order: `count` of them, each `native` bytes here and
-/// `ext` bytes in external32, an integer that is `signed` (where the sizes differ).
+/// `ext` bytes in external32, an integer that is `signed` (where the sizes differ), or an x87
+/// long double (`x87`: 16 bytes both sides, converted to and from an IEEE quad).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Unit {
     native: usize,
     ext: usize,
     signed: bool,
+    x87: bool,
     count: usize,
 }
 
@@ -30,8 +33,59 @@ const fn unit(native: usize, ext: usize, signed: bool) -> Unit {
         native,
         ext,
         signed,
+        x87: false,
         count: 1,
     }
+}
+
+const LONG_DOUBLE: Unit = Unit {
+    native: 16,
+    ext: 16,
+    signed: false,
+    x87: true,
+    count: 1,
+};
+
+/// An x87 extended value (its 16 bytes as stored here: 64-bit significand with the integer bit,
+/// then sign and 15-bit exponent, then padding) as an IEEE binary128, big-endian. Exact: the same
+/// exponent and bias, the 63 fraction bits at the top of the 112.
+fn x87_to_quad(src: &[u8], dst: &mut [u8]) {
+    let mant = u64::from_le_bytes(src[..8].try_into().expect("8 bytes"));
+    let se = u16::from_le_bytes(src[8..10].try_into().expect("2 bytes"));
+    let frac = ((mant & !(1u64 << 63)) as u128) << 49;
+    let q = ((se as u128) << 112) | frac;
+    dst.copy_from_slice(&q.to_be_bytes());
+}
+
+/// An IEEE binary128 (big-endian) as an x87 extended value, its fraction rounded to nearest
+/// (even on a tie) to 63 bits.
+fn quad_to_x87(src: &[u8], dst: &mut [u8]) {
+    let q = u128::from_be_bytes(src.try_into().expect("16 bytes"));
+    let sign = (q >> 127) as u16;
+    let mut exp = ((q >> 112) & 0x7fff) as u16;
+    let frac = q & ((1u128 << 112) - 1);
+    let mut m = (frac >> 49) as u64;
+    if exp == 0x7fff {
+        // Infinity, or a NaN whose payload must not round away to an infinity.
+        if frac != 0 && m == 0 {
+            m = 1 << 62;
+        }
+    } else {
+        let rest = frac & ((1u128 << 49) - 1);
+        let half = 1u128 << 48;
+        if rest > half || (rest == half && m & 1 == 1) {
+            m += 1;
+            if m == 1 << 63 {
+                // The fraction overflowed into the integer bit: the next binade.
+                m = 0;
+                exp += 1;
+            }
+        }
+    }
+    let int = if exp != 0 { 1u64 << 63 } else { 0 };
+    dst[..8].copy_from_slice(&(int | m).to_le_bytes());
+    dst[8..10].copy_from_slice(&((sign << 15) | exp).to_le_bytes());
+    dst[10..16].fill(0);
 }
 
 /// The basic elements of `times` elements of `t`, appended to `out`.
@@ -56,15 +110,9 @@ fn units(t: &Dtype, out: &mut Vec<Unit>, times: usize) -> R {
             (_, C64 | TwoF64) => &[unit(8, 8, false), unit(8, 8, false)],
             (_, DoubleInt | LongInt) => &[unit(8, 8, false), unit(4, 4, false)],
             (_, ShortInt) => &[unit(2, 2, false), unit(4, 4, false)],
-            (_, LongDouble | LongDoubleComplex | LongDoubleInt) => {
-                return Err(fail(
-                    class::CONVERSION,
-                    format!(
-                        "{} has no external32 form in volley (the standard's 16-byte quad is not x87's long double)",
-                        t.name
-                    ),
-                ))
-            }
+            (_, LongDouble) => &[LONG_DOUBLE],
+            (_, LongDoubleComplex) => &[LONG_DOUBLE, LONG_DOUBLE],
+            (_, LongDoubleInt) => &[LONG_DOUBLE, unit(4, 4, false)],
         };
         if let [u] = one {
             push(out, Unit { count: times, ..*u });
@@ -109,7 +157,9 @@ fn push(out: &mut Vec<Unit>, u: Unit) {
         return;
     }
     match out.last_mut() {
-        Some(l) if (l.native, l.ext, l.signed) == (u.native, u.ext, u.signed) => l.count += u.count,
+        Some(l) if (l.native, l.ext, l.signed, l.x87) == (u.native, u.ext, u.signed, u.x87) => {
+            l.count += u.count
+        }
         _ => out.push(u),
     }
 }
@@ -121,7 +171,9 @@ fn to_external(native: &[u8], out: &mut [u8], runs: &[Unit]) -> R {
         for _ in 0..u.count {
             let src = &native[i..i + u.native];
             let dst = &mut out[o..o + u.ext];
-            if u.native == u.ext {
+            if u.x87 {
+                x87_to_quad(src, dst);
+            } else if u.native == u.ext {
                 dst.copy_from_slice(src);
                 dst.reverse();
             } else {
@@ -161,7 +213,9 @@ fn from_external(ext: &[u8], out: &mut [u8], runs: &[Unit]) {
         for _ in 0..u.count {
             let src = &ext[i..i + u.ext];
             let dst = &mut out[o..o + u.native];
-            if u.native == u.ext {
+            if u.x87 {
+                quad_to_x87(src, dst);
+            } else if u.native == u.ext {
                 dst.copy_from_slice(src);
                 dst.reverse();
             } else {
@@ -294,6 +348,41 @@ mod tests {
         let mut back = [0u8; 16];
         from_external(&ext, &mut back, &runs);
         assert_eq!(&back[..], &native[..]);
+    }
+
+    #[test]
+    fn long_double_goes_out_as_an_ieee_quad_and_comes_back_exactly() {
+        // 1.5 in x87: significand 0xC000..., exponent 0x3fff; in binary128: exponent 0x3fff,
+        // fraction 0x8000... (the .5).
+        let mut x = [0u8; 16];
+        x[..8].copy_from_slice(&0xC000_0000_0000_0000u64.to_le_bytes());
+        x[8..10].copy_from_slice(&0x3fffu16.to_le_bytes());
+        let mut q = [0u8; 16];
+        x87_to_quad(&x, &mut q);
+        assert_eq!(u128::from_be_bytes(q), (0x3fffu128 << 112) | (1u128 << 111));
+        let mut back = [0u8; 16];
+        quad_to_x87(&q, &mut back);
+        assert_eq!(back, x);
+        // -0.0, an infinity and a denormal survive the round trip too.
+        for (m, se) in [(0u64, 0x8000u16), (1u64 << 63, 0x7fff), (5, 0)] {
+            x[..8].copy_from_slice(&m.to_le_bytes());
+            x[8..10].copy_from_slice(&se.to_le_bytes());
+            x87_to_quad(&x, &mut q);
+            quad_to_x87(&q, &mut back);
+            assert_eq!(back, x, "{m:#x} {se:#x}");
+        }
+    }
+
+    #[test]
+    fn a_quad_rounds_to_nearest_into_x87() {
+        // 1 + 2^-63 + 2^-64 (a tie above the last x87 bit, odd) rounds up to 1 + 2^-62.
+        let q = (0x3fffu128 << 112) | (1u128 << 49) | (1u128 << 48);
+        let mut x = [0u8; 16];
+        quad_to_x87(&q.to_be_bytes(), &mut x);
+        assert_eq!(
+            u64::from_le_bytes(x[..8].try_into().unwrap()),
+            (1 << 63) | 2
+        );
     }
 
     #[test]

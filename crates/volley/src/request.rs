@@ -536,14 +536,17 @@ impl World {
             // handlers, which may post or test requests themselves.
             let (idx, op) = {
                 let mut r = self.inner.reqs.borrow_mut();
-                let Some(&idx) = r.posted.get(i) else { return };
-                let slot = &mut r.slots[idx as usize];
-                if let (Some(e), Some(Op::Recv(p, _) | Op::RecvUnpack(p, _))) = (&empty, &slot.op) {
-                    if e.covers(p) {
-                        i += 1;
-                        continue;
+                // Past the receives the empty pattern covers, in this one borrow.
+                if let Some(e) = &empty {
+                    while let Some(&idx) = r.posted.get(i) {
+                        match &r.slots[idx as usize].op {
+                            Some(Op::Recv(p, _) | Op::RecvUnpack(p, _)) if e.covers(p) => i += 1,
+                            _ => break,
+                        }
                     }
                 }
+                let Some(&idx) = r.posted.get(i) else { return };
+                let slot = &mut r.slots[idx as usize];
                 match slot.op.take() {
                     Some(
                         op @ (Op::Recv(..)
@@ -676,7 +679,11 @@ impl World {
     /// Where request `id` stands now (no progress made); a failed send completes with its
     /// error.
     fn seen(&self, id: RequestId) -> Seen {
-        let mut r = self.inner.reqs.borrow_mut();
+        self.seen_in(&mut self.inner.reqs.borrow_mut(), id)
+    }
+
+    /// `seen` with the request table already borrowed (a sweep borrows it once for all).
+    fn seen_in(&self, r: &mut Requests, id: RequestId) -> Seen {
         let Some(op) = r.get(id) else {
             return Seen::Stale;
         };
@@ -843,20 +850,29 @@ impl World {
         mut take: impl FnMut(usize, Result<Status, RequestError>) -> bool,
     ) -> Sweep {
         let mut s = Sweep::default();
+        // One borrow of the table for the requests still pending (a wait on many passes over
+        // them all); it is let go while `take` runs.
+        let mut reqs = self.inner.reqs.borrow_mut();
         for (i, slot) in ids.iter_mut().enumerate() {
             let Some(id) = *slot else { continue };
             s.active = true;
-            let r = match self.seen(id) {
+            let r = match self.seen_in(&mut reqs, id) {
                 Seen::Pending { send } => {
                     s.sends |= send;
                     continue;
                 }
-                Seen::Done => self.collect(id),
+                Seen::Done => match reqs.remove(id) {
+                    Some(Op::Done(r)) => r,
+                    _ => unreachable!("a request seen done is done"),
+                },
                 Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
             };
             *slot = None;
             s.found = true;
-            if !take(i, r) {
+            drop(reqs);
+            let go = take(i, r);
+            reqs = self.inner.reqs.borrow_mut();
+            if !go {
                 break;
             }
         }
