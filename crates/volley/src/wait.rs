@@ -172,10 +172,10 @@ impl<'h> Waiter<'h> {
                 volley_sys::net::poll_any(&[fd, nfd], Some(t));
             }
         }
-        let mut e = w.eng();
-        e.drain_doorbell();
-        // A sender that woke us cleared the flag; set it again before the next poll.
-        e.arm();
+        // A sender that woke us cleared the flag: arming again drains the doorbell (once, one
+        // read) and sets the flag before the next poll. A timeout or a packet leaves both as
+        // they are.
+        w.eng().arm();
         Ok(())
     }
 
