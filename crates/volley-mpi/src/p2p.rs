@@ -366,6 +366,34 @@ fn start_send(
     })
 }
 
+/// The `bytes` bytes of a contiguous buffer the program passed (empty for 0, whatever the
+/// pointer).
+///
+/// # Safety
+/// MPI's buffer rule: `buf` holds `bytes` bytes (count elements of a contiguous type), valid for
+/// as long as the slice is used.
+unsafe fn contig<'a>(buf: *const c_void, bytes: usize) -> &'a [u8] {
+    if bytes == 0 {
+        &[]
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
+    }
+}
+
+/// Like `contig`, writable (a receive's buffer).
+///
+/// # Safety
+/// As for `contig`, and nothing else reads or writes the buffer meanwhile.
+unsafe fn contig_mut<'a>(buf: *mut c_void, bytes: usize) -> &'a mut [u8] {
+    if bytes == 0 {
+        &mut []
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
+    }
+}
+
 /// The fast path of MPI_Isend and MPI_Irsend: a contiguous message that goes whole through the
 /// ring at once completes now, with no request of the core's and the communicator borrowed (no
 /// reference count touched: on a server each locked instruction waits for the last message's
@@ -389,12 +417,8 @@ fn eager_send(
     let tag = check_tag(tag, false)?.expect("not any");
     let w = c.peer_world_rank(dest)?;
     let bytes = n * t.size;
-    let data: &[u8] = if bytes == 0 {
-        &[]
-    } else {
-        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-        unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
-    };
+    // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+    let data = unsafe { contig(buf, bytes) };
     if !c
         .ep
         .try_send_eager(w, tag, data)
@@ -429,12 +453,8 @@ fn eager_recv(
     let tag = check_tag(tag, true)?;
     let src = source_of(c, source)?;
     let bytes = n * t.size;
-    let out: &mut [u8] = if bytes == 0 {
-        &mut []
-    } else {
-        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
-    };
+    // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+    let out = unsafe { contig_mut(buf, bytes) };
     Ok(c.ep
         .try_recv_now(src, tag, out)
         .map_err(|e| from_recv(&e))?
@@ -989,12 +1009,8 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         let tag = check_tag(tag, false)?.expect("not any");
         let w = c.peer_world_rank(dest)?;
         let bytes = n * t.size;
-        let data: &[u8] = if bytes == 0 {
-            &[]
-        } else {
-            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-            unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) }
-        };
+        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+        let data = unsafe { contig(buf, bytes) };
         return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
     }
     let r = start_send(
@@ -1033,12 +1049,8 @@ fn recv(
         let ctag = check_tag(tag, true)?;
         let src = source_of(c, source)?;
         let bytes = n * t.size;
-        let out: &mut [u8] = if bytes == 0 {
-            &mut []
-        } else {
-            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) }
-        };
+        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+        let out = unsafe { contig_mut(buf, bytes) };
         return match c.ep.recv_matching(src, ctag, out) {
             Ok(st) => {
                 // SAFETY: the caller's status argument.
