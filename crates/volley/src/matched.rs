@@ -43,17 +43,11 @@ impl Endpoint {
         // Where only the rings can hold a match, and no posted receive or handler comes first,
         // a pass is one borrow of the engine (see `fast_pass`).
         let w = &self.world;
-        let rings_only = match source {
-            Some(r) => w.route(r).map(Some),
-            None if w.inner.net.is_none() => Some(None),
-            None => None,
-        };
+        let rings_only = self.rings_only(source);
         let mut buf = Some(buf);
         loop {
             if let Some(ring) = rings_only {
-                if w.inner.nposted.load(Ordering::Relaxed) == 0
-                    && w.inner.nactive.load(Ordering::Relaxed) == 0
-                {
+                if self.nothing_ahead() {
                     let out = buf.as_deref_mut().expect("a receive has a buffer");
                     match self.fast_pass(&pat, ring, out)? {
                         Fast::Done(st) => return Ok(st),
@@ -86,25 +80,34 @@ impl Endpoint {
         tag: Option<u32>,
         buf: &mut [u8],
     ) -> Result<Option<Status>, RecvError> {
-        let w = &self.world;
-        if w.inner.nposted.load(Ordering::Relaxed) != 0
-            || w.inner.nactive.load(Ordering::Relaxed) != 0
-        {
+        let Some(ring) = self.rings_only(source).filter(|_| self.nothing_ahead()) else {
             return Ok(None);
-        }
-        let ring = match source {
-            Some(r) => match w.route(r) {
-                Some(l) => Some(l),
-                None => return Ok(None),
-            },
-            None if w.inner.net.is_none() => None,
-            None => return Ok(None),
         };
         let pat = self.pattern(source, tag)?;
         match self.fast_pass(&pat, ring, buf)? {
             Fast::Done(st) => Ok(Some(st)),
             Fast::Nothing | Fast::Other => Ok(None),
         }
+    }
+
+    /// Where only this host's rings can hold a message from `source` (None: any): Some(the
+    /// ring, or None for all of them); None when the network may hold one.
+    #[inline]
+    fn rings_only(&self, source: Option<usize>) -> Option<Option<usize>> {
+        let w = &self.world;
+        match source {
+            Some(r) => w.route(r).map(Some),
+            None if w.inner.net.is_none() => Some(None),
+            None => None,
+        }
+    }
+
+    /// Whether no posted receive and no running handler comes before a receive now (the
+    /// condition of `fast_pass`).
+    #[inline]
+    fn nothing_ahead(&self) -> bool {
+        let w = &self.world;
+        w.inner.nposted.load(Ordering::Relaxed) == 0 && w.inner.nactive.load(Ordering::Relaxed) == 0
     }
 
     /// One pass of a matched receive in a single borrow of the engine, as `recv_into` does: the
