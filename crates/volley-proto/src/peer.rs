@@ -43,15 +43,30 @@ impl BufPool {
             self.allocs += 1;
             return vec![0u8; len];
         }
-        let mut v = self.take_empty(len);
-        v.resize(len, 0);
+        // A kept buffer keeps the length it had: only bytes beyond that are zeroed (none in a
+        // stream of equal messages, where zeroing was a third of the receiver's copying). The
+        // old bytes are this process's own and every one is overwritten before the message is
+        // handed over (it is delivered only once each of its fragments has arrived).
+        let mut v = self.take_kept(len);
+        if v.len() >= len {
+            v.truncate(len);
+        } else {
+            v.resize(len, 0);
+        }
         v
     }
 
     /// An empty buffer with room for `cap` bytes, from the pool when one is big enough.
     fn take_empty(&mut self, cap: usize) -> Vec<u8> {
+        let mut v = self.take_kept(cap);
+        v.clear();
+        v
+    }
+
+    /// A buffer with room for `cap` bytes, as it was given back (any length).
+    fn take_kept(&mut self, cap: usize) -> Vec<u8> {
         // Most recently given back first: a stream of equal messages finds one at once.
-        let mut v = match self.bufs.iter().rposition(|b| b.capacity() >= cap) {
+        let v = match self.bufs.iter().rposition(|b| b.capacity() >= cap) {
             Some(i) => {
                 let v = self.bufs.swap_remove(i);
                 self.bytes -= v.capacity();
@@ -62,7 +77,6 @@ impl BufPool {
                 Vec::with_capacity(cap)
             }
         };
-        v.clear();
         v
     }
 

@@ -443,6 +443,13 @@ impl UdpRx {
         &self.bufs[i * self.slot..i * self.slot + len]
     }
 
+    /// [`UdpRx::packet`], writable until the next [`UdpRx::recv`] (so that a layer above can
+    /// open it in place instead of copying it out first).
+    pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = (self.hdrs[i].msg_len as usize).min(self.slot);
+        &mut self.bufs[i * self.slot..i * self.slot + len]
+    }
+
     /// Whether the `i`-th datagram was longer than its buffer (the rest is lost).
     pub fn truncated(&self, i: usize) -> bool {
         self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
@@ -814,21 +821,23 @@ impl PacketRing {
         unsafe { self.map.add(self.map_len / 2 + i * self.frame) }
     }
 
-    /// The next received frame (Ethernet header included), if the kernel has handed one over.
-    /// Call [`PacketRing::rx_release`] when done with it.
-    pub fn rx_peek(&self) -> Option<&[u8]> {
+    /// The next received frame (Ethernet header included), if the kernel has handed one over:
+    /// writable, ours until [`PacketRing::rx_release`] gives it back.
+    pub fn rx_peek(&mut self) -> Option<&mut [u8]> {
         let f = self.rx_frame(self.rx_next);
         // SYNC: Acquire; pairs with the kernel's release of the frame (smp_wmb before the
         // status store in __packet_set_status), so the frame's bytes are visible.
         if self.status(f).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
             return None;
         }
-        // SAFETY: the kernel has handed the frame to us; tp_mac and tp_snaplen are within it.
+        // SAFETY: the kernel has handed the frame to us (it writes it again only after
+        // rx_release, which needs `&mut self`, so this slice is gone by then); tp_mac and
+        // tp_snaplen are within it; the mapping is PROT_READ | PROT_WRITE.
         unsafe {
             let snaplen = (f.add(8) as *const u32).read() as usize;
             let mac = (f.add(12) as *const u16).read() as usize;
             let len = snaplen.min(self.frame.saturating_sub(mac));
-            Some(std::slice::from_raw_parts(f.add(mac), len))
+            Some(std::slice::from_raw_parts_mut(f.add(mac), len))
         }
     }
 

@@ -620,7 +620,7 @@ impl Xsk {
     /// frames back to the kernel, and returns how many there were. A frame that came in several
     /// chunks (multi-buffer) is put together first (one copy); one that fits a chunk is lent in
     /// place.
-    pub fn receive(&mut self, max: u32, f: &mut dyn FnMut(&[u8])) -> usize {
+    pub fn receive(&mut self, max: u32, f: &mut dyn FnMut(&mut [u8])) -> usize {
         let ready = self.rx.ready();
         let (mut taken, mut frames) = (0, 0);
         while taken < ready && frames < max {
@@ -648,7 +648,7 @@ impl Xsk {
             }
             if n == 1 {
                 let d = self.rx_desc(taken);
-                f(self.umem_slice(&d));
+                f(self.umem_slice_mut(&d));
             } else {
                 let mut joined = std::mem::take(&mut self.rx_joined);
                 joined.clear();
@@ -656,7 +656,7 @@ impl Xsk {
                     let d = self.rx_desc(taken + k);
                     joined.extend_from_slice(self.umem_slice(&d));
                 }
-                f(&joined);
+                f(&mut joined);
                 self.rx_joined = joined;
                 self.rx_multi += 1;
             }
@@ -695,6 +695,16 @@ impl Xsk {
         // SAFETY: the frame is ours until it goes back through the fill ring, which happens
         // after the caller is done with the slice (it borrows self).
         unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(at), len) }
+    }
+
+    /// [`Xsk::umem_slice`], writable: the frame is ours until it goes back through the fill
+    /// ring (a layer above opens a sealed packet in place).
+    fn umem_slice_mut(&mut self, d: &libc::xdp_desc) -> &mut [u8] {
+        let len = (d.len as usize).min(FRAME);
+        let at = (d.addr as usize).min(self.umem.len() - len);
+        // SAFETY: as in `umem_slice`; the mapping is writable (PROT_WRITE) and `&mut self`
+        // keeps any other view of it from existing while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(at), len) }
     }
 
     fn wake_rx(&self) {

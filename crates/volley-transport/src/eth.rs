@@ -45,14 +45,14 @@ impl Framing {
     }
 
     /// Hands the packet a received frame carries to `f`, or counts why not.
-    pub(crate) fn deliver(&mut self, frame: &[u8], f: &mut dyn FnMut(&[u8])) {
+    pub(crate) fn deliver(&mut self, frame: &mut [u8], f: &mut dyn FnMut(&mut [u8])) {
         if frame.len() <= ETH_HEADER || frame[12..14] != ETHERTYPE.to_be_bytes() {
             self.rx_runts += 1;
             return;
         }
         let from: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
         if crate::from_its_rank(&self.peers, &frame[ETH_HEADER..], &from) {
-            f(&frame[ETH_HEADER..]);
+            f(&mut frame[ETH_HEADER..]);
         } else {
             self.rx_foreign += 1;
         }
@@ -131,7 +131,7 @@ impl Device for EthDevice {
         self.ring.fd()
     }
 
-    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         let mut n = 0;
         while n < 256 {
             let Some(frame) = self.ring.rx_peek() else {

@@ -157,15 +157,15 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.fd()
     }
 
-    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         let mut arrived: Vec<Vec<u8>> = Vec::new();
         self.inner.receive(now, &mut |p| arrived.push(p.to_vec()))?;
         let mut n = 0;
         for mut pkt in arrived {
             if self.chance(self.faults.junk) {
                 self.injected += 1;
-                let j = self.junk_of(&pkt);
-                f(&j);
+                let mut j = self.junk_of(&pkt);
+                f(&mut j);
             }
             if self.chance(self.faults.loss) {
                 self.dropped += 1;
@@ -187,15 +187,15 @@ impl<D: Device> Device for FaultDevice<D> {
                 due += self.next() % (self.faults.delay_ns + 200_000);
             }
             if due <= now {
-                f(&pkt);
+                f(&mut pkt);
                 n += 1;
             } else {
                 self.hold(due, pkt);
             }
         }
         while self.held.peek().is_some_and(|Reverse((t, ..))| *t <= now) {
-            let Reverse((_, _, pkt)) = self.held.pop().expect("peeked");
-            f(&pkt);
+            let Reverse((_, _, mut pkt)) = self.held.pop().expect("peeked");
+            f(&mut pkt);
             n += 1;
         }
         Ok(n)

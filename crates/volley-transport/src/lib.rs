@@ -109,7 +109,9 @@ pub trait Device: Send {
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()>;
     fn fd(&self) -> RawFd;
     /// Hands each waiting packet to `f`; returns how many. `now` is the caller's clock in ns.
-    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+    /// The packet is lent writable for the call (the device's own buffer: a layer above may
+    /// open it in place instead of copying it out).
+    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize>;
     /// Fills and sends packets: `fill` writes one packet into the buffer and returns the
     /// destination rank and length, or None when it has nothing more. Returns how many were
     /// sent.
@@ -288,7 +290,7 @@ impl<D: Device + ?Sized> Device for Box<D> {
     fn fd(&self) -> RawFd {
         (**self).fd()
     }
-    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         (**self).receive(now, f)
     }
     fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {

@@ -114,16 +114,16 @@ impl Device for LoopbackDevice {
         self.bell.raw()
     }
 
-    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         // Take the waiting packets out under the lock, hand them over without it: the callback
         // may transmit.
-        let got: Vec<Vec<u8>> = {
+        let mut got: Vec<Vec<u8>> = {
             let mut eps = self.hub.lock();
             let ep = &mut eps[self.me as usize];
             self.bell.drain();
             ep.queue.drain(..).collect()
         };
-        for p in &got {
+        for p in &mut got {
             f(p);
         }
         Ok(got.len())

@@ -188,7 +188,7 @@ impl Device for UdpDevice {
         self.fd.as_raw_fd()
     }
 
-    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         let mut total = 0;
         // A few batches at most, so that one flood cannot starve the caller's other work.
         for _ in 0..4 {
@@ -198,15 +198,17 @@ impl Device for UdpDevice {
                     self.rx_truncated += 1;
                     continue;
                 }
-                let d = self.rx.packet(i);
-                let seg = self.rx.seg_size(i).filter(|&s| s < d.len());
+                let (from, seg) = (self.rx.source(i), self.rx.seg_size(i));
+                let d = self.rx.packet_mut(i);
+                let seg = seg.filter(|&s| s < d.len());
                 if seg.is_some() {
                     self.gro_datagrams += 1;
                 }
                 // A coalesced datagram is a run of packets of `seg` bytes (the last may be
                 // shorter), all from the one sender whose address the datagram carries.
-                for p in d.chunks(seg.unwrap_or(d.len().max(1))) {
-                    if crate::from_its_rank(&self.peers, p, &self.rx.source(i)) {
+                let whole = d.len().max(1);
+                for p in d.chunks_mut(seg.unwrap_or(whole)) {
+                    if crate::from_its_rank(&self.peers, p, &from) {
                         f(p);
                     } else {
                         self.rx_foreign += 1;

@@ -162,13 +162,13 @@ impl Device for XdpDevice {
         self.xsk.fd()
     }
 
-    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    fn receive(&mut self, _now: u64, f: &mut dyn FnMut(&mut [u8])) -> io::Result<usize> {
         // The program matched the frame's EtherType and header words; the source is checked
         // here, as eth does.
         let framing = &mut self.framing;
         Ok(self
             .xsk
-            .receive(256, &mut |frame: &[u8]| framing.deliver(frame, f)))
+            .receive(256, &mut |frame: &mut [u8]| framing.deliver(frame, f)))
     }
 
     fn transmit(&mut self, fill: &mut Fill<'_>) -> io::Result<usize> {
