@@ -72,7 +72,7 @@ pub struct Config {
     /// Largest message accepted.
     pub max_message: u64,
     /// Every packet carries a CRC32C, checked on receipt. False where the device vouches for
-    /// every byte (packets sealed with AES-GCM: a packet altered on the way does not open, and
+    /// every byte (sealed packets: a packet altered on the way does not open, and
     /// the CRC costs the bulk path about a tenth of its CPU for nothing); every rank of the job
     /// must agree.
     pub checksums: bool,
