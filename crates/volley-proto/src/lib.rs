@@ -716,6 +716,60 @@ mod pool_tests {
         assert_eq!(end, warm, "allocations after warm-up, for 150,000 messages");
     }
 
+    /// Messages of several megabytes copied in (`buffer_from`, as a send from a borrowed
+    /// buffer does), a few in flight at a time: once warm they reuse the same buffers instead
+    /// of going back to the allocator (which trimmed and faulted them in again every window).
+    /// What the pool keeps of them stays within its bound.
+    #[test]
+    fn a_stream_of_large_copies_reuses_its_buffers_within_the_bound() {
+        let cfg = Config {
+            rndv_threshold: 8 << 20,
+            pool_bytes: 16 << 20,
+            ..Config::default()
+        };
+        let (mut a, mut b) = (Engine::new(cfg.clone(), 0, 1), Engine::new(cfg, 1, 1));
+        a.add_peer(1, 0);
+        b.add_peer(0, 0);
+        let len = 2 << 20;
+        let src: Vec<u8> = (0..len).map(|i| (i / 7) as u8).collect();
+        let (mut now, mut got) = (0, Vec::new());
+        let mut warm = None;
+        for window in 0..12 {
+            if window == 4 {
+                warm = Some(a.engine_counters()[0]);
+            }
+            for _ in 0..4 {
+                let d = a.buffer_from(&src);
+                a.send(now, 1, 0, 0, d, Reliability::Reliable).unwrap();
+            }
+            while got.len() < 4 * (window + 1) {
+                now += 50_000;
+                exchange(&mut a, &mut b, now, &mut got);
+                assert!(now < 100_000_000_000, "window {window} never arrived");
+            }
+            for d in got.iter_mut().skip(4 * window) {
+                assert!(*d == src, "a message arrived altered");
+                b.recycle(std::mem::take(d));
+            }
+            // The sender's copies come back once acknowledged.
+            for _ in 0..20 {
+                now += 50_000;
+                exchange(&mut a, &mut b, now, &mut got);
+            }
+        }
+        let warm = warm.unwrap();
+        assert_eq!(
+            a.engine_counters()[0],
+            warm,
+            "the sender allocated after warm-up"
+        );
+        assert!(a.pool.large_bytes <= peer::LARGE_KEEP && b.pool.large_bytes <= peer::LARGE_KEEP);
+        assert!(
+            a.pool.large_bytes >= 4 * len,
+            "the window's copies were not kept"
+        );
+    }
+
     /// One round of packets both ways and timers; the receiver consumes what arrived.
     fn exchange(a: &mut Engine, b: &mut Engine, now: Instant, got: &mut Vec<Vec<u8>>) {
         let mut buf = vec![0u8; 2048];
