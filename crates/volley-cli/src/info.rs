@@ -88,8 +88,10 @@ pub fn info(n: Option<usize>) -> i32 {
         .find(|s| s.0 == "VOLLEY_SINGLE_COPY_THRESHOLD")
         .map_or("default", |s| s.2);
     match volley::single_copy_unavailable(&cfg) {
-        None if cfg.single_copy_threshold == usize::MAX && from == "default" => println!(
-            "  single copy     available, not used without a profile: the ring pipeline measured faster on the development machine; run `volley tune` to measure this one, or set VOLLEY_SINGLE_COPY_THRESHOLD=BYTES"
+        None if from == "default" => println!(
+            "  single copy     available; {} (the default without a profile: `volley tune` measures where it wins on this machine), by process_vm_readv",
+            crate::tune::range_words(cfg.single_copy_threshold, cfg.single_copy_max)
+                .trim_start_matches("single copy: ")
         ),
         None => println!(
             "  single copy     available; {} (from the {from}), by process_vm_readv",

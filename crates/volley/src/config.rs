@@ -93,13 +93,20 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(500);
 /// budget its size.
 pub const DEFAULT_EAGER: usize = 64 << 10;
 
-/// Default single-copy threshold: never. Measured on the development machine (README, "Transfer
-/// modes"), the pipelined copy through the ring beat process_vm_readv at every size from 4 KiB to
-/// 8 MiB, with cache-hot buffers (28 vs 15 GB/s at 4 MiB) and with cold ones (17 vs 7.7 GB/s at
-/// 8 MiB): in the pipeline both processes copy at once, in single copy only the receiver does.
-/// Single copy still frees the sender's CPU and needs no sender progress; set
-/// VOLLEY_SINGLE_COPY_THRESHOLD to use it.
-pub const DEFAULT_SINGLE_COPY_THRESHOLD: usize = usize::MAX;
+/// Without a profile (`volley tune`) or a setting, messages in [32 KiB, 256 KiB) go by single
+/// copy. On the two Intel machines measured (the 16-core server, docs/perf/server-2026-11-25,
+/// and the 2-core development VM since its host changed), with buffers in cache single copy took
+/// a third to a half of the pipelined copy's time from 16 KiB to 1 MiB (VM, `volley tune`: 1.97
+/// against 5.25 us at 32 KiB, 9.45 against 23.55 at 256 KiB), and Open MPI, which copies once
+/// from 4 KiB, matched it. Where the single copy reads cold memory or lines still dirty in the
+/// sender's cache, it stays within about 10% of the pipeline up to 256 KiB (VM: cold 0.90-1.05x,
+/// sending the buffer just received 0.88-1.0x) and loses by 20-40% beyond, where the pipeline's
+/// two copies in parallel win: hence the upper bound. (On the AMD development machine of the
+/// first measurements, whose cores shared their cache, the pipeline won at every size: a machine
+/// like that wants `volley tune`, which measures the window, or VOLLEY_SINGLE_COPY=off.)
+pub const DEFAULT_SINGLE_COPY_THRESHOLD: usize = 32 << 10;
+/// The upper end of the default single-copy window (see [`DEFAULT_SINGLE_COPY_THRESHOLD`]).
+pub const DEFAULT_SINGLE_COPY_MAX: usize = 256 << 10;
 
 impl Config {
     /// Defaults for a job of `nranks` local ranks, overridden by the environment.
@@ -175,6 +182,7 @@ impl Config {
             match (env_usize("VOLLEY_SINGLE_COPY_MAX")?, env_threshold, tuned) {
                 (Some(m), _, _) => (m, "environment"),
                 (None, None, Some(p)) => (p.single_copy_max, "profile"),
+                (None, None, None) => (DEFAULT_SINGLE_COPY_MAX, "default"),
                 _ => (usize::MAX, "default"),
             };
         if single_copy_threshold < 64 {
@@ -296,9 +304,9 @@ impl Config {
             (
                 "VOLLEY_SINGLE_COPY_THRESHOLD",
                 match (single_copy_threshold, threshold_source) {
-                    (usize::MAX, "default") => {
-                        "never (no profile; on the development machine the ring pipeline won at every size)".into()
-                    }
+                    (DEFAULT_SINGLE_COPY_THRESHOLD, "default") => format!(
+                        "{DEFAULT_SINGLE_COPY_THRESHOLD} (no profile: single copy from 32 KiB up to 256 KiB; `volley tune` measures this machine)"
+                    ),
                     (usize::MAX, _) => "never".into(),
                     (t, _) => t.to_string(),
                 },
