@@ -299,21 +299,32 @@ pub async fn bcast_scatter_ring(c: &CommCore, s: Seq, root: usize, buf: &mut [u8
 
 /// Allgather by recursive doubling (n a power of two): at step `mask` a rank and its partner
 /// `rank ^ mask` swap the `mask` blocks each holds. `all` holds n blocks of `b` bytes, this
-/// rank's in place.
-pub async fn allgather_recursive_doubling(c: &CommCore, s: Seq, all: &mut [u8], b: usize) -> R {
+/// rank's in place; `mine`, if given, holds the same block where the program wrote it, and the
+/// first step sends from there.
+pub async fn allgather_recursive_doubling(
+    c: &CommCore,
+    s: Seq,
+    all: &mut [u8],
+    b: usize,
+    mine: Option<&[u8]>,
+) -> R {
     let (n, me) = (c.size(), c.rank);
     debug_assert!(n.is_power_of_two());
     let tag = s.tag(TAG_ALLGATHER_RING);
     let mut mask = 1;
     while mask < n {
         let partner = me ^ mask;
-        let mine = me & !(mask - 1);
-        let theirs = mine ^ mask;
+        let held = me & !(mask - 1);
+        let theirs = held ^ mask;
         let (send, recv) = split(
             all,
-            mine * b..(mine + mask) * b,
+            held * b..(held + mask) * b,
             theirs * b..(theirs + mask) * b,
         );
+        let send = match mine {
+            Some(m) if mask == 1 => m,
+            _ => send,
+        };
         exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
         mask <<= 1;
     }
@@ -321,8 +332,15 @@ pub async fn allgather_recursive_doubling(c: &CommCore, s: Seq, all: &mut [u8], 
 }
 
 /// Allgather around a ring: n - 1 rounds, in round i each rank passes block `rank - i` to the
-/// right and takes block `rank - i - 1` from the left. `all` as for recursive doubling.
-pub async fn allgather_ring(c: &CommCore, s: Seq, all: &mut [u8], b: usize) -> R {
+/// right and takes block `rank - i - 1` from the left. `all` and `mine` as for recursive
+/// doubling.
+pub async fn allgather_ring(
+    c: &CommCore,
+    s: Seq,
+    all: &mut [u8],
+    b: usize,
+    mine: Option<&[u8]>,
+) -> R {
     let (n, me) = (c.size(), c.rank);
     let tag = s.tag(TAG_ALLGATHER_RING);
     let (left, right) = ((me + n - 1) % n, (me + 1) % n);
@@ -330,6 +348,10 @@ pub async fn allgather_ring(c: &CommCore, s: Seq, all: &mut [u8], b: usize) -> R
         let send = (me + n - i) % n;
         let recv = (me + 2 * n - i - 1) % n;
         let (out, into) = split(all, send * b..(send + 1) * b, recv * b..(recv + 1) * b);
+        let out = match mine {
+            Some(m) if i == 0 => m,
+            _ => out,
+        };
         exchange_a(c, &[(right, tag, out)], &mut [(left, tag, into)]).await?;
     }
     Ok(())
