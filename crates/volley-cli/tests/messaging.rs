@@ -45,7 +45,12 @@ fn a_receiver_that_keeps_what_it_was_lent_still_gets_every_later_message() {
         ("4", "3000", "100", "4096"),
         ("2", "500", "60000", "262144"),
     ] {
-        let env = [("VOLLEY_SHM_RING_BYTES", ring)];
+        // Lending in place is the ring's: 60000-byte messages would otherwise go by single copy
+        // (the default window from 32 KiB).
+        let env = [
+            ("VOLLEY_SHM_RING_BYTES", ring),
+            ("VOLLEY_SINGLE_COPY", "off"),
+        ];
         let out = ok(volley(&["-n", n, CHECK, "keep", count, size], &env));
         let senders: u64 = n.parse::<u64>().unwrap() - 1;
         let total = senders * count.parse::<u64>().unwrap();
