@@ -135,7 +135,7 @@ pub async fn allreduce_recursive_doubling(c: &CommCore, s: Seq, red: Red<'_>, bu
     let tag = s.tag(TAG_ALLREDUCE);
     let rem = c.size() - pow2_below(c.size());
     let p2 = pow2_below(c.size());
-    let mut tmp = vec![0u8; buf.len()];
+    let mut tmp = crate::scratch::Scratch::new(buf.len());
     if let Some(new) = fold_in(c, tag, &red, buf, &mut tmp).await? {
         let mut mask = 1;
         while mask < p2 {
@@ -165,7 +165,7 @@ pub async fn allreduce_rabenseifner(c: &CommCore, s: Seq, red: Red<'_>, buf: &mu
     let (q, r) = (count / p2, count % p2);
     let at = |b: usize| (b * q + b.min(r)) * es;
     let bytes = |lo: usize, hi: usize| at(lo)..at(hi);
-    let mut tmp = vec![0u8; buf.len()];
+    let mut tmp = crate::scratch::Scratch::new(buf.len());
     if let Some(new) = fold_in(c, tag, &red, buf, &mut tmp).await? {
         // Reduce-scatter: halve the range held, highest bit first; keep the half this rank's
         // bit names, send the other.
@@ -227,7 +227,7 @@ pub async fn reduce_binomial(
     let tag = s.tag(tag_kind);
     let top = if commutative { root } else { 0 };
     let rel = (me + n - top) % n;
-    let mut tmp = vec![0u8; buf.len()];
+    let mut tmp = crate::scratch::Scratch::new(buf.len());
     let mut mask = 1;
     while mask < n {
         if rel & mask != 0 {
