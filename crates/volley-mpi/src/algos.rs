@@ -252,6 +252,26 @@ pub async fn reduce_binomial(
     Ok(())
 }
 
+/// Where a leaf of [`reduce_binomial`]'s tree sends its vector, if this rank is one: a leaf
+/// combines nothing, so it can send straight from the program's buffer (no copy first).
+pub fn reduce_binomial_leaf(c: &CommCore, root: usize, commutative: bool) -> Option<usize> {
+    let (n, me) = (c.size(), c.rank);
+    let top = if commutative { root } else { 0 };
+    let rel = (me + n - top) % n;
+    (n > 1 && me != root && rel & 1 == 1).then(|| (rel - 1 + top) % n)
+}
+
+/// A leaf's whole part in [`reduce_binomial`]: its vector to its parent.
+pub async fn reduce_binomial_leaf_send(
+    c: &CommCore,
+    s: Seq,
+    parent: usize,
+    tag_kind: u32,
+    mine: &[u8],
+) -> R {
+    exchange_a(c, &[(parent, s.tag(tag_kind), mine)], &mut []).await
+}
+
 /// Broadcast of a long message (van de Geijn's): the root's buffer, cut into n chunks, is
 /// scattered down a binomial tree (rank `rel` ends with chunks [rel, rel + its subtree)), then
 /// n - 1 rounds around a ring hand every chunk to every rank. Each byte crosses about two links

@@ -1523,6 +1523,13 @@ fn reduce_op(
                 t: &t,
                 th: datatype,
             };
+            if !all {
+                if let Some(parent) = algos::reduce_binomial_leaf(&c, root, op.commutative()) {
+                    // SAFETY: MPI's rule for the send buffer (see user_bytes_ref).
+                    let mine = unsafe { user_bytes_ref(src, len) };
+                    return algos::reduce_binomial_leaf_send(&c, s, parent, TAG_REDUCE, mine).await;
+                }
+            }
             let mut scratch = Vec::new();
             let buf = if all || c.rank == root {
                 // SAFETY: MPI's rule for both buffers (see user_bytes).
