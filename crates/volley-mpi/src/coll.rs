@@ -1630,6 +1630,39 @@ fn gather_op(
         (r, s)
     };
     let rn = if is_root { count(recvcount)? } else { 0 };
+    if let Some(st) = st_.as_ref().filter(|st| st.contig) {
+        if rt_.as_ref().is_none_or(|t| t.contig) {
+            // Contiguous both ways: sent from the program's buffer and gathered into the
+            // receive buffer as they are (no packed copy of the block, no gathered copy at the
+            // root to unpack from).
+            let b = count(sendcount)? * st.size;
+            if let Some(t) = &rt_ {
+                if rn * t.size != b {
+                    return Err(fail(
+                        class::TRUNCATE,
+                        format!(
+                            "MPI_Gather: the root receives {} bytes per rank, this rank sends {b}",
+                            rn * t.size,
+                        ),
+                    ));
+                }
+            }
+            let s = c.next_seq();
+            let (send, recv) = (P::new(sendbuf), P::new(recvbuf));
+            return Ok(done(async move {
+                // SAFETY: MPI's rule for both buffers (see user_bytes): the send buffer holds
+                // `b` bytes, the root's receive buffer one block per rank; they do not overlap
+                // (MPI_IN_PLACE takes the other path).
+                let mine = unsafe { user_bytes_ref(send, b) };
+                let all = if is_root {
+                    unsafe { user_bytes(recv, b * c.size()) }
+                } else {
+                    &mut []
+                };
+                gather_a(&c, s, root, mine, all, TAG_GATHER).await
+            }));
+        }
+    }
     let mine = match &st_ {
         Some(t) => packed(t, sendbuf, count(sendcount)?),
         None => {
@@ -1709,6 +1742,37 @@ fn scatter_op(
     if is_root {
         let t = st_.expect("root");
         let sn = count(sendcount)?;
+        if t.contig && rt_.as_ref().is_none_or(|t2| t2.contig) {
+            // Contiguous: each block sent from the program's buffer as it is, the root's own
+            // copied straight into its receive buffer (none with MPI_IN_PLACE).
+            let b = sn * t.size;
+            if let Some(t2) = &rt_ {
+                if rn * t2.size != b {
+                    return Err(fail(
+                        class::TRUNCATE,
+                        "MPI_Scatter: send and receive block sizes differ at the root",
+                    ));
+                }
+            }
+            let send = P::new(sendbuf);
+            let own = rt_.is_some();
+            return Ok(done(async move {
+                // SAFETY: MPI's rule for both buffers (see user_bytes): the send buffer holds
+                // one block per rank, the receive buffer one block, apart.
+                let all = unsafe { user_bytes_ref(send, b * n) };
+                let sends: Vec<(usize, u32, &[u8])> = (0..n)
+                    .filter(|&r| r != root)
+                    .map(|r| (r, tag, &all[r * b..(r + 1) * b]))
+                    .collect();
+                exchange_a(&c, &sends, &mut []).await?;
+                if own {
+                    // SAFETY: as above.
+                    unsafe { user_bytes(recvbuf, b) }
+                        .copy_from_slice(&all[root * b..(root + 1) * b]);
+                }
+                Ok(())
+            }));
+        }
         let blocks: Vec<Vec<u8>> = (0..n)
             .map(|r| packed(&t, at(sendbuf, (r * sn) as isize, &t), sn))
             .collect();
@@ -1733,6 +1797,15 @@ fn scatter_op(
         }));
     }
     let t = rt_.expect("not root");
+    if t.contig {
+        // Received straight into the program's buffer.
+        let len = rn * t.size;
+        return Ok(done(async move {
+            // SAFETY: MPI's rule for the receive buffer (see user_bytes).
+            let into = unsafe { user_bytes(recvbuf, len) };
+            exchange_a(&c, &[], &mut [(root, tag, into)]).await
+        }));
+    }
     Ok(done(async move {
         let mut v = vec![0u8; rn * t.size];
         exchange_a(&c, &[], &mut [(root, tag, &mut v)]).await?;
