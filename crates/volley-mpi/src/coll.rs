@@ -2039,6 +2039,15 @@ fn gatherv_op(
     let tag = s.tag(TAG_GATHERV);
     if !is_root {
         let t = st_.expect("sender");
+        if t.contig {
+            // Sent from the program's buffer as it is.
+            let (send, len) = (P::new(sendbuf), count(sendcount)? * t.size);
+            return Ok(done(async move {
+                // SAFETY: MPI's rule for the send buffer (see user_bytes_ref).
+                let mine = unsafe { user_bytes_ref(send, len) };
+                exchange_a(&c, &[(root, tag, mine)], &mut []).await
+            }));
+        }
         let mine = packed(&t, sendbuf, count(sendcount)?);
         return Ok(done(async move {
             exchange_a(&c, &[(root, tag, &mine)], &mut []).await
@@ -2117,6 +2126,14 @@ fn scatterv_op(
     let recvbuf = P::new(recvbuf);
     if !is_root {
         let t = rt_.expect("receiver");
+        if t.contig {
+            // Received straight into the program's buffer.
+            return Ok(done(async move {
+                // SAFETY: MPI's rule for the receive buffer (see user_bytes).
+                let into = unsafe { user_bytes(recvbuf, rn * t.size) };
+                exchange_a(&c, &[], &mut [(root, tag, into)]).await
+            }));
+        }
         return Ok(done(async move {
             let mut v = vec![0u8; rn * t.size];
             exchange_a(&c, &[], &mut [(root, tag, &mut v)]).await?;
@@ -2128,6 +2145,37 @@ fn scatterv_op(
     let n = c.size();
     let (sc, ds) = (ints(sendcounts, n)?, ints(displs, n)?);
     nonneg(sc, "send count")?;
+    if t.contig {
+        // Each block sent from where it lies in the program's buffer (blocks may overlap: they
+        // are only read).
+        if let Some(r) = &rt_ {
+            if rn * r.size != sc[root] as usize * t.size {
+                return Err(fail(
+                    class::TRUNCATE,
+                    "MPI_Scatterv: the root's own block and its receive size differ",
+                ));
+            }
+        }
+        let blocks: Vec<(P, usize)> = (0..n)
+            .map(|r| {
+                let p = at(sendbuf, ds[r] as isize, &t);
+                (P::new(p), sc[r] as usize * t.size)
+            })
+            .collect();
+        return Ok(done(async move {
+            // SAFETY: MPI's rule for the send buffer: each block lies in it, read only.
+            let block = |r: usize| unsafe { user_bytes_ref(blocks[r].0, blocks[r].1) };
+            let sends: Vec<(usize, u32, &[u8])> = (0..n)
+                .filter(|&r| r != root)
+                .map(|r| (r, tag, block(r)))
+                .collect();
+            exchange_a(&c, &sends, &mut []).await?;
+            if let Some(r) = rt_ {
+                unpacked(&r, block(root), recvbuf.get(), rn);
+            }
+            Ok(())
+        }));
+    }
     let blocks: Vec<Vec<u8>> = (0..n)
         .map(|r| packed(&t, at(sendbuf, ds[r] as isize, &t), sc[r] as usize))
         .collect();
