@@ -87,14 +87,16 @@ pub fn info(n: Option<usize>) -> i32 {
         .iter()
         .find(|s| s.0 == "VOLLEY_SINGLE_COPY_THRESHOLD")
         .map_or("default", |s| s.2);
+    let whence = match from {
+        "default" => {
+            "the default without a profile: `volley tune` measures where it wins on this machine"
+                .to_string()
+        }
+        _ => format!("from the {from}"),
+    };
     match volley::single_copy_unavailable(&cfg) {
-        None if from == "default" => println!(
-            "  single copy     available; {} (the default without a profile: `volley tune` measures where it wins on this machine), by process_vm_readv",
-            crate::tune::range_words(cfg.single_copy_threshold, cfg.single_copy_max)
-                .trim_start_matches("single copy: ")
-        ),
         None => println!(
-            "  single copy     available; {} (from the {from}), by process_vm_readv",
+            "  single copy     available; {} ({whence}), by process_vm_readv",
             crate::tune::range_words(cfg.single_copy_threshold, cfg.single_copy_max)
                 .trim_start_matches("single copy: ")
         ),

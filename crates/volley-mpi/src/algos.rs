@@ -225,8 +225,7 @@ pub async fn reduce_binomial(
         return Ok(());
     }
     let tag = s.tag(tag_kind);
-    let top = if commutative { root } else { 0 };
-    let rel = (me + n - top) % n;
+    let (top, rel) = binomial_place(c, root, commutative);
     let mut tmp = crate::scratch::Scratch::new(buf.len());
     let mut mask = 1;
     while mask < n {
@@ -252,24 +251,19 @@ pub async fn reduce_binomial(
     Ok(())
 }
 
-/// Where a leaf of [`reduce_binomial`]'s tree sends its vector, if this rank is one: a leaf
-/// combines nothing, so it can send straight from the program's buffer (no copy first).
-pub fn reduce_binomial_leaf(c: &CommCore, root: usize, commutative: bool) -> Option<usize> {
-    let (n, me) = (c.size(), c.rank);
+/// The top of [`reduce_binomial`]'s tree (the root, or rank 0 for an operation that may not
+/// commute) and this rank's place relative to it.
+fn binomial_place(c: &CommCore, root: usize, commutative: bool) -> (usize, usize) {
     let top = if commutative { root } else { 0 };
-    let rel = (me + n - top) % n;
-    (n > 1 && me != root && rel & 1 == 1).then(|| (rel - 1 + top) % n)
+    (top, (c.rank + c.size() - top) % c.size())
 }
 
-/// A leaf's whole part in [`reduce_binomial`]: its vector to its parent.
-pub async fn reduce_binomial_leaf_send(
-    c: &CommCore,
-    s: Seq,
-    parent: usize,
-    tag_kind: u32,
-    mine: &[u8],
-) -> R {
-    exchange_a(c, &[(parent, s.tag(tag_kind), mine)], &mut []).await
+/// Where a leaf of [`reduce_binomial`]'s tree sends its vector, if this rank is one: a leaf
+/// combines nothing (its whole part is that one send, on the same tag), so it can send straight
+/// from the program's buffer (no copy first).
+pub fn reduce_binomial_leaf(c: &CommCore, root: usize, commutative: bool) -> Option<usize> {
+    let (top, rel) = binomial_place(c, root, commutative);
+    (c.size() > 1 && c.rank != root && rel & 1 == 1).then(|| (rel - 1 + top) % c.size())
 }
 
 /// Broadcast of a long message (van de Geijn's): the root's buffer, cut into n chunks, is

@@ -1527,7 +1527,8 @@ fn reduce_op(
                 if let Some(parent) = algos::reduce_binomial_leaf(&c, root, op.commutative()) {
                     // SAFETY: MPI's rule for the send buffer (see user_bytes_ref).
                     let mine = unsafe { user_bytes_ref(src, len) };
-                    return algos::reduce_binomial_leaf_send(&c, s, parent, TAG_REDUCE, mine).await;
+                    let tag = s.tag(TAG_REDUCE);
+                    return exchange_a(&c, &[(parent, tag, mine)], &mut []).await;
                 }
             }
             let mut scratch = Vec::new();
@@ -1630,38 +1631,40 @@ fn gather_op(
         (r, s)
     };
     let rn = if is_root { count(recvcount)? } else { 0 };
-    if let Some(st) = st_.as_ref().filter(|st| st.contig) {
-        if rt_.as_ref().is_none_or(|t| t.contig) {
-            // Contiguous both ways: sent from the program's buffer and gathered into the
-            // receive buffer as they are (no packed copy of the block, no gathered copy at the
-            // root to unpack from).
-            let b = count(sendcount)? * st.size;
-            if let Some(t) = &rt_ {
-                if rn * t.size != b {
-                    return Err(fail(
-                        class::TRUNCATE,
-                        format!(
-                            "MPI_Gather: the root receives {} bytes per rank, this rank sends {b}",
-                            rn * t.size,
-                        ),
-                    ));
-                }
-            }
-            let s = c.next_seq();
-            let (send, recv) = (P::new(sendbuf), P::new(recvbuf));
-            return Ok(done(async move {
-                // SAFETY: MPI's rule for both buffers (see user_bytes): the send buffer holds
-                // `b` bytes, the root's receive buffer one block per rank; they do not overlap
-                // (MPI_IN_PLACE takes the other path).
-                let mine = unsafe { user_bytes_ref(send, b) };
-                let all = if is_root {
-                    unsafe { user_bytes(recv, b * c.size()) }
-                } else {
-                    &mut []
-                };
-                gather_a(&c, s, root, mine, all, TAG_GATHER).await
-            }));
+    let b = match (&st_, &rt_) {
+        (Some(st), _) => count(sendcount)? * st.size,
+        (None, Some(t)) => rn * t.size,
+        (None, None) => unreachable!("only the root may send in place"),
+    };
+    if let Some(t) = &rt_ {
+        if rn * t.size != b {
+            return Err(fail(
+                class::TRUNCATE,
+                format!(
+                    "MPI_Gather: the root receives {} bytes per rank, this rank sends {b}",
+                    rn * t.size,
+                ),
+            ));
         }
+    }
+    if st_.as_ref().is_some_and(|st| st.contig) && rt_.as_ref().is_none_or(|t| t.contig) {
+        // Contiguous both ways: sent from the program's buffer and gathered into the receive
+        // buffer as they are (no packed copy of the block, no gathered copy at the root to
+        // unpack from).
+        let s = c.next_seq();
+        let (send, recv) = (P::new(sendbuf), P::new(recvbuf));
+        return Ok(done(async move {
+            // SAFETY: MPI's rule for both buffers (see user_bytes): the send buffer holds `b`
+            // bytes, the root's receive buffer one block per rank; they do not overlap
+            // (MPI_IN_PLACE takes the other path).
+            let mine = unsafe { user_bytes_ref(send, b) };
+            let all = if is_root {
+                unsafe { user_bytes(recv, b * c.size()) }
+            } else {
+                &mut []
+            };
+            gather_a(&c, s, root, mine, all, TAG_GATHER).await
+        }));
     }
     let mine = match &st_ {
         Some(t) => packed(t, sendbuf, count(sendcount)?),
@@ -1671,18 +1674,6 @@ fn gather_op(
             packed(t, at(recvbuf, (root * rn) as isize, t), rn)
         }
     };
-    if let Some(t) = &rt_ {
-        if rn * t.size != mine.len() {
-            return Err(fail(
-                class::TRUNCATE,
-                format!(
-                    "MPI_Gather: the root receives {} bytes per rank, this rank sends {}",
-                    rn * t.size,
-                    mine.len()
-                ),
-            ));
-        }
-    }
     let s = c.next_seq();
     let recvbuf = P::new(recvbuf);
     Ok(done(async move {
@@ -1742,18 +1733,16 @@ fn scatter_op(
     if is_root {
         let t = st_.expect("root");
         let sn = count(sendcount)?;
+        let b = sn * t.size;
+        if rt_.as_ref().is_some_and(|t2| rn * t2.size != b) {
+            return Err(fail(
+                class::TRUNCATE,
+                "MPI_Scatter: send and receive block sizes differ at the root",
+            ));
+        }
         if t.contig && rt_.as_ref().is_none_or(|t2| t2.contig) {
             // Contiguous: each block sent from the program's buffer as it is, the root's own
             // copied straight into its receive buffer (none with MPI_IN_PLACE).
-            let b = sn * t.size;
-            if let Some(t2) = &rt_ {
-                if rn * t2.size != b {
-                    return Err(fail(
-                        class::TRUNCATE,
-                        "MPI_Scatter: send and receive block sizes differ at the root",
-                    ));
-                }
-            }
             let send = P::new(sendbuf);
             let own = rt_.is_some();
             return Ok(done(async move {
@@ -1776,14 +1765,6 @@ fn scatter_op(
         let blocks: Vec<Vec<u8>> = (0..n)
             .map(|r| packed(&t, at(sendbuf, (r * sn) as isize, &t), sn))
             .collect();
-        if let Some(t2) = &rt_ {
-            if rn * t2.size != blocks[root].len() {
-                return Err(fail(
-                    class::TRUNCATE,
-                    "MPI_Scatter: send and receive block sizes differ at the root",
-                ));
-            }
-        }
         return Ok(done(async move {
             let sends: Vec<(usize, u32, &[u8])> = (0..n)
                 .filter(|&r| r != root)
@@ -1861,13 +1842,10 @@ fn allgather_op(
         // Gathered straight into the receive buffer; this rank's block comes straight from the
         // program's send buffer where its type is contiguous, and is there already in place.
         let len = sent * c.size();
-        let packed_mine = match &st_ {
-            Some(st) if !st.contig => Some(packed(st, sendbuf, count(sendcount)?)),
-            _ => None,
-        };
-        let send = match &st_ {
-            Some(st) if st.contig => Some(P::new(sendbuf)),
-            _ => None,
+        let (packed_mine, send) = match &st_ {
+            Some(st) if st.contig => (None, Some(P::new(sendbuf))),
+            Some(st) => (Some(packed(st, sendbuf, count(sendcount)?)), None),
+            None => (None, None),
         };
         return Ok(done(async move {
             // SAFETY: MPI's rule for the buffers (see user_bytes): the send buffer holds `sent`
@@ -2145,17 +2123,18 @@ fn scatterv_op(
     let n = c.size();
     let (sc, ds) = (ints(sendcounts, n)?, ints(displs, n)?);
     nonneg(sc, "send count")?;
+    if rt_
+        .as_ref()
+        .is_some_and(|r| rn * r.size != sc[root] as usize * t.size)
+    {
+        return Err(fail(
+            class::TRUNCATE,
+            "MPI_Scatterv: the root's own block and its receive size differ",
+        ));
+    }
     if t.contig {
         // Each block sent from where it lies in the program's buffer (blocks may overlap: they
         // are only read).
-        if let Some(r) = &rt_ {
-            if rn * r.size != sc[root] as usize * t.size {
-                return Err(fail(
-                    class::TRUNCATE,
-                    "MPI_Scatterv: the root's own block and its receive size differ",
-                ));
-            }
-        }
         let blocks: Vec<(P, usize)> = (0..n)
             .map(|r| {
                 let p = at(sendbuf, ds[r] as isize, &t);
@@ -2179,14 +2158,6 @@ fn scatterv_op(
     let blocks: Vec<Vec<u8>> = (0..n)
         .map(|r| packed(&t, at(sendbuf, ds[r] as isize, &t), sc[r] as usize))
         .collect();
-    if let Some(r) = &rt_ {
-        if rn * r.size != blocks[root].len() {
-            return Err(fail(
-                class::TRUNCATE,
-                "MPI_Scatterv: the root's own block and its receive size differ",
-            ));
-        }
-    }
     Ok(done(async move {
         let sends: Vec<(usize, u32, &[u8])> = (0..n)
             .filter(|&r| r != root)
