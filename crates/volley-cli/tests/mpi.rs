@@ -383,6 +383,62 @@ fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
     );
 }
 
+/// Sum of a counter over the ranks' VOLLEY_COUNTERS=1 reports on stderr.
+fn counter(stderr: &str, name: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Large messages by single copy, which the waiting sender helps copy (volley_shm::coop): every
+/// byte lands in place whichever side waits; a sender whose writes are refused leaves its
+/// chunks to the receiver, and with helping off the receiver copies alone.
+#[test]
+fn large_messages_arrive_whole_when_both_sides_copy() {
+    passes("large", 2);
+    let s = Scratch::new("large-helped");
+    let exe = build(&s.0, "large", false);
+    let all = [
+        ("VOLLEY_SINGLE_COPY_MAX", "1000000000"),
+        ("VOLLEY_COUNTERS", "1"),
+    ];
+    for (var, val) in [
+        ("VOLLEY_SINGLE_COPY_HELP", "auto"),
+        ("VOLLEY_SIMULATE_HELP_REFUSAL", "1"),
+        ("VOLLEY_SINGLE_COPY_HELP", "off"),
+    ] {
+        let mut env = all.to_vec();
+        env.push((var, val));
+        let o = launch_with(&exe, 2, false, &[], &env);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && out.contains("large: ok"),
+            "{var}={val}:\n{out}\n{err}"
+        );
+        // 7 sizes x 5 ways x 3 rounds each way, all by single copy.
+        assert_eq!(
+            counter(&err, "single_copy_recvs"),
+            210,
+            "{var}={val}: {err}"
+        );
+        let (copies, chunks) = (
+            counter(&err, "copies_helped"),
+            counter(&err, "chunks_helped"),
+        );
+        match val {
+            "auto" => assert!(copies > 0 && chunks > 0, "nobody helped: {err}"),
+            "1" => assert!(copies > 0 && chunks == 0, "{err}"),
+            _ => assert_eq!(copies + chunks, 0, "{err}"),
+        }
+    }
+}
+
 #[test]
 fn large_messages_to_oneself() {
     passes("selfsend", 2);

@@ -210,19 +210,26 @@ pub enum Grant {
     /// The receiver copied the message out of the sender's memory (single copy): the sender's
     /// buffer is free.
     Done { token: u32 },
+    /// The receiver is copying the message out of the sender's memory and has opened copy
+    /// `epoch` in the ring's copy slot (`crate::coop`): the sender may claim chunks of it and
+    /// write them into the receiver's buffer. Done follows.
+    Help { token: u32, epoch: u32 },
 }
 
-/// The code of [`Grant::Done`]; grant ids are below it.
+/// The code of [`Grant::Done`]; grant ids are below [`HELP_BASE`], Help codes from it.
 const GRANT_DONE: u32 = u32::MAX;
+/// Code of [`Grant::Help`] of epoch 0 (epochs start at 1).
+const HELP_BASE: u32 = 1 << 31;
 
 impl Grant {
     /// Largest grant id.
-    pub const MAX_GID: u32 = GRANT_DONE - 1;
+    pub const MAX_GID: u32 = HELP_BASE - 1;
 
     fn encode(self) -> u64 {
         let (token, code) = match self {
             Grant::Clear { token, gid } => (token, gid.min(Self::MAX_GID)),
             Grant::Done { token } => (token, GRANT_DONE),
+            Grant::Help { token, epoch } => (token, HELP_BASE | epoch.min(GRANT_DONE - 1)),
         };
         token as u64 | (code as u64) << 32
     }
@@ -231,6 +238,10 @@ impl Grant {
         let (token, code) = (v as u32, (v >> 32) as u32);
         match code {
             GRANT_DONE => Grant::Done { token },
+            c if c >= HELP_BASE => Grant::Help {
+                token,
+                epoch: c - HELP_BASE,
+            },
             gid => Grant::Clear { token, gid },
         }
     }
@@ -531,7 +542,16 @@ mod tests {
             Some(Grant::Clear { token: 0, gid: 100 })
         );
         assert!(s.post_grant(0, 1, Grant::Done { token: 99 }));
-        for i in 1..GRANTS as u32 {
+        assert_eq!(
+            s.take_grant(0, 1),
+            Some(Grant::Clear { token: 1, gid: 101 })
+        );
+        let help = Grant::Help {
+            token: 7,
+            epoch: 0x7fff_fffe,
+        };
+        assert!(s.post_grant(0, 1, help));
+        for i in 2..GRANTS as u32 {
             assert_eq!(
                 s.take_grant(0, 1),
                 Some(Grant::Clear {
@@ -541,6 +561,7 @@ mod tests {
             );
         }
         assert_eq!(s.take_grant(0, 1), Some(Grant::Done { token: 99 }));
+        assert_eq!(s.take_grant(0, 1), Some(help));
         assert_eq!(s.take_grant(0, 1), None);
         assert_eq!(s.take_grant(1, 0), None, "each ring has its own queue");
         // The granted data, as stream records tagged with the grant id.

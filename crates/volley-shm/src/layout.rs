@@ -22,7 +22,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 /// 10: a ready summary per rank (`summary_offset`): a bit per source rank, set by a sender after
 ///     it publishes into the ring from that source, so that a receiver with many local peers
 ///     looks only at rings that may hold something.
-pub const VERSION: u32 = 10;
+/// 11: the grant queue has 48 entries and the ring's control block ends with a copy slot (a
+///     rendezvous copied by both sides, `coop`); grants may say Help.
+pub const VERSION: u32 = 11;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;

@@ -11,11 +11,13 @@
 
 mod coll;
 mod control;
+mod coop;
 mod layout;
 mod ring;
 
 pub use coll::{CollCtrl, CollFlag, COLL_DATA, COLL_INLINE, COLL_SLOTS, COLL_SLOT_BYTES};
 pub use control::{Cursor, Grant, Pushed, RankState};
+pub use coop::{coop_chunks, Claim, COOP_CHUNK};
 pub use layout::{
     JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
     RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,

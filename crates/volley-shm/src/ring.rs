@@ -30,7 +30,7 @@ pub const SLOT: usize = 64;
 pub const RECORD_HEADER: usize = 32;
 
 /// Entries of a ring's grant queue (see [`RingCtrl`]).
-pub const GRANTS: usize = 64;
+pub const GRANTS: usize = 48;
 
 /// Head and tail on separate 128-byte lines (two lines: the adjacent-line prefetcher pairs them),
 /// then the ring's grant queue: the way back from the ring's consumer to its producer, for the
@@ -58,6 +58,9 @@ pub(crate) struct RingCtrl {
     pub(crate) grant_tail: AtomicU64,
     _pad3: [u8; 120],
     pub(crate) grants: [AtomicU64; GRANTS],
+    /// The shared copy of the single-copy rendezvous this ring's consumer is copying now
+    /// (`crate::coop`): the producer may help.
+    pub(crate) copy: crate::coop::CopySlot,
 }
 
 const _: () = assert!(std::mem::size_of::<RingCtrl>() == 1024);
@@ -66,6 +69,7 @@ const _: () = assert!(std::mem::offset_of!(RingCtrl, parked) == 136);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_head) == 256);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_tail) == 384);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grants) == 512);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, copy) == 896);
 
 #[repr(C)]
 struct RecordHeader {

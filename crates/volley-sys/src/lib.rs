@@ -729,6 +729,37 @@ pub fn process_vm_read(pid: u32, local: &mut [u8], remote: u64) -> io::Result<()
     Ok(())
 }
 
+/// Copies `local` to address `remote` in process `pid` with process_vm_writev (the other
+/// direction of [`process_vm_read`], with the same right). Loops over partial writes.
+pub fn process_vm_write(pid: u32, local: &[u8], remote: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < local.len() {
+        let liov = libc::iovec {
+            // SAFETY: in bounds of `local`; the kernel only reads through it.
+            iov_base: unsafe { local.as_ptr().add(done) }.cast_mut().cast(),
+            iov_len: local.len() - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote + done as u64) as *mut libc::c_void,
+            iov_len: local.len() - done,
+        };
+        // SAFETY: the local iovec points into `local`, which we borrow; the kernel checks the
+        // remote one against the other process's address space and fails with EFAULT.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_writev wrote nothing",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
 /// A copy of descriptor `fd` of process `pid` (pidfd_open and pidfd_getfd, Linux 5.6), with the
 /// same right process_vm_readv needs (to ptrace it: see [`allow_any_ptracer`]).
 pub fn fd_of_process(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
@@ -817,5 +848,20 @@ mod tests {
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{path}: {mode:o}");
+    }
+
+    #[test]
+    fn cross_memory_writes_land_where_reads_find_them() {
+        let pid = std::process::id();
+        let src: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        super::process_vm_write(pid, &src[1000..], dst.as_mut_ptr() as u64 + 1000).unwrap();
+        assert_eq!(&dst[..1000], &[0u8; 1000][..], "nothing before the address");
+        assert_eq!(&dst[1000..], &src[1000..]);
+        let mut back = vec![0u8; 5000];
+        super::process_vm_read(pid, &mut back, dst.as_ptr() as u64 + 2000).unwrap();
+        assert_eq!(back, src[2000..7000]);
+        // An address the process does not have is an error, not a crash.
+        assert!(super::process_vm_write(pid, &src[..10], 8).is_err());
     }
 }

@@ -37,6 +37,9 @@ pub struct Config {
     pub print_counters: bool,
     /// Use single copy (process_vm_readv) where possible. VOLLEY_SINGLE_COPY = auto | off.
     pub single_copy: bool,
+    /// A sender that waits for its single-copy rendezvous helps its receiver copy it (see
+    /// `volley_shm::coop`). VOLLEY_SINGLE_COPY_HELP = auto | off.
+    pub single_copy_help: bool,
     /// Messages of at least this many bytes go by single copy. VOLLEY_SINGLE_COPY_THRESHOLD,
     /// else the machine's profile (`volley tune`), else never.
     pub single_copy_threshold: usize,
@@ -49,6 +52,9 @@ pub struct Config {
     /// Act as if the kernel refused process_vm_readv (for tests of the fallback).
     /// VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL=1.
     pub simulate_single_copy_refusal: bool,
+    /// Act as if the kernel refused a sender's process_vm_writev when it helps copy (for tests
+    /// of that fallback). VOLLEY_SIMULATE_HELP_REFUSAL=1.
+    pub simulate_help_refusal: bool,
     /// Start a progress thread at init. VOLLEY_PROGRESS_THREAD=1.
     pub progress_thread: bool,
     /// Bytes of unexpected messages a process may drain out of full rings into buffers of its
@@ -165,6 +171,17 @@ impl Config {
             Some(other) => {
                 return Err(InitError::Env {
                     var: "VOLLEY_SINGLE_COPY",
+                    value: other.to_string(),
+                    why: "must be auto or off".into(),
+                })
+            }
+        };
+        let single_copy_help = match std::env::var("VOLLEY_SINGLE_COPY_HELP").ok().as_deref() {
+            None | Some("") | Some("auto") | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(InitError::Env {
+                    var: "VOLLEY_SINGLE_COPY_HELP",
                     value: other.to_string(),
                     why: "must be auto or off".into(),
                 })
@@ -302,6 +319,11 @@ impl Config {
                 source("VOLLEY_SINGLE_COPY"),
             ),
             (
+                "VOLLEY_SINGLE_COPY_HELP",
+                if single_copy_help { "auto" } else { "off" }.into(),
+                source("VOLLEY_SINGLE_COPY_HELP"),
+            ),
+            (
                 "VOLLEY_SINGLE_COPY_THRESHOLD",
                 match (single_copy_threshold, threshold_source) {
                     (DEFAULT_SINGLE_COPY_THRESHOLD, "default") => format!(
@@ -352,6 +374,7 @@ impl Config {
             liveness_poll: Duration::from_millis(50),
             print_counters,
             single_copy,
+            single_copy_help,
             single_copy_threshold,
             single_copy_max,
             profile,
@@ -360,6 +383,7 @@ impl Config {
             oversubscribed,
             yield_every,
             simulate_single_copy_refusal: flag("VOLLEY_SIMULATE_SINGLE_COPY_REFUSAL"),
+            simulate_help_refusal: flag("VOLLEY_SIMULATE_HELP_REFUSAL"),
             progress_thread: flag("VOLLEY_PROGRESS_THREAD"),
             unexpected_bytes,
             eager_bytes,

@@ -32,6 +32,8 @@ pub enum Counter {
     BadGrants,
     CollSlotsClaimed,
     CollSlotsMissing,
+    CopiesHelped,
+    ChunksHelped,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -159,9 +161,19 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "communicators",
         "communicators on one host whose collectives send messages: a member had no collective slot free",
     ),
+    (
+        "copies_helped",
+        "messages",
+        "single-copy receives whose sender copied part of the message (process_vm_writev)",
+    ),
+    (
+        "chunks_helped",
+        "chunks",
+        "chunks of a receiver's single copy that this sender wrote into the receiver's buffer",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::CollSlotsMissing as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::ChunksHelped as usize + 1);
 
 /// Where a counter is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -188,6 +188,11 @@ impl Job {
                         *rdv = Some(Rdv::Stream(gid));
                         false
                     }
+                    Some(Grant::Help { token: t, epoch }) if t == token && !l.data.is_packed() => {
+                        let n = crate::engine::help_copy(seg, me, l.dst, token, epoch, &l.data);
+                        counters.add(Counter::ChunksHelped, n);
+                        false
+                    }
                     Some(_) => {
                         counters.add(Counter::BadGrants, 1);
                         false

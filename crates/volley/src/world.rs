@@ -157,6 +157,10 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.set_single_copy_range(cfg.single_copy_threshold, cfg.single_copy_max);
+        eng.set_single_copy_help(cfg.single_copy_help);
+        if cfg.simulate_help_refusal {
+            crate::engine::SIMULATE_HELP_REFUSAL.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         crate::backoff::OVERSUBSCRIBED
             .store(cfg.oversubscribed, std::sync::atomic::Ordering::Relaxed);
         if let Some(on) = cfg.summary {

@@ -23,6 +23,7 @@ pub(crate) use volley_shm::Cursor;
 
 mod gather;
 mod rendezvous;
+pub(crate) use rendezvous::{help_copy, SIMULATE_HELP_REFUSAL};
 mod send;
 mod unexpected;
 
@@ -193,6 +194,8 @@ pub(crate) struct Engine {
     spare: Option<Vec<u8>>,
     /// This process can use single copy (as sender and receiver).
     single_copy: bool,
+    /// A receive copying a single-copy rendezvous lets its sender help (`volley_shm::coop`).
+    single_copy_help: bool,
     /// Receives look only at the rings the ready summary marks (see `ready_sources`), not at
     /// every local peer's.
     summary: bool,
@@ -538,6 +541,7 @@ impl Engine {
             rr: 0,
             spare: None,
             single_copy,
+            single_copy_help: true,
             single_copy_threshold,
             single_copy_max: usize::MAX,
             summary: n > SUMMARY_FROM,
@@ -568,6 +572,11 @@ impl Engine {
     /// `SUMMARY_FROM` local ranks).
     pub fn set_summary(&mut self, on: bool) {
         self.summary = on;
+    }
+
+    /// Whether this process's receives let their senders help copy a single-copy rendezvous.
+    pub fn set_single_copy_help(&mut self, on: bool) {
+        self.single_copy_help = on;
     }
 
     /// Which messages this process sends by single copy: `len` in `[min, max)`.

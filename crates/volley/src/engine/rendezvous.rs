@@ -21,12 +21,48 @@
 use super::{Engine, Pending};
 use crate::counters::Counter;
 use crate::error::{PeerLost, RecvError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use volley_shm::{Grant, RecordInfo, Rts, RTS_SINGLE_COPY};
+use volley_shm::{Grant, RecordInfo, Rts, Segment, COOP_CHUNK, RTS_SINGLE_COPY};
 use volley_sys::Exclusive;
 
 /// What a drained request to send costs the unexpected-message budget: one slot.
 pub(crate) const RTS_COST: usize = volley_shm::SLOT;
+
+/// VOLLEY_SIMULATE_HELP_REFUSAL: a helping sender acts as if its writes were refused.
+pub(crate) static SIMULATE_HELP_REFUSAL: AtomicBool = AtomicBool::new(false);
+
+/// How a single-copy rendezvous is named in its ring's copy slot: by its sender's token.
+fn coop_ident(token: u32) -> u64 {
+    1 << 32 | token as u64
+}
+
+/// The sender of rendezvous `token` to `dst` (whose bytes are `data`) helps copy `epoch` of it:
+/// it claims chunks in the ring's copy slot and writes them into the receiver's buffer, until
+/// none is left. Returns how many it wrote. A chunk it could not write is marked failed, and
+/// the receiver copies the message again itself.
+pub(crate) fn help_copy(
+    seg: &Segment,
+    me: usize,
+    dst: usize,
+    token: u32,
+    epoch: u32,
+    data: &[u8],
+) -> u64 {
+    let (ident, len, pid) = (coop_ident(token), data.len() as u64, seg.pid(dst));
+    let mut n = 0;
+    while let Some(c) = seg.coop_claim(me, dst, epoch, ident, len) {
+        // Relaxed: set once at init.
+        let ok = !SIMULATE_HELP_REFUSAL.load(Ordering::Relaxed)
+            && volley_sys::process_vm_write(pid, &data[c.off..c.off + c.len], c.dst).is_ok();
+        seg.coop_done(me, dst, ok);
+        if !ok {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
 
 impl Engine {
     /// Whether a message of `len` bytes on `context` goes by rendezvous: larger than the eager
@@ -167,13 +203,25 @@ impl Engine {
             }
             while let Some(g) = self.seg.take_grant(self.me, dst) {
                 let token = match g {
-                    Grant::Clear { token, .. } | Grant::Done { token } => token,
+                    Grant::Clear { token, .. }
+                    | Grant::Done { token }
+                    | Grant::Help { token, .. } => token,
                 };
                 let Some(p) = self.rendezvous_of(dst, token) else {
                     self.count(Counter::BadGrants, 1);
                     continue;
                 };
                 match g {
+                    Grant::Help { epoch, .. } => {
+                        let pm = p.borrow_mut();
+                        if !pm.rts_sent || pm.data.is_packed() {
+                            self.count(Counter::BadGrants, 1);
+                            continue;
+                        }
+                        let chunks = help_copy(&self.seg, self.me, dst, token, epoch, &pm.data);
+                        drop(pm);
+                        self.count(Counter::ChunksHelped, chunks);
+                    }
                     Grant::Done { .. } => {
                         Self::complete(&mut p.borrow_mut());
                         self.end_rendezvous(dst, token);
@@ -328,7 +376,12 @@ impl Engine {
         out: &mut [u8],
     ) -> Result<Option<u32>, RecvError> {
         if rts.flags & RTS_SINGLE_COPY != 0 && self.single_copy {
-            match volley_sys::process_vm_read(self.seg.pid(src), out, rts.addr) {
+            let copied = if self.single_copy_help && out.len() > COOP_CHUNK {
+                self.copy_helped(src, rts, out)
+            } else {
+                volley_sys::process_vm_read(self.seg.pid(src), out, rts.addr)
+            };
+            match copied {
                 Ok(()) => {
                     self.answer(src, Grant::Done { token: rts.token });
                     self.count(Counter::SingleCopyRecvs, 1);
@@ -350,6 +403,71 @@ impl Engine {
             }
         }
         Ok(Some(self.grant_rts(src, rts)))
+    }
+
+    /// Copies the single-copy rendezvous `rts` from `src` into `out` (its length) chunk by chunk,
+    /// with the sender's help if it is waiting (`volley_shm::coop`): the sender is told through
+    /// the grant queue and writes the chunks it claims. Returns once every claimed chunk is
+    /// copied; an error of either side's copy is the caller's to handle as a refused single
+    /// copy (ESRCH: the sender is gone).
+    fn copy_helped(&mut self, src: usize, rts: &Rts, out: &mut [u8]) -> std::io::Result<()> {
+        let (me, len, pid) = (self.me, out.len() as u64, self.seg.pid(src));
+        let ident = coop_ident(rts.token);
+        let epoch = self
+            .seg
+            .coop_open(src, me, ident, out.as_mut_ptr() as u64, len);
+        self.answer(
+            src,
+            Grant::Help {
+                token: rts.token,
+                epoch,
+            },
+        );
+        let mut mine = 0;
+        let mut err = None;
+        while let Some(c) = self.seg.coop_claim(src, me, epoch, ident, len) {
+            let r = volley_sys::process_vm_read(
+                pid,
+                &mut out[c.off..c.off + c.len],
+                rts.addr + c.off as u64,
+            );
+            self.seg.coop_done(src, me, r.is_ok());
+            if let Err(e) = r {
+                err = Some(e);
+                break;
+            }
+            mine += 1;
+        }
+        let claimed = self.seg.coop_close(src, me, epoch, len);
+        // The sender writes at most one chunk now: wait for it (it is a copy, not a message
+        // that may never come), unless the sender is gone.
+        let mut spins = 0u32;
+        let helper_ok = loop {
+            let (finished, ok) = self.seg.coop_finished(src, me);
+            if finished >= claimed {
+                break ok;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+            if spins.is_multiple_of(4096) {
+                // A one-byte read of the sender's buffer fails with ESRCH once it is gone.
+                volley_sys::process_vm_read(pid, &mut [0u8], rts.addr)?;
+            }
+            std::hint::spin_loop();
+        };
+        if claimed > mine {
+            self.count(Counter::CopiesHelped, 1);
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if !helper_ok {
+            // The sender could not write a chunk it claimed: copy the whole message here.
+            volley_sys::process_vm_read(pid, out, rts.addr)?;
+        }
+        Ok(())
     }
 
     /// Grants the request to send `rts` from `src`: its sender streams it with the grant id
