@@ -1,5 +1,5 @@
-/* Large point-to-point messages (MPI-3.1 section 3.2-3.7): every byte of a message from 128 KiB
- * to 8 MiB arrives in order and in place, with the sizes just around multiples of 128 KiB,
+/* Large point-to-point messages (MPI-3.1 section 3.2-3.7): every byte of a message from 64 KiB
+ * to 13 MiB arrives in order and in place, with sizes just around powers of two,
  * whichever side waits (blocking send and receive, Isend and Irecv, Ssend, Sendrecv in both
  * directions at once), to buffers at odd offsets, and the bytes around the receive buffer stay
  * untouched. Each pattern depends on the message, its offset and the iteration, so a chunk put
@@ -29,12 +29,13 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank = world_rank(), size = world_size();
     CHECK(size >= 2);
-    long sizes[] = {131071, 131072, 131073, 262147, 1048576 + 3, 3 * 131072 - 1, 8388608 + 5};
+    long sizes[] = {65537, 131071, 131073, 262147, 1048576 + 3, 3 * 131072 - 1, 13631488 + 5};
     int nsizes = sizeof sizes / sizeof sizes[0];
-    long max = 8388608 + 5 + 64;
+    long max = 13631488 + 5 + 64;
     unsigned char *sbuf = malloc(max), *rbase = malloc(max + 128);
     CHECK(sbuf && rbase);
     unsigned char *rbuf = rbase + 64 + 3; /* odd offset, 64 guard bytes before */
+    OK(MPI_Barrier(MPI_COMM_WORLD)); /* every rank has started */
     if (rank < 2) {
         int peer = 1 - rank;
         for (int k = 0; k < nsizes; k++) {

@@ -102,6 +102,16 @@ pub fn info(n: Option<usize>) -> i32 {
         ),
         Some(why) => println!("  single copy     {why}"),
     }
+    if volley::single_copy_unavailable(&cfg).is_none() {
+        println!(
+            "  copy helping    {}",
+            if cfg.single_copy_help {
+                "on: a sender waiting for its single-copy message over 32 KiB copies part of it into the receiver's buffer (process_vm_writev)"
+            } else {
+                "off (VOLLEY_SINGLE_COPY_HELP=off): the receiver copies alone"
+            }
+        );
+    }
     profile(&cfg.profile);
 
     println!("\nwaiting modes (VOLLEY_WAIT, or Endpoint::set_wait_mode):");

@@ -42,6 +42,40 @@ fn single_copy_delivers_every_size_class() {
     assert_eq!(counter(&err, "pipelined_sends"), 0, "{err}");
 }
 
+/// A sender waiting for its single-copy message copies part of it into the receiver's buffer
+/// (volley_shm::coop); refused, it leaves the chunk to the receiver; off, the receiver copies
+/// alone. The data is checked each time.
+#[test]
+fn a_waiting_sender_helps_copy_and_nothing_is_lost_when_it_cannot() {
+    // 8 bytes first: the peer has said it can single copy by the time the large ones go.
+    let sizes = ["8", "65537", "131073", "1048579", "13631493"];
+    let mut args = vec!["-n", "2", CHECK, "pingpong"];
+    args.extend_from_slice(&sizes);
+    for (var, val) in [
+        ("VOLLEY_SINGLE_COPY_HELP", "auto"),
+        ("VOLLEY_SIMULATE_HELP_REFUSAL", "1"),
+        ("VOLLEY_SINGLE_COPY_HELP", "off"),
+    ] {
+        let env = [
+            ("VOLLEY_SINGLE_COPY_THRESHOLD", "4096"),
+            ("VOLLEY_SINGLE_COPY_MAX", "1000000000"),
+            (var, val),
+        ];
+        let (out, err) = run_counted(&args, &env);
+        assert_eq!(
+            out.matches(" ok").count(),
+            sizes.len(),
+            "{var}={val}: {out}"
+        );
+        assert_eq!(counter(&err, "single_copy_recvs"), 24, "{err}");
+        let chunks = counter(&err, "chunks_helped");
+        match val {
+            "auto" => assert!(chunks > 0, "no sender helped: {err}"),
+            _ => assert_eq!(chunks, 0, "{var}={val}: {err}"),
+        }
+    }
+}
+
 #[test]
 fn pipelined_copy_delivers_every_size_class() {
     let mut args = vec!["-n", "2", CHECK, "pingpong"];
@@ -309,17 +343,19 @@ fn a_waiting_rank_in_block_or_spin_mode_costs_almost_no_cpu_and_still_wakes() {
 
 #[test]
 fn with_the_progress_thread_a_large_isend_completes_during_computation() {
-    // 32 MiB through the ring (single copy is off by default): 32 times the ring.
+    // 32 MiB through the ring (single copy off: by default this size goes by it): 32 times
+    // the ring.
+    let ring = [("VOLLEY_SINGLE_COPY", "off")];
     let out = ok(volley(
         &["-n", "2", CHECK, "overlap", "33554432", "20000", "thread"],
-        &[],
+        &ring,
     ));
     assert!(out.contains("completed_during_compute=true"), "{out}");
     // Without it nothing moves the message while the application computes: the request is
     // still incomplete after a second of computation (and completes in wait()).
     let out = ok(volley(
         &["-n", "2", CHECK, "overlap", "33554432", "1000"],
-        &[],
+        &ring,
     ));
     assert!(out.contains("completed_during_compute=false"), "{out}");
 }
@@ -483,11 +519,19 @@ fn volley_tune_writes_the_profile_that_runs_use_and_a_bad_profile_is_ignored_wit
     // The environment overrides the profile.
     let err = run(&[("VOLLEY_SINGLE_COPY_THRESHOLD", "1073741824")]);
     assert_eq!(counter(&err, "single_copy_sends"), 0, "{err}");
-    // ...and VOLLEY_PROFILE=none ignores it: the default window [32 KiB, 256 KiB) applies,
-    // which takes 65537 bytes by single copy and neither 4096 nor 1 MiB + 3.
-    let default_window = 6;
+    // ...and VOLLEY_PROFILE=none ignores it: the default window (from 32 KiB, with senders that
+    // help) applies, which takes 65537 and 1 MiB + 3 bytes by single copy and pipelines nothing.
+    let default_window = 12;
     let err = run(&[("VOLLEY_PROFILE", "none")]);
     assert_eq!(counter(&err, "single_copy_sends"), default_window, "{err}");
+    assert_eq!(counter(&err, "pipelined_sends"), 0, "{err}");
+    // Without help, the default stops at 256 KiB: 1 MiB + 3 goes through the pipeline.
+    let err = run(&[
+        ("VOLLEY_PROFILE", "none"),
+        ("VOLLEY_SINGLE_COPY_HELP", "off"),
+    ]);
+    assert_eq!(counter(&err, "single_copy_sends"), 6, "{err}");
+    assert_eq!(counter(&err, "pipelined_sends"), 6, "{err}");
 
     // Corrupt, foreign, truncated or missing: the job runs on the defaults and the host says why
     // once (not once per rank).
@@ -525,6 +569,7 @@ fn volley_tune_writes_the_profile_that_runs_use_and_a_bad_profile_is_ignored_wit
             default_window,
             "{why}: {err}"
         );
+        assert_eq!(counter(&err, "pipelined_sends"), 0, "{why}: {err}");
         let shown = info(&[("XDG_CACHE_HOME", cache.as_os_str())]);
         assert!(shown.contains(why), "{why}: {shown}");
     }

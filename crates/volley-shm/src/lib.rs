@@ -17,7 +17,7 @@ mod ring;
 
 pub use coll::{CollCtrl, CollFlag, COLL_DATA, COLL_INLINE, COLL_SLOTS, COLL_SLOT_BYTES};
 pub use control::{Cursor, Grant, Pushed, RankState};
-pub use coop::{coop_chunks, Claim, COOP_CHUNK};
+pub use coop::{coop_chunk, coop_chunks, Claim, COOP_FROM};
 pub use layout::{
     JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
     RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,

@@ -100,7 +100,7 @@ impl Path<'_> {
                                 rank: w.inner.l2g[dst],
                             })
                         }
-                        RndvState::Pending => {}
+                        RndvState::Pending => e.help_descriptor(dst, pos, out.data),
                     }
                 }
                 if let Some(l) = e.send_dead_end(dst) {

@@ -35,6 +35,10 @@ impl Engine {
         let len = len as usize;
         let pid = self.seg.pid(src);
         let r = match dest {
+            Dest::Slice(buf) if self.single_copy_help && len > volley_shm::COOP_FROM => {
+                let ident = super::rendezvous::descriptor_ident(info.pos);
+                self.copy_helped(src, ident, addr, &mut buf[..len], None)
+            }
             Dest::Slice(buf) => volley_sys::process_vm_read(pid, &mut buf[..len], addr),
             Dest::Vec(v) => volley_sys::process_vm_read_to_vec(pid, addr, len, v),
         };

@@ -638,12 +638,18 @@ impl Engine {
             return 0;
         }
         let before = self.inflight.len();
-        let (seg, me) = (&self.seg, self.me);
+        let (seg, me, help) = (&self.seg, self.me, self.single_copy_help);
+        let mut helped = 0;
         self.inflight.retain(|p| {
             let mut p = p.borrow_mut();
             let pos = p.rndv_pos.expect("in flight means written");
             match seg.rndv_state(me, p.dst, pos) {
-                volley_shm::RndvState::Pending => true,
+                volley_shm::RndvState::Pending => {
+                    if help && p.data.len() > volley_shm::COOP_FROM && !p.data.is_packed() {
+                        helped += rendezvous::help_descriptor(seg, me, p.dst, pos, &p.data);
+                    }
+                    true
+                }
                 volley_shm::RndvState::Done => {
                     p.done = true;
                     false
@@ -655,7 +661,22 @@ impl Engine {
                 }
             }
         });
+        if helped > 0 {
+            self.count(Counter::ChunksHelped, helped);
+        }
         before - self.inflight.len()
+    }
+
+    /// Helps the receiver of the single-copy descriptor at `pos` in the ring to `dst` copy
+    /// `data`, if it is copying it now (`volley_shm::coop`).
+    #[inline]
+    pub fn help_descriptor(&mut self, dst: usize, pos: u64, data: &[u8]) {
+        if self.single_copy_help && data.len() > volley_shm::COOP_FROM {
+            let n = rendezvous::help_descriptor(&self.seg, self.me, dst, pos, data);
+            if n > 0 {
+                self.count(Counter::ChunksHelped, n);
+            }
+        }
     }
 
     pub fn port_kind(&self, port: u32) -> Option<PortKind> {

@@ -23,18 +23,33 @@ use crate::counters::Counter;
 use crate::error::{PeerLost, RecvError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use volley_shm::{Grant, RecordInfo, Rts, Segment, COOP_CHUNK, RTS_SINGLE_COPY};
+use volley_shm::{Grant, RecordInfo, Rts, Segment, COOP_FROM, RTS_SINGLE_COPY};
 use volley_sys::Exclusive;
 
 /// What a drained request to send costs the unexpected-message budget: one slot.
 pub(crate) const RTS_COST: usize = volley_shm::SLOT;
 
+/// The sender of the single-copy descriptor at `pos` in the ring to `dst` (whose bytes are
+/// `data`) helps copy it if its receiver is copying it now. Returns how many chunks it wrote.
+pub(crate) fn help_descriptor(seg: &Segment, me: usize, dst: usize, pos: u64, data: &[u8]) -> u64 {
+    let ident = descriptor_ident(pos);
+    match seg.coop_current(me, dst) {
+        Some((epoch, id)) if id == ident => help_copy_ident(seg, me, dst, ident, epoch, data),
+        _ => 0,
+    }
+}
+
 /// VOLLEY_SIMULATE_HELP_REFUSAL: a helping sender acts as if its writes were refused.
 pub(crate) static SIMULATE_HELP_REFUSAL: AtomicBool = AtomicBool::new(false);
 
-/// How a single-copy rendezvous is named in its ring's copy slot: by its sender's token.
+/// How a matched rendezvous is named in its ring's copy slot: by its sender's token.
 fn coop_ident(token: u32) -> u64 {
     1 << 32 | token as u64
+}
+
+/// How a single-copy descriptor is named in its ring's copy slot: by its position in the ring.
+pub(crate) fn descriptor_ident(pos: u64) -> u64 {
+    1 << 63 | pos
 }
 
 /// The sender of rendezvous `token` to `dst` (whose bytes are `data`) helps copy `epoch` of it:
@@ -49,7 +64,19 @@ pub(crate) fn help_copy(
     epoch: u32,
     data: &[u8],
 ) -> u64 {
-    let (ident, len, pid) = (coop_ident(token), data.len() as u64, seg.pid(dst));
+    help_copy_ident(seg, me, dst, coop_ident(token), epoch, data)
+}
+
+/// [`help_copy`] for the copy named `ident`.
+fn help_copy_ident(
+    seg: &Segment,
+    me: usize,
+    dst: usize,
+    ident: u64,
+    epoch: u32,
+    data: &[u8],
+) -> u64 {
+    let (len, pid) = (data.len() as u64, seg.pid(dst));
     let mut n = 0;
     while let Some(c) = seg.coop_claim(me, dst, epoch, ident, len) {
         // Relaxed: set once at init.
@@ -376,8 +403,8 @@ impl Engine {
         out: &mut [u8],
     ) -> Result<Option<u32>, RecvError> {
         if rts.flags & RTS_SINGLE_COPY != 0 && self.single_copy {
-            let copied = if self.single_copy_help && out.len() > COOP_CHUNK {
-                self.copy_helped(src, rts, out)
+            let copied = if self.single_copy_help && out.len() > COOP_FROM {
+                self.copy_helped(src, coop_ident(rts.token), rts.addr, out, Some(rts.token))
             } else {
                 volley_sys::process_vm_read(self.seg.pid(src), out, rts.addr)
             };
@@ -405,31 +432,34 @@ impl Engine {
         Ok(Some(self.grant_rts(src, rts)))
     }
 
-    /// Copies the single-copy rendezvous `rts` from `src` into `out` (its length) chunk by chunk,
-    /// with the sender's help if it is waiting (`volley_shm::coop`): the sender is told through
-    /// the grant queue and writes the chunks it claims. Returns once every claimed chunk is
-    /// copied; an error of either side's copy is the caller's to handle as a refused single
-    /// copy (ESRCH: the sender is gone).
-    fn copy_helped(&mut self, src: usize, rts: &Rts, out: &mut [u8]) -> std::io::Result<()> {
+    /// Copies the message at `addr` in the memory of `src` into `out` (its length) chunk by
+    /// chunk, with the sender's help if it is waiting (`volley_shm::coop`): the copy is opened
+    /// in the ring's copy slot under `ident`, and `help` (a matched rendezvous's Help answer) is
+    /// sent through the grant queue; a single-copy descriptor's sender looks at the slot itself.
+    /// Returns once every claimed chunk is copied; an error of either side's copy is the
+    /// caller's to handle as a refused single copy (ESRCH: the sender is gone).
+    pub(crate) fn copy_helped(
+        &mut self,
+        src: usize,
+        ident: u64,
+        addr: u64,
+        out: &mut [u8],
+        help: Option<u32>,
+    ) -> std::io::Result<()> {
         let (me, len, pid) = (self.me, out.len() as u64, self.seg.pid(src));
-        let ident = coop_ident(rts.token);
         let epoch = self
             .seg
             .coop_open(src, me, ident, out.as_mut_ptr() as u64, len);
-        self.answer(
-            src,
-            Grant::Help {
-                token: rts.token,
-                epoch,
-            },
-        );
+        if let Some(token) = help {
+            self.answer(src, Grant::Help { token, epoch });
+        }
         let mut mine = 0;
         let mut err = None;
         while let Some(c) = self.seg.coop_claim(src, me, epoch, ident, len) {
             let r = volley_sys::process_vm_read(
                 pid,
                 &mut out[c.off..c.off + c.len],
-                rts.addr + c.off as u64,
+                addr + c.off as u64,
             );
             self.seg.coop_done(src, me, r.is_ok());
             if let Err(e) = r {
@@ -453,7 +483,7 @@ impl Engine {
             }
             if spins.is_multiple_of(4096) {
                 // A one-byte read of the sender's buffer fails with ESRCH once it is gone.
-                volley_sys::process_vm_read(pid, &mut [0u8], rts.addr)?;
+                volley_sys::process_vm_read(pid, &mut [0u8], addr)?;
             }
             std::hint::spin_loop();
         };
@@ -465,7 +495,7 @@ impl Engine {
         }
         if !helper_ok {
             // The sender could not write a chunk it claimed: copy the whole message here.
-            volley_sys::process_vm_read(pid, out, rts.addr)?;
+            volley_sys::process_vm_read(pid, out, addr)?;
         }
         Ok(())
     }
