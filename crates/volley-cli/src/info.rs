@@ -103,14 +103,16 @@ pub fn info(n: Option<usize>) -> i32 {
         Some(why) => println!("  single copy     {why}"),
     }
     if volley::single_copy_unavailable(&cfg).is_none() {
-        println!(
-            "  copy helping    {}",
-            if cfg.single_copy_help {
-                "on: a sender waiting for its single-copy message over 32 KiB copies part of it into the receiver's buffer (process_vm_writev)"
-            } else {
-                "off (VOLLEY_SINGLE_COPY_HELP=off): the receiver copies alone"
-            }
-        );
+        if cfg.single_copy_help {
+            println!(
+                "  copy helping    on: a sender waiting for its single-copy message of {} bytes or more copies part of it into the receiver's buffer (process_vm_writev; from half the level-2 cache: below it the receiver's own copy leaves the data in its cache)",
+                cfg.single_copy_help_from.max(volley_shm::COOP_FROM + 1)
+            );
+        } else {
+            println!(
+                "  copy helping    off (VOLLEY_SINGLE_COPY_HELP=off): the receiver copies alone"
+            );
+        }
     }
     profile(&cfg.profile);
 

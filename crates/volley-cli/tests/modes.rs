@@ -59,6 +59,7 @@ fn a_waiting_sender_helps_copy_and_nothing_is_lost_when_it_cannot() {
         let env = [
             ("VOLLEY_SINGLE_COPY_THRESHOLD", "4096"),
             ("VOLLEY_SINGLE_COPY_MAX", "1000000000"),
+            ("VOLLEY_SINGLE_COPY_HELP_FROM", "0"),
             (var, val),
         ];
         let (out, err) = run_counted(&args, &env);

@@ -404,8 +404,10 @@ fn large_messages_arrive_whole_when_both_sides_copy() {
     passes("large", 2);
     let s = Scratch::new("large-helped");
     let exe = build(&s.0, "large", false);
+    // Every size by single copy, and helped from the smallest that has two chunks.
     let all = [
         ("VOLLEY_SINGLE_COPY_MAX", "1000000000"),
+        ("VOLLEY_SINGLE_COPY_HELP_FROM", "0"),
         ("VOLLEY_COUNTERS", "1"),
     ];
     for (var, val) in [

@@ -157,7 +157,7 @@ impl World {
             cfg.single_copy_threshold,
         );
         eng.set_single_copy_range(cfg.single_copy_threshold, cfg.single_copy_max);
-        eng.set_single_copy_help(cfg.single_copy_help);
+        eng.set_single_copy_help(cfg.single_copy_help, cfg.single_copy_help_from);
         if cfg.simulate_help_refusal {
             crate::engine::SIMULATE_HELP_REFUSAL.store(true, std::sync::atomic::Ordering::Relaxed);
         }

@@ -35,7 +35,7 @@ impl Engine {
         let len = len as usize;
         let pid = self.seg.pid(src);
         let r = match dest {
-            Dest::Slice(buf) if self.single_copy_help && len > volley_shm::COOP_FROM => {
+            Dest::Slice(buf) if self.wants_help(len) => {
                 let ident = super::rendezvous::descriptor_ident(info.pos);
                 self.copy_helped(src, ident, addr, &mut buf[..len], None)
             }

@@ -194,8 +194,10 @@ pub(crate) struct Engine {
     spare: Option<Vec<u8>>,
     /// This process can use single copy (as sender and receiver).
     single_copy: bool,
-    /// A receive copying a single-copy rendezvous lets its sender help (`volley_shm::coop`).
+    /// A receive copying a single-copy rendezvous lets its sender help (`volley_shm::coop`)...
     single_copy_help: bool,
+    /// ...when the message has at least this many bytes.
+    help_from: usize,
     /// Receives look only at the rings the ready summary marks (see `ready_sources`), not at
     /// every local peer's.
     summary: bool,
@@ -542,6 +544,7 @@ impl Engine {
             spare: None,
             single_copy,
             single_copy_help: true,
+            help_from: crate::config::DEFAULT_HELP_FROM,
             single_copy_threshold,
             single_copy_max: usize::MAX,
             summary: n > SUMMARY_FROM,
@@ -575,8 +578,15 @@ impl Engine {
     }
 
     /// Whether this process's receives let their senders help copy a single-copy rendezvous.
-    pub fn set_single_copy_help(&mut self, on: bool) {
+    pub fn set_single_copy_help(&mut self, on: bool, from: usize) {
         self.single_copy_help = on;
+        self.help_from = from;
+    }
+
+    /// Whether a receive of a single-copy message of `len` bytes lets its sender help.
+    #[inline]
+    pub(crate) fn wants_help(&self, len: usize) -> bool {
+        self.single_copy_help && len > volley_shm::COOP_FROM && len >= self.help_from
     }
 
     /// Which messages this process sends by single copy: `len` in `[min, max)`.

@@ -23,7 +23,7 @@ use crate::counters::Counter;
 use crate::error::{PeerLost, RecvError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use volley_shm::{Grant, RecordInfo, Rts, Segment, COOP_FROM, RTS_SINGLE_COPY};
+use volley_shm::{Grant, RecordInfo, Rts, Segment, RTS_SINGLE_COPY};
 use volley_sys::Exclusive;
 
 /// What a drained request to send costs the unexpected-message budget: one slot.
@@ -403,7 +403,7 @@ impl Engine {
         out: &mut [u8],
     ) -> Result<Option<u32>, RecvError> {
         if rts.flags & RTS_SINGLE_COPY != 0 && self.single_copy {
-            let copied = if self.single_copy_help && out.len() > COOP_FROM {
+            let copied = if self.wants_help(out.len()) {
                 self.copy_helped(src, coop_ident(rts.token), rts.addr, out, Some(rts.token))
             } else {
                 volley_sys::process_vm_read(self.seg.pid(src), out, rts.addr)
