@@ -105,7 +105,7 @@ pub fn info(n: Option<usize>) -> i32 {
     if volley::single_copy_unavailable(&cfg).is_none() {
         if cfg.single_copy_help {
             println!(
-                "  copy helping    on: a sender waiting for its single-copy message of {} bytes or more copies part of it into the receiver's buffer (process_vm_writev; from half the level-2 cache: below it the receiver's own copy leaves the data in its cache)",
+                "  copy helping    on: a sender waiting for its single-copy message of {} bytes or more copies part of it into the receiver's buffer (process_vm_writev; from a quarter of the level-2 cache: below it the receiver's own copy leaves the data in its cache)",
                 cfg.single_copy_help_from.max(volley_shm::COOP_FROM + 1)
             );
         } else {

@@ -68,7 +68,9 @@ impl Red<'_> {
     /// `right = left op right` where `left` comes from lower ranks, or `mine = theirs op mine`
     /// when `theirs` does: the result in `mine`, rank order kept.
     fn combine(&self, mine: &mut [u8], theirs: &mut [u8], theirs_is_lower: bool) -> R {
-        if theirs_is_lower {
+        // An operation that commutes may take the operands in either order: the result goes
+        // straight into `mine`, without a copy back.
+        if theirs_is_lower || self.op.commutative() {
             self.apply(theirs, mine)
         } else {
             self.apply(mine, theirs)?;
@@ -216,30 +218,46 @@ pub async fn reduce_binomial(
     s: Seq,
     root: usize,
     red: Red<'_>,
-    commutative: bool,
     tag_kind: u32,
     buf: &mut [u8],
+    mut mine: Option<&[u8]>,
 ) -> R {
     let (n, me) = (c.size(), c.rank);
-    if n == 1 {
-        return Ok(());
-    }
+    // `mine`: this rank's vector, when it is not in `buf` yet (the program's send buffer): the
+    // first child's vector is received straight into `buf` and combined with it there, which
+    // saves copying it into `buf` first (and, for an operation that may not commute, copying
+    // the result back).
     let tag = s.tag(tag_kind);
-    let (top, rel) = binomial_place(c, root, commutative);
-    let mut tmp = crate::scratch::Scratch::new(buf.len());
+    let (top, rel) = binomial_place(c, root, red.op.commutative());
+    let mut tmp = crate::scratch::Scratch::new(if n > 1 { buf.len() } else { 0 });
     let mut mask = 1;
     while mask < n {
         if rel & mask != 0 {
-            exchange_a(c, &[((rel - mask + top) % n, tag, buf)], &mut []).await?;
+            let out: &[u8] = mine.unwrap_or(buf);
+            exchange_a(c, &[((rel - mask + top) % n, tag, out)], &mut []).await?;
+            mine = None;
             break;
         }
         if rel + mask < n {
             let child = (rel + mask + top) % n;
-            exchange_a(c, &[], &mut [(child, tag, &mut tmp)]).await?;
-            // The child's range follows this rank's: mine op theirs.
-            red.combine(buf, &mut tmp, false)?;
+            if let Some(m) = mine.take() {
+                exchange_a(c, &[], &mut [(child, tag, &mut *buf)]).await?;
+                // The child's range follows this rank's: mine op theirs, into buf.
+                red.apply(m, buf)?;
+            } else {
+                exchange_a(c, &[], &mut [(child, tag, &mut tmp)]).await?;
+                // The child's range follows this rank's: mine op theirs.
+                red.combine(buf, &mut tmp, false)?;
+            }
         }
         mask <<= 1;
+    }
+    if let Some(m) = mine {
+        // Nothing came in (a world of one): the result is this rank's own vector.
+        buf.copy_from_slice(m);
+    }
+    if n == 1 {
+        return Ok(());
     }
     if top != root {
         if me == top {

@@ -819,14 +819,37 @@ fn op_name(h: H) -> &'static str {
     }
 }
 
+/// `inout[i] = input[i] op inout[i]` over the elements of two byte buffers. Where both are
+/// aligned for the type (the common case: the program's arrays and volley's scratch), a plain
+/// loop over typed slices, which the compiler vectorises (MPI_SUM of 64 Ki doubles on the VM:
+/// 61 us byte-wise, Open MPI 10.6); else element by element through byte copies.
 macro_rules! each {
     ($t:ty, $a:expr, $b:expr, |$x:ident, $y:ident| $e:expr) => {{
         const S: usize = std::mem::size_of::<$t>();
-        for (o, i) in $a.chunks_exact_mut(S).zip($b.chunks_exact(S)) {
-            let $x = <$t>::from_ne_bytes(i.try_into().expect("chunk"));
-            let $y = <$t>::from_ne_bytes((&*o).try_into().expect("chunk"));
-            let r: $t = $e;
-            o.copy_from_slice(&r.to_ne_bytes());
+        let (a, b): (&mut [u8], &[u8]) = ($a, $b);
+        let n = a.len().min(b.len()) / S;
+        if a.as_ptr().cast::<$t>().is_aligned() && b.as_ptr().cast::<$t>().is_aligned() {
+            // SAFETY: both pointers are aligned for the type and hold n whole elements; every
+            // bit pattern is a valid integer or float; the two buffers do not overlap (one is
+            // borrowed mutably, the other shared).
+            let (ta, tb) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(a.as_mut_ptr() as *mut $t, n),
+                    std::slice::from_raw_parts(b.as_ptr() as *const $t, n),
+                )
+            };
+            for (o, &i) in ta.iter_mut().zip(tb) {
+                let $x = i;
+                let $y = *o;
+                *o = $e;
+            }
+        } else {
+            for (o, i) in a.chunks_exact_mut(S).zip(b.chunks_exact(S)) {
+                let $x = <$t>::from_ne_bytes(i.try_into().expect("chunk"));
+                let $y = <$t>::from_ne_bytes((&*o).try_into().expect("chunk"));
+                let r: $t = $e;
+                o.copy_from_slice(&r.to_ne_bytes());
+            }
         }
     }};
 }
@@ -1120,7 +1143,7 @@ pub async fn reduce_a(
     if collectives::select(Coll::Reduce, shape(b, n, count, Some(op))) == Algo::Binomial {
         let red = algos::Red { op, t, th };
         let mut buf = mine.to_vec();
-        algos::reduce_binomial(c, s, root, red, op.commutative(), TAG_REDUCE, &mut buf).await?;
+        algos::reduce_binomial(c, s, root, red, TAG_REDUCE, &mut buf, None).await?;
         if c.rank == root {
             out.copy_from_slice(&buf);
         }
@@ -1531,22 +1554,28 @@ fn reduce_op(
                     return exchange_a(&c, &[(parent, tag, mine)], &mut []).await;
                 }
             }
-            let mut scratch = Vec::new();
-            let buf = if all || c.rank == root {
-                // SAFETY: MPI's rule for both buffers (see user_bytes).
-                unsafe {
-                    user_copy(src, recv, len);
-                    user_bytes(recv, len)
-                }
-            } else {
-                // SAFETY: as above.
-                scratch.extend_from_slice(unsafe { user_bytes(src, len) });
-                &mut scratch[..]
-            };
             if !all {
-                return algos::reduce_binomial(&c, s, root, red, op.commutative(), TAG_REDUCE, buf)
-                    .await;
+                // The tree combines into the receive buffer at the root, into a scratch
+                // elsewhere; this rank's own vector is read where the program has it.
+                let mut scratch: crate::scratch::Scratch;
+                let buf = if c.rank == root {
+                    // SAFETY: MPI's rule for the receive buffer (see user_bytes).
+                    unsafe { user_bytes(recv, len) }
+                } else {
+                    scratch = crate::scratch::Scratch::new(len);
+                    &mut scratch[..]
+                };
+                // In place at the root, its vector is in the receive buffer already.
+                let in_place = c.rank == root && src.get() == recv.get();
+                // SAFETY: MPI's rule for the send buffer (see user_bytes_ref).
+                let mine = (!in_place).then(|| unsafe { user_bytes_ref(src, len) });
+                return algos::reduce_binomial(&c, s, root, red, TAG_REDUCE, buf, mine).await;
             }
+            // SAFETY: MPI's rule for both buffers (see user_bytes).
+            let buf = unsafe {
+                user_copy(src, recv, len);
+                user_bytes(recv, len)
+            };
             if algo == Algo::Rabenseifner {
                 algos::allreduce_rabenseifner(&c, s, red, buf).await
             } else {
@@ -2604,6 +2633,16 @@ crate::mpi! {
         let t = { let rt = rt()?; committed(&rt, datatype)? };
         let k = count(count_)?;
         let op = op_of(op)?;
+        let len = k * t.size;
+        let (i, io) = (inbuf as usize, inoutbuf as usize);
+        if t.contig && (len == 0 || i + len <= io || io + len <= i) {
+            // SAFETY: MPI: each buffer holds k elements of the contiguous type (len bytes from
+            // its address), and they do not overlap (checked).
+            let (a, b) = unsafe {
+                (user_bytes_ref(P::new(inbuf), len), user_bytes(P::new(inoutbuf as *const c_void), len))
+            };
+            return apply(op, &t, datatype, k, a, b);
+        }
         let a = packed(&t, inbuf, k);
         let mut b = packed(&t, inoutbuf, k);
         apply(op, &t, datatype, k, &a, &mut b)?;

@@ -117,17 +117,20 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 /// like that wants `volley tune`, which measures the window, or VOLLEY_SINGLE_COPY=off.)
 pub const DEFAULT_SINGLE_COPY_THRESHOLD: usize = 32 << 10;
 /// Smallest single-copy message whose sender helps copy it (see `volley_shm::coop`) where the
-/// machine does not say its caches: half a 2 MiB level-2 cache. Below half the receiver's
-/// private cache, the receiver copying alone leaves the message in its own cache, where the
-/// program will read it; helped, half of it is dirty in the sender's cache instead. A
-/// ping-pong whose ranks read what they receive (VM, 2 MiB L2, one-way us, helped from 32 KiB
-/// against alone): 64 KiB 12.0 against 5.7, 256 KiB 25.9 against 19.0, 512 KiB 50 against 39,
-/// 1 MiB 115-137 against 123-130, 4 MiB 691-733 against 964-978; a ping-pong that does not read
-/// (NetPIPE) gains at every size (64 KiB 2.5 against 3.0, 1 MiB 24 against 47).
-pub const DEFAULT_HELP_FROM: usize = 1 << 20;
+/// machine does not say its caches: a quarter of a 2 MiB level-2 cache. Below it, the receiver
+/// copying alone leaves a message in its own cache, where the program reads it next; helped,
+/// half of it is dirty in the sender's cache instead. A ping-pong whose ranks read what they
+/// receive (VM, 2 MiB L2, one-way us, helped from 32 KiB against alone): 64 KiB 12.0 against
+/// 5.7, 256 KiB 25.9 against 19.0, 512 KiB 50 against 39, 1 MiB 115-137 against 123-130, 4 MiB
+/// 691-733 against 964-978. Exchanges, where both sides copy at once, gain from 512 KiB
+/// (2 ranks, helped from 512 KiB against from 1 MiB: MPI_Allgather of 512 KiB 51-53 against
+/// 79-80 us, MPI_Alltoall 57 against 82-85, MPI_Allreduce of 1 MiB 209-216 against 294-299),
+/// hence a quarter of the cache, not half. A ping-pong that does not read (NetPIPE) gains at
+/// every size (64 KiB 2.5 against 3.0, 1 MiB 24 against 47).
+pub const DEFAULT_HELP_FROM: usize = 512 << 10;
 
-/// Where senders start to help by default: half this machine's level-2 cache (per core), read
-/// from sysfs, else [`DEFAULT_HELP_FROM`].
+/// Where senders start to help by default: a quarter of this machine's level-2 cache (per
+/// core), read from sysfs, else [`DEFAULT_HELP_FROM`].
 pub fn default_help_from() -> usize {
     let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
     (0..8)
@@ -140,7 +143,7 @@ pub fn default_help_from() -> usize {
             cache_bytes(&read("size")?)
         })
         .map_or(DEFAULT_HELP_FROM, |l2| {
-            (l2 / 2).max(volley_shm::COOP_FROM + 1)
+            (l2 / 4).max(volley_shm::COOP_FROM + 1)
         })
 }
 
