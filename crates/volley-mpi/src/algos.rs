@@ -154,13 +154,29 @@ pub async fn allreduce_recursive_doubling(c: &CommCore, s: Seq, red: Red<'_>, bu
 /// rank of the power of two): a reduce-scatter by recursive halving leaves each rank the reduced
 /// 1/p2 of the vector, an allgather by recursive doubling hands the pieces round. Each rank
 /// moves and reduces about twice the vector in all, whatever the rank count.
-pub async fn allreduce_rabenseifner(c: &CommCore, s: Seq, red: Red<'_>, buf: &mut [u8]) -> R {
+///
+/// `mine`: this rank's vector when it is not in `buf` yet (the program's send buffer). With a
+/// power-of-two rank count the first round sends its half from there and receives the partner's
+/// half straight into `buf`, where it is combined with `mine`: no copy of the vector into `buf`
+/// first.
+pub async fn allreduce_rabenseifner(
+    c: &CommCore,
+    s: Seq,
+    red: Red<'_>,
+    buf: &mut [u8],
+    mut mine: Option<&[u8]>,
+) -> R {
+    let p2 = pow2_below(c.size());
+    let rem = c.size() - p2;
+    if rem > 0 || c.size() == 1 || buf.is_empty() {
+        if let Some(m) = mine.take() {
+            buf.copy_from_slice(m);
+        }
+    }
     if c.size() == 1 || buf.is_empty() {
         return Ok(());
     }
     let tag = s.tag(TAG_ALLREDUCE);
-    let p2 = pow2_below(c.size());
-    let rem = c.size() - p2;
     let es = red.t.size;
     let count = buf.len() / es;
     // Block b of the p2 blocks: its elements, as a byte range.
@@ -182,14 +198,26 @@ pub async fn allreduce_rabenseifner(c: &CommCore, s: Seq, red: Red<'_>, buf: &mu
                 ((mid, hi), (lo, mid))
             };
             let k = bytes(keep.0, keep.1);
-            let got = &mut tmp[..k.len()];
-            exchange_a(
-                c,
-                &[(partner, tag, &buf[bytes(give.0, give.1)])],
-                &mut [(partner, tag, &mut *got)],
-            )
-            .await?;
-            red.apply(got, &mut buf[k])?;
+            if let Some(m) = mine.take() {
+                let g = bytes(give.0, give.1);
+                exchange_a(
+                    c,
+                    &[(partner, tag, &m[g])],
+                    &mut [(partner, tag, &mut buf[k.clone()])],
+                )
+                .await?;
+                // The operation commutes: theirs op mine, into buf.
+                red.apply(&m[k], &mut buf[bytes(keep.0, keep.1)])?;
+            } else {
+                let got = &mut tmp[..k.len()];
+                exchange_a(
+                    c,
+                    &[(partner, tag, &buf[bytes(give.0, give.1)])],
+                    &mut [(partner, tag, &mut *got)],
+                )
+                .await?;
+                red.apply(got, &mut buf[k])?;
+            }
             (lo, hi) = keep;
             mask >>= 1;
         }

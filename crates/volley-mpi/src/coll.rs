@@ -1571,16 +1571,24 @@ fn reduce_op(
                 let mine = (!in_place).then(|| unsafe { user_bytes_ref(src, len) });
                 return algos::reduce_binomial(&c, s, root, red, TAG_REDUCE, buf, mine).await;
             }
+            if algo == Algo::Rabenseifner {
+                // In place, the vector is in the receive buffer already.
+                let in_place = src.get() == recv.get();
+                // SAFETY: MPI's rule for both buffers (see user_bytes).
+                let (buf, mine) = unsafe {
+                    (
+                        user_bytes(recv, len),
+                        (!in_place).then(|| user_bytes_ref(src, len)),
+                    )
+                };
+                return algos::allreduce_rabenseifner(&c, s, red, buf, mine).await;
+            }
             // SAFETY: MPI's rule for both buffers (see user_bytes).
             let buf = unsafe {
                 user_copy(src, recv, len);
                 user_bytes(recv, len)
             };
-            if algo == Algo::Rabenseifner {
-                algos::allreduce_rabenseifner(&c, s, red, buf).await
-            } else {
-                algos::allreduce_recursive_doubling(&c, s, red, buf).await
-            }
+            algos::allreduce_recursive_doubling(&c, s, red, buf).await
         }));
     }
     let mine = packed(&t, src, n);
@@ -1597,7 +1605,7 @@ fn reduce_op(
             Algo::RecursiveDoubling | Algo::Rabenseifner if all => {
                 out.copy_from_slice(&mine);
                 if algo == Algo::Rabenseifner {
-                    algos::allreduce_rabenseifner(&c, s, red, &mut out).await?;
+                    algos::allreduce_rabenseifner(&c, s, red, &mut out, None).await?;
                 } else {
                     algos::allreduce_recursive_doubling(&c, s, red, &mut out).await?;
                 }
