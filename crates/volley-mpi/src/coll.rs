@@ -79,13 +79,24 @@ pub async fn exchange_a(
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
+    exchange_a_then(c, sends, recvs, || {}).await
+}
+
+/// [`exchange_a`], doing `local` once the messages are posted (see
+/// `nbc::exchange_world_then`).
+pub async fn exchange_a_then(
+    c: &CommCore,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+    local: impl FnOnce(),
+) -> R {
     let sends: Vec<(usize, u32, &[u8])> =
         sends.iter().map(|&(d, t, b)| (c.group[d], t, b)).collect();
     let mut recvs: Vec<(usize, u32, &mut [u8])> = recvs
         .iter_mut()
         .map(|(s, t, b)| (c.group[*s], *t, &mut **b))
         .collect();
-    crate::nbc::exchange_world(&c.coll, &sends, &mut recvs).await
+    crate::nbc::exchange_world_then(&c.coll, &sends, &mut recvs, local).await
 }
 
 /// `exchange_a`, waited for: a step that is not part of a numbered collective (between the
@@ -1948,20 +1959,40 @@ fn alltoall_op(
                 // SAFETY: MPI's rule for both buffers (see user_bytes); they do not overlap.
                 let (send, recv) = unsafe { (&*user_bytes(send, n * b), user_bytes(recv, n * b)) };
                 let me = c.rank;
-                recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
                 if b == 0 {
                     return Ok(());
                 }
                 let tag = s.tag(TAG_ALLTOALL);
                 if algo == Algo::Bruck {
+                    recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
                     return algos::alltoall_bruck(&c, tag, send, recv, b).await;
                 }
+                // The rank's own block is copied while the first messages move.
+                let (below, rest) = recv.split_at_mut(me * b);
+                let (own, above) = rest.split_at_mut(b);
+                let own_src = &send[me * b..(me + 1) * b];
+                let copy_own = move || own.copy_from_slice(own_src);
                 if pairwise {
+                    let mut copy_own = Some(copy_own);
                     for i in 1..n {
                         let (to, from) = ((me + i) % n, (me + n - i) % n);
                         let out = &send[to * b..(to + 1) * b];
-                        let into = &mut recv[from * b..(from + 1) * b];
-                        exchange_a(&c, &[(to, tag, out)], &mut [(from, tag, into)]).await?;
+                        let into = if from < me {
+                            &mut below[from * b..(from + 1) * b]
+                        } else {
+                            &mut above[(from - me - 1) * b..(from - me) * b]
+                        };
+                        let local = copy_own.take();
+                        exchange_a_then(&c, &[(to, tag, out)], &mut [(from, tag, into)], || {
+                            if let Some(mut f) = local {
+                                f()
+                            }
+                        })
+                        .await?;
+                    }
+                    // A world of one exchanges nothing.
+                    if let Some(mut f) = copy_own {
+                        f();
                     }
                     return Ok(());
                 }
@@ -1969,13 +2000,18 @@ fn alltoall_op(
                     .filter(|&r| r != me)
                     .map(|r| (r, tag, &send[r * b..(r + 1) * b]))
                     .collect();
-                let mut recvs: Vec<(usize, u32, &mut [u8])> = recv
+                let mut recvs: Vec<(usize, u32, &mut [u8])> = below
                     .chunks_mut(b)
                     .enumerate()
-                    .filter(|(r, _)| *r != me)
+                    .chain(
+                        above
+                            .chunks_mut(b)
+                            .enumerate()
+                            .map(|(i, blk)| (me + 1 + i, blk)),
+                    )
                     .map(|(r, blk)| (r, tag, blk))
                     .collect();
-                exchange_a(&c, &sends, &mut recvs).await
+                exchange_a_then(&c, &sends, &mut recvs, copy_own).await
             }));
         }
     }

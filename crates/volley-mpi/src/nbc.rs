@@ -140,11 +140,23 @@ pub async fn exchange_world(
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
+    exchange_world_then(ep, sends, recvs, || {}).await
+}
+
+/// [`exchange_world`], doing `local` (work of the step that needs no message, such as copying a
+/// rank's own block) once the messages are posted, so that it overlaps the peers' copies.
+pub async fn exchange_world_then(
+    ep: &volley::Endpoint,
+    sends: &[(usize, u32, &[u8])],
+    recvs: &mut [(usize, u32, &mut [u8])],
+    local: impl FnOnce(),
+) -> R {
     let w = ep.world();
     if BLOCKING.get()
         && sends.iter().all(|s| s.2.len() <= SMALL)
         && recvs.iter().all(|r| r.2.len() <= SMALL)
     {
+        local();
         return exchange_small(ep, sends, recvs);
     }
     let mut step = Inflight {
@@ -176,6 +188,7 @@ pub async fn exchange_world(
             }
         }
     }
+    local();
     if BLOCKING.get() || step.err.is_some() {
         // What was started finishes (its buffers are borrowed here); then the first failure.
         let mut err = step.err.take();
