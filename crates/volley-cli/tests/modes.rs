@@ -4,19 +4,6 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// Sum of a counter over the ranks' VOLLEY_COUNTERS=1 reports on stderr.
-fn counter(stderr: &str, name: &str) -> u64 {
-    stderr
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name))
-                .then(|| w.next()?.parse::<u64>().ok())
-                .flatten()
-        })
-        .sum()
-}
-
 fn run_counted(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let mut env = env.to_vec();
     env.push(("VOLLEY_COUNTERS", "1"));

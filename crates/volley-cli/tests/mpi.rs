@@ -9,7 +9,7 @@ mod common;
 
 use common::hosts::Hosts;
 use common::netpipe::{check_np, npmpi};
-use common::{text, volley, VOLLEY};
+use common::{counter, text, volley, VOLLEY};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -381,19 +381,6 @@ fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
         &[],
         &[("VOLLEY_SINGLE_COPY_THRESHOLD", "65536")],
     );
-}
-
-/// Sum of a counter over the ranks' VOLLEY_COUNTERS=1 reports on stderr.
-fn counter(stderr: &str, name: &str) -> u64 {
-    stderr
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name))
-                .then(|| w.next()?.parse::<u64>().ok())
-                .flatten()
-        })
-        .sum()
 }
 
 /// Large messages by single copy, which the waiting sender helps copy (volley_shm::coop): every

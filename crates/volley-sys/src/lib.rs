@@ -701,58 +701,46 @@ pub fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<usize> {
 /// Copies `local.len()` bytes from address `remote` in process `pid` into `local`, with
 /// process_vm_readv (cross-memory attach: one copy, no shared buffer). Loops over partial reads.
 pub fn process_vm_read(pid: u32, local: &mut [u8], remote: u64) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < local.len() {
-        let liov = libc::iovec {
-            // SAFETY: in bounds of `local`.
-            iov_base: unsafe { local.as_mut_ptr().add(done) }.cast(),
-            iov_len: local.len() - done,
-        };
-        let riov = libc::iovec {
-            iov_base: (remote + done as u64) as *mut libc::c_void,
-            iov_len: local.len() - done,
-        };
-        // SAFETY: the local iovec points into `local`, which we own mutably; the kernel checks
-        // the remote one against the other process's address space and fails with EFAULT.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "process_vm_readv read nothing",
-            ));
-        }
-        done += n as usize;
-    }
-    Ok(())
+    cross_memory(pid, local.as_mut_ptr(), local.len(), remote, false)
 }
 
 /// Copies `local` to address `remote` in process `pid` with process_vm_writev (the other
 /// direction of [`process_vm_read`], with the same right). Loops over partial writes.
 pub fn process_vm_write(pid: u32, local: &[u8], remote: u64) -> io::Result<()> {
+    // The kernel only reads through the pointer when writing to the other process.
+    cross_memory(pid, local.as_ptr().cast_mut(), local.len(), remote, true)
+}
+
+/// `len` bytes between `local` (ours) and `remote` (in `pid`): written there when `write`, else
+/// read from there. The caller holds `local` for `len` bytes, mutably unless `write`.
+fn cross_memory(pid: u32, local: *mut u8, len: usize, remote: u64, write: bool) -> io::Result<()> {
     let mut done = 0usize;
-    while done < local.len() {
+    while done < len {
         let liov = libc::iovec {
-            // SAFETY: in bounds of `local`; the kernel only reads through it.
-            iov_base: unsafe { local.as_ptr().add(done) }.cast_mut().cast(),
-            iov_len: local.len() - done,
+            iov_base: local.wrapping_add(done).cast(),
+            iov_len: len - done,
         };
         let riov = libc::iovec {
             iov_base: (remote + done as u64) as *mut libc::c_void,
-            iov_len: local.len() - done,
+            iov_len: len - done,
         };
-        // SAFETY: the local iovec points into `local`, which we borrow; the kernel checks the
-        // remote one against the other process's address space and fails with EFAULT.
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+        // SAFETY: the local iovec lies inside the caller's buffer (borrowed mutably for a read,
+        // only read by the kernel for a write); the kernel checks the remote one against the
+        // other process's address space and fails with EFAULT.
+        let n = unsafe {
+            if write {
+                libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+            } else {
+                libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+            }
+        };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "process_vm_writev wrote nothing",
+                "cross-memory copy moved nothing",
             ));
         }
         done += n as usize;

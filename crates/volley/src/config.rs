@@ -218,28 +218,8 @@ impl Config {
             }
         };
         let print_counters = flag("VOLLEY_COUNTERS");
-        let single_copy = match std::env::var("VOLLEY_SINGLE_COPY").ok().as_deref() {
-            None | Some("") | Some("auto") | Some("on") => true,
-            Some("off") => false,
-            Some(other) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_SINGLE_COPY",
-                    value: other.to_string(),
-                    why: "must be auto or off".into(),
-                })
-            }
-        };
-        let single_copy_help = match std::env::var("VOLLEY_SINGLE_COPY_HELP").ok().as_deref() {
-            None | Some("") | Some("auto") | Some("on") => true,
-            Some("off") => false,
-            Some(other) => {
-                return Err(InitError::Env {
-                    var: "VOLLEY_SINGLE_COPY_HELP",
-                    value: other.to_string(),
-                    why: "must be auto or off".into(),
-                })
-            }
-        };
+        let single_copy = env_auto_or_off("VOLLEY_SINGLE_COPY")?;
+        let single_copy_help = env_auto_or_off("VOLLEY_SINGLE_COPY_HELP")?;
         let single_copy_help_from =
             env_usize("VOLLEY_SINGLE_COPY_HELP_FROM")?.unwrap_or_else(default_help_from);
         let profile = crate::profile::load();
@@ -480,6 +460,19 @@ fn auto_on_off(var: &'static str) -> Result<Option<bool>, InitError> {
 
 fn flag(var: &str) -> bool {
     matches!(std::env::var(var).ok().as_deref(), Some(v) if v != "0" && !v.is_empty())
+}
+
+/// A switch that is `auto` (or `on`, or unset) or `off`.
+fn env_auto_or_off(var: &'static str) -> Result<bool, InitError> {
+    match std::env::var(var).ok().as_deref() {
+        None | Some("") | Some("auto") | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(InitError::Env {
+            var,
+            value: other.to_string(),
+            why: "must be auto or off".into(),
+        }),
+    }
 }
 
 pub(crate) fn env_usize(var: &'static str) -> Result<Option<usize>, InitError> {

@@ -48,6 +48,19 @@ pub fn ok(o: Output) -> String {
     out
 }
 
+/// Sum of a counter over the ranks' VOLLEY_COUNTERS=1 reports on stderr.
+pub fn counter(stderr: &str, name: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
 /// Values of `key=` on the "result:" lines of `out`.
 pub fn values(out: &str, key: &str) -> Vec<String> {
     out.lines()
