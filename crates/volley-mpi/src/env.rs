@@ -12,28 +12,6 @@ use std::time::Instant;
 
 /// Joins the job and builds the face's state: MPI_COMM_WORLD (context 0) and MPI_COMM_SELF
 /// (context 1).
-/// Collectives take and give back buffers of the call's size each call. glibc's defaults hand
-/// the top of the heap back to the kernel once 128 KiB of it is free, and map chunks of 128 KiB
-/// and more afresh, so every large collective paid for new pages: page faults and `brk` were
-/// most of a 128 KiB alltoall's time (10x slower than at 64 KiB). Freed memory is kept for
-/// reuse instead, up to 128 MiB at the top of the heap, and chunks up to 32 MiB come from the
-/// heap (Open MPI's memory hooks keep freed memory too). A program that sets
-/// MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ keeps its own choice.
-fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let own = |v: &str| std::env::var_os(v).is_some();
-        if !own("MALLOC_TRIM_THRESHOLD_") {
-            // SAFETY: mallopt takes two integers; glibc applies them to later calls.
-            unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20) };
-        }
-        if !own("MALLOC_MMAP_THRESHOLD_") {
-            // SAFETY: as above.
-            unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) };
-        }
-    }
-}
-
 fn init(required: c_int) -> R<c_int> {
     match state::PHASE.load(Ordering::Acquire) {
         0 => {}
@@ -51,7 +29,6 @@ fn init(required: c_int) -> R<c_int> {
         }
     }
     volley::collectives::check_env().map_err(|e| crate::err::fatal("MPI_Init", &e))?;
-    keep_freed_memory();
     let world = volley::World::init()
         .map_err(|e| crate::err::fatal("MPI_Init", &format!("cannot join the job: {e}")))?;
     // volley's world is used by one thread at a time: MPI_THREAD_SERIALIZED at most.
