@@ -330,6 +330,66 @@ fn bad_bench_options_are_clear_errors() {
     }
 }
 
+/// MPIs beside volley's own ping-pong: volley's bench, then the driver's MPI ping-pong built
+/// with volley's, Open MPI's and MPICH's mpicc, in turn; each column a one-way latency, each
+/// ratio a column over volley's own (what that MPI adds), kernel transports in the same table.
+#[test]
+fn pingpong_bench_puts_mpis_beside_volley_itself() {
+    let o = Command::new(VOLLEY)
+        .args(["bench", "pingpong", "--sizes", "8,64K", "--vs", "mpi,openmpi,mpich,tcp"])
+        .args(["--reps", "2", "--budget-ms", "20", "--iters", "50"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("bytes"))
+        .unwrap_or_else(|| panic!("no header:\n{out}\n{err}"));
+    let cols: Vec<&str> = head.split_whitespace().collect();
+    for col in [
+        "tcp",
+        "volley-mpi",
+        "openmpi",
+        "mpich",
+        "volley-mpi/volley",
+        "openmpi/volley",
+        "mpich/volley",
+        "tcp/volley",
+    ] {
+        assert!(cols.contains(&col), "{col}: {head}");
+    }
+    assert!(cols[1].starts_with("volley"), "volley's own first: {head}");
+    for size in ["8", "65536"] {
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(size))
+            .unwrap_or_else(|| panic!("no row for {size}:\n{out}"));
+        let nums: Vec<f64> = row
+            .split(|c: char| c.is_whitespace() || "()-x".contains(c))
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // Five medians with their spread, then four ratios.
+        assert_eq!(nums.len(), 1 + 5 * 3 + 4, "{row}");
+        assert!(nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{row}");
+        // Each ratio is its column's median over volley's.
+        for k in 1..5 {
+            let want = nums[1 + 3 * k] / nums[1];
+            let got = nums[16 + k - 1];
+            assert!((got - want).abs() <= 0.01 + 0.01 * want, "{row}: ratio {k}");
+        }
+    }
+    assert!(!err.contains("left out"), "{err}");
+    // MPIs compare only where the driver measures.
+    let o = Command::new(VOLLEY)
+        .args(["bench", "stream", "--vs", "openmpi"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MPIs compare in the pingpong"));
+}
+
 /// The collective tests: one C driver built with volley's, Open MPI's and MPICH's mpicc, run by
 /// each one's launcher in turn; the table has a row per size with a latency for each MPI and
 /// volley's ratio to each, and the build directory is gone afterwards.

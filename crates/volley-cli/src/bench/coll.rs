@@ -167,20 +167,6 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Entry point for the collective tests.
 pub fn bench(args: &BenchArgs, sizes: Vec<u64>) -> i32 {
-    match run(args, sizes) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("volley bench: {e}");
-            1
-        }
-    }
-}
-
-fn run(args: &BenchArgs, sizes: Vec<u64>) -> Result<(), String> {
-    let n = args.ranks;
-    if n < 1 {
-        return Err("--ranks must be at least 1".into());
-    }
     let mut systems = vec![System::Volley];
     for s in args
         .vs
@@ -189,25 +175,116 @@ fn run(args: &BenchArgs, sizes: Vec<u64>) -> Result<(), String> {
         .split(',')
         .filter(|s| !s.is_empty())
     {
-        let m = System::parse(s.trim())?;
+        match System::parse(s.trim()) {
+            Ok(m) if !systems.contains(&m) => systems.push(m),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("volley bench: --vs: {e}");
+                return 2;
+            }
+        }
+    }
+    finish(run(args, args.ranks, &systems, None, sizes))
+}
+
+/// Whether `s` names an MPI for `--vs` (the ping-pong then runs the driver under it).
+pub fn is_mpi(s: &str) -> bool {
+    matches!(
+        s.trim(),
+        "mpi" | "volley-mpi" | "openmpi" | "ompi" | "mpich"
+    )
+}
+
+/// `volley bench pingpong --vs` with MPIs: volley's own ping-pong (a `volley bench pingpong`
+/// run, with the kernel transports in `kernel` beside it) and the driver's MPI ping-pong under
+/// volley's MPI ("mpi"), Open MPI and MPICH, taking turns round after round. The table gives
+/// each one-way latency and its ratio to volley's own: what an MPI adds.
+pub fn pingpong(args: &BenchArgs, sizes: Vec<u64>, mpis: &[&str], kernel: &[&str]) -> i32 {
+    if args.cold {
+        eprintln!("volley bench: --cold compares volley with the kernel's transports, not with MPIs (the MPI ping-pong reuses its buffers)");
+        return 2;
+    }
+    let mut systems = Vec::new();
+    for s in mpis {
+        let m = match s.trim() {
+            "mpi" | "volley-mpi" => System::Volley,
+            other => match System::parse(other) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("volley bench: --vs: {e}");
+                    return 2;
+                }
+            },
+        };
         if !systems.contains(&m) {
             systems.push(m);
         }
     }
+    finish(run(args, 2, &systems, Some(kernel), sizes))
+}
+
+fn finish(r: Result<(), String>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("volley bench: {e}");
+            1
+        }
+    }
+}
+
+/// What takes a turn in a round: volley's own two-rank bench (ping-pong only), or the driver
+/// built with an MPI.
+enum Turn {
+    Native,
+    Driver(System, PathBuf),
+}
+
+/// Rows of `volley bench pingpong --csv`: (transport, bytes, median one-way us).
+fn parse_csv(text: &str) -> Vec<(String, u64, f64)> {
+    let mut v = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() < 6 {
+            continue;
+        }
+        if let (Ok(b), Ok(t)) = (f[2].parse(), f[5].parse()) {
+            v.push((f[1].to_string(), b, t));
+        }
+    }
+    v
+}
+
+/// Measures: `native` is Some(kernel transports) for the ping-pong, whose first column is
+/// volley's own bench; None for a collective, whose first system is volley's MPI.
+fn run(
+    args: &BenchArgs,
+    n: usize,
+    systems: &[System],
+    native: Option<&[&str]>,
+    sizes: Vec<u64>,
+) -> Result<(), String> {
+    if n < 1 {
+        return Err("--ranks must be at least 1".into());
+    }
+    let p2p = native.is_some();
     let me = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
     let dir = std::env::temp_dir().join(format!("volley-bench-coll-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _clean = Clean(dir.clone());
     let src = dir.join("coll_driver.c");
     std::fs::write(&src, DRIVER).map_err(|e| format!("{}: {e}", src.display()))?;
+    let mut turns = Vec::new();
+    if p2p {
+        turns.push(Turn::Native);
+    }
     // Build the driver with each MPI; one that cannot be built is left out, with a word why.
-    let mut built: Vec<(System, PathBuf)> = Vec::new();
-    for m in systems {
+    for &m in systems {
         let exe = dir.join(format!("coll_{}", m.name()));
         let mut c = m.compiler(&me);
         c.args(["-O2", "-o"]).arg(&exe).arg(&src);
         match c.output() {
-            Ok(o) if o.status.success() => built.push((m, exe)),
+            Ok(o) if o.status.success() => turns.push(Turn::Driver(m, exe)),
             Ok(o) => eprintln!(
                 "volley bench: {} left out: its mpicc failed: {}",
                 m.name(),
@@ -220,58 +297,104 @@ fn run(args: &BenchArgs, sizes: Vec<u64>) -> Result<(), String> {
             ),
         }
     }
-    if built.is_empty() {
+    if turns.is_empty() {
         return Err("nothing to measure".into());
     }
+    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
     let mut driver_args = vec![args.test.clone(), args.budget_ms.to_string()];
-    driver_args.extend(sizes.iter().map(|s| s.to_string()));
-    // Round after round, the systems in turn.
-    let mut got: BTreeMap<(usize, u64), Vec<f64>> = BTreeMap::new();
-    let limit = Duration::from_millis(args.budget_ms * 4 * sizes.len() as u64 + 120_000);
+    driver_args.extend(list.iter().cloned());
+    // Round after round, the systems in turn; columns in the order they first report.
+    let mut cols: Vec<String> = Vec::new();
+    let mut got: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
+    let limit = Duration::from_millis(args.budget_ms * 8 * sizes.len() as u64 + 120_000);
+    let csv = dir.join("native.csv");
     for round in 0..args.reps {
-        for (i, (m, exe)) in built.iter().enumerate() {
-            let mut c = m.launcher(&me, n, args.cpus.as_deref());
-            c.arg(exe).args(&driver_args);
-            let out =
-                run_for(c, limit).map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?;
-            for (size, t) in parse(&out) {
-                got.entry((i, size)).or_default().push(t);
+        for t in &turns {
+            let rows = match t {
+                Turn::Native => {
+                    let mut c = Command::new(&me);
+                    c.args(["bench", "pingpong", "--reps", "1", "--sizes"])
+                        .arg(list.join(","))
+                        .args(["--budget-ms", &args.budget_ms.to_string()])
+                        .args(["--iters", &args.iters.to_string(), "--csv"])
+                        .arg(&csv);
+                    if let Some(k) = native.filter(|k| !k.is_empty()) {
+                        c.args(["--vs", &k.join(",")]);
+                    }
+                    if let Some(l) = args.cpus.as_deref() {
+                        c.args(["--cpus", l]);
+                    }
+                    run_for(c, limit).map_err(|e| format!("volley round {}: {e}", round + 1))?;
+                    let text = std::fs::read_to_string(&csv)
+                        .map_err(|e| format!("{}: {e}", csv.display()))?;
+                    parse_csv(&text)
+                }
+                Turn::Driver(m, exe) => {
+                    let mut c = m.launcher(&me, n, args.cpus.as_deref());
+                    c.arg(exe).args(&driver_args);
+                    let out = run_for(c, limit)
+                        .map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?;
+                    let name = match m {
+                        System::Volley if p2p => "volley-mpi".to_string(),
+                        m => m.name().to_string(),
+                    };
+                    parse(&out)
+                        .into_iter()
+                        .map(|(s, v)| (name.clone(), s, v))
+                        .collect()
+                }
+            };
+            for (col, size, v) in rows {
+                if !cols.contains(&col) {
+                    cols.push(col.clone());
+                }
+                got.entry((col, size)).or_default().push(v);
             }
         }
     }
     // The table.
     println!(
-        "# volley bench {}, {n} ranks{}, per-call latency in us: median of {} rounds (min-max of the rounds' medians), systems interleaved",
+        "# volley bench {}, {n} ranks{}, {} in us: median of {} rounds (min-max of the rounds' medians), systems interleaved",
         args.test,
         args.cpus
             .as_deref()
             .map(|c| format!(" on CPUs {c}"))
             .unwrap_or_default(),
+        if p2p { "one-way latency" } else { "per-call latency" },
         args.reps
     );
+    // Ratios: for the ping-pong, each other column over volley's own (what it adds); for a
+    // collective, volley's over each other MPI's (below 1: volley is faster).
+    let ratio_head = |c: &str| {
+        if p2p {
+            format!("{c}/volley")
+        } else {
+            format!("vs {c}")
+        }
+    };
     let mut head = format!("{:>10}", "bytes");
-    for (m, _) in &built {
-        head.push_str(&format!(" {:>24}", m.name()));
+    for c in &cols {
+        head.push_str(&format!(" {:>24}", c));
     }
-    for (m, _) in built.iter().skip(1) {
-        head.push_str(&format!(" {:>12}", format!("vs {}", m.name())));
+    for c in cols.iter().skip(1) {
+        head.push_str(&format!(" {:>14}", ratio_head(c)));
     }
     println!("{head}");
     for &size in &sizes {
         let mut row = format!("{size:>10}");
         let mut meds = Vec::new();
-        for i in 0..built.len() {
-            let mut v = got.get(&(i, size)).cloned().unwrap_or_default();
+        for c in &cols {
+            let mut v = got.get(&(c.clone(), size)).cloned().unwrap_or_default();
             let (lo, hi) = v
                 .iter()
                 .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
             let med = median(&mut v);
             meds.push(med);
-            row.push_str(&format!(" {:>24}", format!("{med:.2} ({lo:.2}-{hi:.2})")));
+            row.push_str(&format!(" {:>24}", format!("{med:.3} ({lo:.3}-{hi:.3})")));
         }
         for m in meds.iter().skip(1) {
-            // volley's latency as a fraction of the other's: below 1 is faster.
-            row.push_str(&format!(" {:>12}", format!("{}x", ratio(meds[0] / m))));
+            let r = if p2p { m / meds[0] } else { meds[0] / m };
+            row.push_str(&format!(" {:>14}", format!("{}x", ratio(r))));
         }
         println!("{row}");
     }

@@ -1,6 +1,8 @@
 /* The collective measurement of `volley bench` (barrier, bcast, reduce, allreduce, allgather,
- * alltoall, and ibarrier, iallreduce: the non-blocking call, then MPI_Wait), built by `volley bench` with each MPI's own mpicc (volley's, Open MPI's, MPICH's)
- * and started by each one's launcher, so the three run the same code.
+ * alltoall, and ibarrier, iallreduce: the non-blocking call, then MPI_Wait), and its MPI
+ * ping-pong (MPI_Send and MPI_Recv between ranks 0 and 1; the time given is one-way, half a round
+ * trip), built by `volley bench` with each MPI's own mpicc (volley's, Open MPI's, MPICH's) and
+ * started by each one's launcher, so the three run the same code.
  *
  *   coll_driver OP BUDGET_MS SIZE...
  *
@@ -16,15 +18,17 @@
 #include <string.h>
 
 static int op_of(const char *s) {
-    const char *ops[] = {"barrier",  "bcast",    "reduce",     "allreduce",
-                         "allgather", "alltoall", "ibarrier", "iallreduce"};
-    for (int i = 0; i < 8; i++)
+    const char *ops[] = {"barrier",  "bcast",    "reduce",     "allreduce", "allgather",
+                         "alltoall", "ibarrier", "iallreduce", "pingpong"};
+    for (int i = 0; i < 9; i++)
         if (strcmp(s, ops[i]) == 0)
             return i;
     return -1;
 }
 
-static void call(int op, char *a, char *b, long size, MPI_Comm c) {
+enum { PINGPONG = 8 };
+
+static void call(int op, int rank, char *a, char *b, long size, MPI_Comm c) {
     int n = (int)(size / 8);
     MPI_Request r;
     switch (op) {
@@ -54,6 +58,16 @@ static void call(int op, char *a, char *b, long size, MPI_Comm c) {
         MPI_Iallreduce(a, b, n, MPI_DOUBLE, MPI_SUM, c, &r);
         MPI_Wait(&r, MPI_STATUS_IGNORE);
         break;
+    case PINGPONG:
+        /* Ranks beyond the first two sit it out. */
+        if (rank == 0) {
+            MPI_Send(a, (int)size, MPI_BYTE, 1, 1, c);
+            MPI_Recv(b, (int)size, MPI_BYTE, 1, 1, c, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(b, (int)size, MPI_BYTE, 0, 1, c, MPI_STATUS_IGNORE);
+            MPI_Send(a, (int)size, MPI_BYTE, 0, 1, c);
+        }
+        break;
     }
 }
 
@@ -69,11 +83,13 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(c, &rank);
     MPI_Comm_size(c, &n);
     int op = argc > 3 ? op_of(argv[1]) : -1;
-    if (op < 0) {
+    if (op < 0 || (op == PINGPONG && n < 2)) {
         if (rank == 0)
-            fprintf(stderr, "usage: coll_driver barrier|bcast|reduce|allreduce|allgather|alltoall|ibarrier|iallreduce BUDGET_MS SIZE...\n");
+            fprintf(stderr, "usage: coll_driver barrier|bcast|reduce|allreduce|allgather|alltoall|ibarrier|iallreduce|pingpong BUDGET_MS SIZE... (pingpong: 2 ranks or more)\n");
         MPI_Abort(c, 2);
     }
+    /* A ping-pong call is a round trip; the time given is one-way. */
+    double per_call = op == PINGPONG ? 2.0 : 1.0;
     double budget = atof(argv[2]) / 1000.0;
     long most = 0;
     for (int i = 3; i < argc; i++)
@@ -91,14 +107,14 @@ int main(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
         long size = atol(argv[i]);
         for (int w = 0; w < 3; w++)
-            call(op, a, b, size, c);
+            call(op, rank, a, b, size, c);
         /* How many calls fill a batch: timed on rank 0, the same count everywhere. */
         long k = 1;
         for (;;) {
             MPI_Barrier(c);
             double t0 = MPI_Wtime();
             for (long j = 0; j < k; j++)
-                call(op, a, b, size, c);
+                call(op, rank, a, b, size, c);
             double dt = MPI_Wtime() - t0;
             int more = dt < budget / BATCHES / 4 && k < (1L << 24);
             MPI_Bcast(&more, 1, MPI_INT, 0, c);
@@ -110,8 +126,8 @@ int main(int argc, char **argv) {
             MPI_Barrier(c);
             double t0 = MPI_Wtime();
             for (long j = 0; j < k; j++)
-                call(op, a, b, size, c);
-            double per = (MPI_Wtime() - t0) / (double)k, slowest;
+                call(op, rank, a, b, size, c);
+            double per = (MPI_Wtime() - t0) / (double)k / per_call, slowest;
             MPI_Reduce(&per, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, c);
             t[z] = slowest;
         }

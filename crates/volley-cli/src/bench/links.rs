@@ -53,7 +53,7 @@ impl Kind {
             "pipe" | "pipes" => Kind::Pipe,
             other => {
                 return Err(format!(
-                    "unknown transport {other:?}; choose from tcp, udp, uds, pipe"
+                    "unknown transport {other:?}; choose from tcp, udp, uds, pipe, or (pingpong) the MPIs mpi, openmpi, mpich"
                 ))
             }
         })

@@ -38,8 +38,9 @@ pub struct BenchArgs {
     /// Add NetPIPE's perturbations: each size also minus and plus 3 bytes.
     #[arg(long)]
     pub perturb: bool,
-    /// Compare in the same run with kernel transports (tcp, udp, uds, pipe), or for a
-    /// collective with other MPIs (openmpi, mpich); comma-separated.
+    /// Compare in the same run with kernel transports (tcp, udp, uds, pipe), or with MPIs: for
+    /// pingpong, volley's own MPI (mpi), openmpi and mpich, each running a small C ping-pong; for
+    /// a collective, openmpi and mpich beside volley's MPI. Comma-separated.
     #[arg(long, value_name = "LIST")]
     pub vs: Option<String>,
     /// Pin the ranks to these CPUs (A,B for the two-rank tests; a list for the collectives).
@@ -252,6 +253,37 @@ pub fn bench(args: BenchArgs) -> i32 {
             sizes
         };
         return coll::bench(&args, sizes);
+    }
+    // MPIs beside the ping-pong: jobs of their own, started from here (see coll::pingpong).
+    let listed: Vec<&str> = args
+        .vs
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .collect();
+    if listed.iter().any(|s| coll::is_mpi(s)) {
+        if args.test != "pingpong" {
+            eprintln!(
+                "volley bench: --vs: MPIs compare in the pingpong test and the collectives, not in {}",
+                args.test
+            );
+            return 2;
+        }
+        if std::env::var_os(volley::launch::ENV_RANK).is_some() {
+            eprintln!("volley bench: --vs with MPIs starts jobs of its own: run `volley bench pingpong` directly, not under a launcher");
+            return 2;
+        }
+        let (mpis, kernel): (Vec<&str>, Vec<&str>) =
+            listed.into_iter().partition(|s| coll::is_mpi(s));
+        if let Some(bad) = kernel.iter().find(|k| Kind::parse(k).is_err()) {
+            eprintln!(
+                "volley bench: --vs: {}",
+                Kind::parse(bad).err().unwrap_or_default()
+            );
+            return 2;
+        }
+        return coll::pingpong(&args, sizes, &mpis, &kernel);
     }
     let vs = match args.vs.as_deref().map(|v| {
         v.split(',')
