@@ -336,7 +336,14 @@ fn bad_bench_options_are_clear_errors() {
 #[test]
 fn pingpong_bench_puts_mpis_beside_volley_itself() {
     let o = Command::new(VOLLEY)
-        .args(["bench", "pingpong", "--sizes", "8,64K", "--vs", "mpi,openmpi,mpich,tcp"])
+        .args([
+            "bench",
+            "pingpong",
+            "--sizes",
+            "8,64K",
+            "--vs",
+            "mpi,openmpi,mpich,tcp",
+        ])
         .args(["--reps", "2", "--budget-ms", "20", "--iters", "50"])
         .output()
         .unwrap();

@@ -448,3 +448,28 @@ fn running_out_of_descriptors_says_so() {
     assert!(err.contains("ulimit -n"), "{err}");
     assert!(!err.contains("program path"), "{err}");
 }
+
+/// While the ranks run, the launcher sleeps until a rank ends, a signal comes or a deadline
+/// passes: it wakes at most about once a second, not every few milliseconds, so it does not take
+/// the ranks' CPUs from them (a launcher polling every 2 ms preempted a rank 500 times a second).
+/// The rank reads its launcher's context switches over one second of its own run.
+#[test]
+fn an_idle_launcher_does_not_wake_up() {
+    let script = "s() { awk '/^voluntary_ctxt_switches/ {print $2}' /proc/$PPID/status; }; \
+                  a=$(s); sleep 1; b=$(s); echo result: wakeups=$((b - a))";
+    let o = Command::new(VOLLEY)
+        .args(["run", "-n", "1", "--timeout", "60", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let n: u64 = values(&out, "wakeups")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {out}"));
+    assert!(n <= 10, "the launcher woke {n} times in a second");
+}
