@@ -2,17 +2,21 @@
 //!
 //! Every rank owns [`COLL_SLOTS`] slots in the segment. A communicator whose ranks all share this
 //! segment claims one slot at each member (the `volley` crate chooses which and tells the
-//! members); a member then publishes in its own slot and reads the others' slots. A slot is one
-//! 128-byte control line (`arrive`, `done`, `gen` and two 48-byte inline buffers, so that a short
-//! contribution travels on the line its flag is on) and two data buffers of [`COLL_DATA`] bytes.
-//! Operations on a slot are numbered from 1; operation `s` writes buffer `s & 1`.
+//! members); a member then publishes in its own slot and reads the others' slots. A slot is
+//! [`COLL_DEPTH`] flag lines (each an `arrive` word and a 56-byte inline buffer, so that a short
+//! contribution travels on the line its flag is on), a line with `done` and `gen`, and two data
+//! buffers of [`COLL_DATA`] bytes. Operations on a slot are numbered from 1; operation `s` raises
+//! flag `s % COLL_DEPTH` and writes its data inline there or in buffer `s & 1`.
 //!
 //! The protocol (each rank writes only its own slot):
-//! - `arrive = s` (Release) after the rank wrote its data for operation `s` (or, in a barrier,
-//!   reached it). Readers wait for it (Acquire) before they read the data.
+//! - `arrive = s` (Release) on flag `s % COLL_DEPTH` after the rank wrote its data for operation
+//!   `s` (or, in a barrier, reached it). Readers wait for it (Acquire) before they read the data.
 //! - `done = s` (Release) once the rank has finished operation `s`, its reads of the other slots
-//!   included. A writer overwrites buffer `s & 1` only once every member's `done >= s - 2`, so no
-//!   reader of operation `s - 2` is still at it.
+//!   included. A writer overwrites the places of operation `s` only once every member has
+//!   finished operation `s - coll_distance(len)` (`done` at least that, or an arrival at a later
+//!   operation), so no reader of the operation that last used them is still at it. Short data
+//!   may so run [`COLL_DEPTH`] - 1 operations ahead of its readers (a root broadcasting in a
+//!   loop does not wait for each reader), data in the buffers one.
 //! - `gen` counts the slot's claims; a claim zeroes `arrive` and `done` first. A member that finds
 //!   another's `gen` changed knows that rank has left the communicator (it claims a slot again only
 //!   after it freed the communicator, which is after its last operation on it).
@@ -26,27 +30,43 @@ pub const COLL_SLOTS: usize = 16;
 pub const COLL_DATA: usize = 4096;
 /// Contributions of at most this many bytes travel on the line of their flag.
 pub const COLL_INLINE: usize = 56;
+/// Flag lines per slot: how many operations with short data a writer may be ahead of a reader,
+/// plus one.
+pub const COLL_DEPTH: usize = 8;
 
-/// One cache line: the last operation of one parity published, and its short contribution.
+/// How many operations apart two operations with `len` bytes of data are that write the same
+/// place: a writer of operation `s` waits until every member has finished operation `s` minus
+/// this.
+#[inline]
+pub const fn coll_distance(len: usize) -> u64 {
+    if len <= COLL_INLINE {
+        COLL_DEPTH as u64
+    } else {
+        2
+    }
+}
+
+/// One cache line: the last operation published on this flag, and its short contribution.
 #[repr(C, align(64))]
 pub struct CollFlag {
     pub arrive: AtomicU64,
     inline: [u8; COLL_INLINE],
 }
 
-/// A slot's control block: a flag line per operation parity (so a reader that sees the flag has
-/// the short data that came with it on the same line), then `done` and `gen` on their own.
+/// A slot's control block: [`COLL_DEPTH`] flag lines (so a reader that sees a flag has the short
+/// data that came with it on the same line), then `done` and `gen` on their own line (padded so
+/// that a slot is a whole number of pages in sixteen).
 #[repr(C, align(128))]
 pub struct CollCtrl {
-    pub flags: [CollFlag; 2],
+    pub flags: [CollFlag; COLL_DEPTH],
     pub done: AtomicU64,
     pub gen: AtomicU64,
-    _reserved: [u8; 112],
+    _reserved: [u8; 496],
 }
 
 const _: () = assert!(std::mem::size_of::<CollFlag>() == 64);
-const _: () = assert!(std::mem::size_of::<CollCtrl>() == 256);
-const _: () = assert!(std::mem::offset_of!(CollCtrl, done) == 128);
+const _: () = assert!(std::mem::size_of::<CollCtrl>() == 1024);
+const _: () = assert!(std::mem::offset_of!(CollCtrl, done) == 64 * COLL_DEPTH);
 
 /// Bytes of one slot: the control block and two data buffers.
 pub const COLL_SLOT_BYTES: usize = std::mem::size_of::<CollCtrl>() + 2 * COLL_DATA;
@@ -65,13 +85,13 @@ impl Segment {
         unsafe { &*(self.coll_base(rank, slot) as *const CollCtrl) }
     }
 
-    /// The last operation of `s`'s parity that `rank` published in `slot` (0: none since its
+    /// The last operation on `s`'s flag that `rank` published in `slot` (0: none since its
     /// claim); `>= s` once it published `s`.
     #[inline]
     pub fn coll_arrived(&self, rank: usize, slot: usize, s: u64) -> u64 {
         // SYNC: Acquire; pairs with the Release in coll_arrive: the data written before is
         // visible.
-        self.coll_ctrl(rank, slot).flags[(s & 1) as usize]
+        self.coll_ctrl(rank, slot).flags[s as usize % COLL_DEPTH]
             .arrive
             .load(Ordering::Acquire)
     }
@@ -107,7 +127,7 @@ impl Segment {
     #[inline]
     pub fn coll_arrive(&self, me: usize, slot: usize, s: u64) {
         // SYNC: Release; pairs with the Acquire in coll_arrived.
-        self.coll_ctrl(me, slot).flags[(s & 1) as usize]
+        self.coll_ctrl(me, slot).flags[s as usize % COLL_DEPTH]
             .arrive
             .store(s, Ordering::Release);
     }
@@ -119,30 +139,31 @@ impl Segment {
         self.coll_ctrl(me, slot).done.store(s, Ordering::Release);
     }
 
-    /// Where operation parity `parity` keeps `len` bytes in a slot: inline or in a data buffer.
+    /// Where operation `s` keeps `len` bytes in a slot: inline on its flag line, or in data
+    /// buffer `s & 1`.
     #[inline]
-    fn coll_data(&self, rank: usize, slot: usize, parity: u64, len: usize) -> *mut u8 {
+    fn coll_data(&self, rank: usize, slot: usize, s: u64, len: usize) -> *mut u8 {
         assert!(
             len <= COLL_DATA,
             "{len} bytes is more than a collective slot holds"
         );
-        let p = (parity & 1) as usize;
         let base = self.coll_base(rank, slot);
-        // SAFETY: both offsets lie inside the slot: the inline buffer in the control line, the
-        // data buffers after it, COLL_DATA bytes each.
+        // SAFETY: both offsets lie inside the slot: the inline buffer in a flag line of the
+        // control block, the data buffers after it, COLL_DATA bytes each.
         unsafe {
             if len <= COLL_INLINE {
                 base.add(
-                    p * std::mem::size_of::<CollFlag>() + std::mem::offset_of!(CollFlag, inline),
+                    (s as usize % COLL_DEPTH) * std::mem::size_of::<CollFlag>()
+                        + std::mem::offset_of!(CollFlag, inline),
                 )
             } else {
-                base.add(std::mem::size_of::<CollCtrl>() + p * COLL_DATA)
+                base.add(std::mem::size_of::<CollCtrl>() + (s & 1) as usize * COLL_DATA)
             }
         }
     }
 
     /// Writes rank `me`'s contribution to operation `s` into its slot (before `coll_arrive`).
-    /// The caller has seen every reader's `done >= s - 2`.
+    /// The caller has seen every reader finish operation `s - coll_distance(data.len())`.
     #[inline]
     pub fn coll_write(&self, me: usize, slot: usize, s: u64, data: &[u8]) {
         let dst = self.coll_data(me, slot, s, data.len());
@@ -285,6 +306,40 @@ mod tests {
             (0, 0, 0)
         );
         assert_eq!(seg.coll_gen(1, 2), 2);
+    }
+
+    #[test]
+    fn short_data_of_the_last_depth_operations_stays_readable() {
+        let seg = segment(2);
+        seg.coll_claim(1, 3);
+        let val = |op: u64| -> Vec<u8> {
+            (0..COLL_INLINE)
+                .map(|i| (op as usize * 7 + i) as u8)
+                .collect()
+        };
+        for op in 1..=COLL_DEPTH as u64 {
+            seg.coll_write(1, 3, op, &val(op));
+            seg.coll_arrive(1, 3, op);
+        }
+        for op in 1..=COLL_DEPTH as u64 {
+            assert_eq!(seg.coll_arrived(1, 3, op), op);
+            let mut out = vec![0u8; COLL_INLINE];
+            seg.coll_read(1, 3, op, &mut out);
+            assert_eq!(out, val(op), "op {op}");
+        }
+        // The next one takes the first one's line, and only that.
+        let next = COLL_DEPTH as u64 + 1;
+        seg.coll_write(1, 3, next, &val(next));
+        seg.coll_arrive(1, 3, next);
+        assert_eq!(seg.coll_arrived(1, 3, 1), next);
+        assert_eq!(seg.coll_arrived(1, 3, 2), 2);
+        let mut out = vec![0u8; COLL_INLINE];
+        seg.coll_read(1, 3, 2, &mut out);
+        assert_eq!(out, val(2));
+        assert_eq!(
+            (coll_distance(COLL_INLINE), coll_distance(COLL_INLINE + 1)),
+            (COLL_DEPTH as u64, 2)
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 ///     looks only at rings that may hold something.
 /// 11: the grant queue has 48 entries and the ring's control block ends with a copy slot (a
 ///     rendezvous copied by both sides, `coop`); grants may say Help.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;

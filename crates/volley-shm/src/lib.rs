@@ -15,7 +15,10 @@ mod coop;
 mod layout;
 mod ring;
 
-pub use coll::{CollCtrl, CollFlag, COLL_DATA, COLL_INLINE, COLL_SLOTS, COLL_SLOT_BYTES};
+pub use coll::{
+    coll_distance, CollCtrl, CollFlag, COLL_DATA, COLL_DEPTH, COLL_INLINE, COLL_SLOTS,
+    COLL_SLOT_BYTES,
+};
 pub use control::{Cursor, Grant, Pushed, RankState};
 pub use coop::{coop_chunk, coop_chunks, Claim, COOP_FROM};
 pub use layout::{

@@ -22,7 +22,7 @@ use crate::wait::Waiter;
 use crate::world::World;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use volley_shm::{Segment, COLL_DATA, COLL_INLINE, COLL_SLOTS};
+use volley_shm::{coll_distance, Segment, COLL_DATA, COLL_INLINE, COLL_SLOTS};
 
 /// The most bytes one contribution to a shared-memory collective can have.
 pub const SHM_COLL_BYTES: usize = COLL_DATA;
@@ -99,6 +99,9 @@ pub struct ShmGroup {
     /// The last operation every member was seen to have published (so, for an operation two
     /// later, no reader is left in the buffer it writes).
     all_arrived: AtomicU64,
+    /// An operation every other member was seen to have finished (its `done`, or an arrival
+    /// after it): a writer that stays within a place's reuse distance of it looks no further.
+    all_done: AtomicU64,
 }
 
 thread_local! {
@@ -170,6 +173,7 @@ impl World {
             me,
             seq: AtomicU64::new(0),
             all_arrived: AtomicU64::new(0),
+            all_done: AtomicU64::new(0),
         })
     }
 }
@@ -262,37 +266,53 @@ impl ShmGroup {
         r
     }
 
-    /// Before writing operation `s`'s data: waits until no member still reads operation
-    /// `s - 2`'s (the same buffer).
+    /// Before writing operation `s`'s data, `k` operations from the last that used its places
+    /// (`coll_distance`): waits until no member still reads operation `s - k`'s.
     #[inline(always)]
-    fn wait_readers(&self, s: u64) -> Result<(), RecvError> {
-        if self.readers_known_done(s) {
+    fn wait_readers(&self, s: u64, k: u64) -> Result<(), RecvError> {
+        if self.readers_known_done(s, k) {
             return Ok(());
         }
-        self.wait_readers_slow(s)
+        self.wait_readers_slow(s, k)
     }
 
     #[inline(never)]
-    fn wait_readers_slow(&self, s: u64) -> Result<(), RecvError> {
-        self.wait(|seg| self.reader_in(seg, s), false)
+    fn wait_readers_slow(&self, s: u64, k: u64) -> Result<(), RecvError> {
+        self.wait(|seg| self.reader_in(seg, s, k), false)
     }
 
-    /// Whether no member can still read operation `s - 2`'s buffer, without looking: there is
-    /// none, or every member was seen to have published `s - 1`.
+    /// Whether no member can still read operation `s - k`'s places, without looking: there is
+    /// none, every member was seen to have published `s - k + 1`, or to have finished `s - k`.
     #[inline(always)]
-    fn readers_known_done(&self, s: u64) -> bool {
-        s <= 2 || self.all_arrived.load(Ordering::Relaxed) + 1 >= s
+    fn readers_known_done(&self, s: u64, k: u64) -> bool {
+        s <= k
+            || self.all_arrived.load(Ordering::Relaxed) + k > s
+            || self.all_done.load(Ordering::Relaxed) + k >= s
     }
 
-    /// A member that may still read operation `s - 2`'s buffer (the one operation `s` writes).
-    fn reader_in(&self, seg: &Segment, s: u64) -> Option<usize> {
-        // A member that published operation s - 1 has finished s - 2 (it ran them in order).
-        (0..self.size()).find(|&i| {
+    /// A member that may still read operation `s - k`'s places (the ones operation `s` writes);
+    /// None when there is none, after noting how far every member has got (so that the next
+    /// operations need not look).
+    fn reader_in(&self, seg: &Segment, s: u64, k: u64) -> Option<usize> {
+        let mut lowest = u64::MAX;
+        for i in (0..self.size()).filter(|&i| i != self.me) {
             let (l, slot) = self.at(i);
-            i != self.me
-                && seg.coll_arrived(l, slot, s - 1) < s - 1
-                && seg.coll_done(l, slot) < s - 2
-        })
+            // A member that published a later operation has finished the earlier ones (it ran
+            // them in order).
+            let done = seg.coll_done(l, slot);
+            let got = if done >= s - k {
+                done
+            } else if seg.coll_arrived(l, slot, s - k + 1) > s - k {
+                s - k
+            } else {
+                return Some(i);
+            };
+            lowest = lowest.min(got);
+        }
+        if lowest != u64::MAX {
+            self.all_done.fetch_max(lowest, Ordering::Relaxed);
+        }
+        None
     }
 
     /// Waits until `pending` finds no member left to wait for; with `owed`, wakes the others
@@ -368,7 +388,7 @@ impl ShmGroup {
         let s = self.next();
         let (l, slot) = self.at(root);
         if self.me == root {
-            self.wait_readers(s)?;
+            self.wait_readers(s, coll_distance(buf.len()))?;
             self.seg.coll_write(l, slot, s, buf);
             self.arrive(s);
         } else {
@@ -387,8 +407,21 @@ impl ShmGroup {
     #[inline(always)]
     pub fn contribute(&self, root: Option<usize>, mine: &[u8]) -> Result<Contribution, RecvError> {
         let s = self.next();
+        if root == Some(self.me) && mine.len() <= COLL_INLINE {
+            // Nobody else reads a root's contribution: a short one stays here (a copy, since
+            // the result may overwrite it), and the slot is neither written nor raised.
+            let mut kept = [0u8; COLL_INLINE];
+            kept[..mine.len()].copy_from_slice(mine);
+            return Ok(Contribution {
+                s,
+                len: mine.len(),
+                folds: true,
+                root: true,
+                kept: Some(kept),
+            });
+        }
         let (l, slot) = self.at(self.me);
-        self.wait_readers(s)?;
+        self.wait_readers(s, coll_distance(mine.len()))?;
         self.seg.coll_write(l, slot, s, mine);
         // Where every member folds, every member waits for every arrival next, and wakes the
         // others there; a contribution to one root must wake it now.
@@ -403,6 +436,7 @@ impl ShmGroup {
             len: mine.len(),
             folds,
             root: root.is_some(),
+            kept: None,
         })
     }
 
@@ -416,11 +450,24 @@ impl ShmGroup {
     ) -> Result<(), E> {
         let (s, len) = (c.s, c.len);
         if c.folds {
-            self.wait_arrived(s, 0..self.size(), !c.root)?;
+            let me = self.me;
+            // A root that kept its contribution did not publish it: only the others are waited
+            // for.
+            let kept = c.kept.is_some();
+            self.wait_arrived(
+                s,
+                (0..self.size()).filter(move |&i| !kept || i != me),
+                !c.root,
+            )?;
             let mut each = |b: &mut [u8]| -> Result<(), E> {
                 for i in (0..self.size()).rev() {
-                    let (l, slot) = self.at(i);
-                    self.seg.coll_read(l, slot, s, b);
+                    match &c.kept {
+                        Some(k) if i == me => b.copy_from_slice(&k[..len]),
+                        _ => {
+                            let (l, slot) = self.at(i);
+                            self.seg.coll_read(l, slot, s, b);
+                        }
+                    }
                     fold(i, b)?;
                 }
                 Ok(())
@@ -449,7 +496,7 @@ impl ShmGroup {
         let (l, slot) = self.at(root);
         let (b, len) = (out.len(), out.len() * self.size());
         if self.me == root {
-            self.wait_readers(s)?;
+            self.wait_readers(s, coll_distance(len))?;
             self.seg.coll_write(l, slot, s, &all[..len]);
             self.arrive(s);
             out.copy_from_slice(&all[root * b..(root + 1) * b]);
@@ -472,7 +519,7 @@ impl ShmGroup {
         let b = len / n;
         let s = self.next();
         let (l, slot) = self.at(self.me);
-        self.wait_readers(s)?;
+        self.wait_readers(s, coll_distance(len))?;
         self.seg.coll_write(l, slot, s, mine);
         self.arrive_quietly(s);
         out[self.me * b..(self.me + 1) * b].copy_from_slice(&mine[self.me * b..(self.me + 1) * b]);
@@ -500,13 +547,14 @@ impl ShmGroup {
         self.next()
     }
 
-    /// A member that may still read operation `s - 2`'s buffer, which operation `s` writes
-    /// (None: this member may write it now). The polled form of `wait_readers`.
+    /// A member that may still read operation `s - 2`'s places, which operation `s` may write
+    /// (None: this member may write them now, whatever the length). The polled form of
+    /// `wait_readers`.
     pub fn reader_left(&self, s: u64) -> Option<usize> {
-        if self.readers_known_done(s) {
+        if self.readers_known_done(s, 2) {
             return None;
         }
-        self.reader_in(&self.seg, s)
+        self.reader_in(&self.seg, s, 2)
     }
 
     /// Publishes this member's `data` (at most [`SHM_COLL_BYTES`]; empty for a barrier) for
@@ -567,4 +615,6 @@ pub struct Contribution {
     folds: bool,
     /// A reduction to one member (not an allreduce).
     root: bool,
+    /// The root's own short contribution, kept here instead of in its slot.
+    kept: Option<[u8; COLL_INLINE]>,
 }
