@@ -14,7 +14,8 @@
 
 use crate::abi::H;
 use crate::coll::{
-    apply, exchange_a, Op, TAG_ALLGATHER_RING, TAG_ALLREDUCE, TAG_BCAST_RING, TAG_REDUCE_SCATTER,
+    apply, exchange_a, exchange_a_then, Op, TAG_ALLGATHER_RING, TAG_ALLREDUCE, TAG_BCAST_RING,
+    TAG_REDUCE_SCATTER,
 };
 use crate::dtype::Dtype;
 use crate::err::R;
@@ -30,14 +31,48 @@ fn pow2_below(n: usize) -> usize {
 /// A shared view of `a` and a mutable one of `b`, two disjoint ranges of `buf` (either may be
 /// empty).
 fn split(buf: &mut [u8], a: Range<usize>, b: Range<usize>) -> (&[u8], &mut [u8]) {
+    let (a, b) = split_mut(buf, a, b);
+    (a, b)
+}
+
+/// Two disjoint ranges of `buf`, both writable.
+fn split_mut(buf: &mut [u8], a: Range<usize>, b: Range<usize>) -> (&mut [u8], &mut [u8]) {
     if a.end <= b.start {
         let (lo, hi) = buf.split_at_mut(b.start);
-        (&lo[a], &mut hi[..b.end - b.start])
+        (&mut lo[a], &mut hi[..b.end - b.start])
     } else {
         debug_assert!(b.end <= a.start, "overlapping ranges {a:?} {b:?}");
         let (lo, hi) = buf.split_at_mut(a.start);
-        (&hi[..a.end - a.start], &mut lo[b])
+        (&mut hi[..a.end - a.start], &mut lo[b])
     }
+}
+
+/// The first step of an allgather whose own block comes from `mine` (the program's buffer):
+/// sends `mine` to `to`, receives block `from_block` from `from`, and copies `mine` into its
+/// place in `all`, while the messages move where that is faster (`overlap_own_copy`: the copy
+/// is this core's work either way; done before posting, it delays the peer's).
+async fn allgather_first(
+    c: &CommCore,
+    tag: u32,
+    all: &mut [u8],
+    b: usize,
+    mine: &[u8],
+    (to, from, from_block): (usize, usize, usize),
+) -> R {
+    let me = c.rank;
+    let (own, into) = split_mut(
+        all,
+        me * b..(me + 1) * b,
+        from_block * b..(from_block + 1) * b,
+    );
+    if !crate::coll::overlap_own_copy(c, b) {
+        own.copy_from_slice(mine);
+        return exchange_a(c, &[(to, tag, mine)], &mut [(from, tag, into)]).await;
+    }
+    exchange_a_then(c, &[(to, tag, mine)], &mut [(from, tag, into)], || {
+        own.copy_from_slice(mine)
+    })
+    .await
 }
 
 /// How a reduction's operands are described: operation, element type (and its handle), bytes
@@ -358,9 +393,9 @@ pub async fn bcast_scatter_ring(c: &CommCore, s: Seq, root: usize, buf: &mut [u8
 }
 
 /// Allgather by recursive doubling (n a power of two): at step `mask` a rank and its partner
-/// `rank ^ mask` swap the `mask` blocks each holds. `all` holds n blocks of `b` bytes, this
-/// rank's in place; `mine`, if given, holds the same block where the program wrote it, and the
-/// first step sends from there.
+/// `rank ^ mask` swap the `mask` blocks each holds. `all` holds n blocks of `b` bytes; this
+/// rank's is in place, or, if `mine` is given, is where the program wrote it: the first step
+/// sends it from there and copies it into `all` meanwhile.
 pub async fn allgather_recursive_doubling(
     c: &CommCore,
     s: Seq,
@@ -372,6 +407,14 @@ pub async fn allgather_recursive_doubling(
     debug_assert!(n.is_power_of_two());
     let tag = s.tag(TAG_ALLGATHER_RING);
     let mut mask = 1;
+    if let Some(m) = mine {
+        if n == 1 {
+            all[..b].copy_from_slice(m);
+            return Ok(());
+        }
+        allgather_first(c, tag, all, b, m, (me ^ 1, me ^ 1, me ^ 1)).await?;
+        mask = 2;
+    }
     while mask < n {
         let partner = me ^ mask;
         let held = me & !(mask - 1);
@@ -381,10 +424,6 @@ pub async fn allgather_recursive_doubling(
             held * b..(held + mask) * b,
             theirs * b..(theirs + mask) * b,
         );
-        let send = match mine {
-            Some(m) if mask == 1 => m,
-            _ => send,
-        };
         exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
         mask <<= 1;
     }
@@ -404,14 +443,19 @@ pub async fn allgather_ring(
     let (n, me) = (c.size(), c.rank);
     let tag = s.tag(TAG_ALLGATHER_RING);
     let (left, right) = ((me + n - 1) % n, (me + 1) % n);
-    for i in 0..n.saturating_sub(1) {
+    let mut first = 0;
+    if let Some(m) = mine {
+        if n == 1 {
+            all[..b].copy_from_slice(m);
+            return Ok(());
+        }
+        allgather_first(c, tag, all, b, m, (right, left, left)).await?;
+        first = 1;
+    }
+    for i in first..n.saturating_sub(1) {
         let send = (me + n - i) % n;
         let recv = (me + 2 * n - i - 1) % n;
         let (out, into) = split(all, send * b..(send + 1) * b, recv * b..(recv + 1) * b);
-        let out = match mine {
-            Some(m) if i == 0 => m,
-            _ => out,
-        };
         exchange_a(c, &[(right, tag, out)], &mut [(left, tag, into)]).await?;
     }
     Ok(())
