@@ -206,8 +206,13 @@ impl Segment {
     #[inline]
     pub fn wake_sleepers(&self, ranks: &[usize], mut wake: impl FnMut(usize)) {
         // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`: the flag's store is ordered
-        // before the reads of the doorbell requests.
-        fence(Ordering::SeqCst);
+        // before the reads of the doorbell requests (between heavy-arm ranks, the membarrier
+        // in `arm` is that barrier: see `Segment::use_heavy_arm`).
+        if self.needs_fence_for(ranks) {
+            fence(Ordering::SeqCst);
+        } else {
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        }
         for &r in ranks {
             let b = self.rank(r);
             // SYNC: AcqRel swap; pairs with the swap in `arm` (one waker wins the 1).

@@ -5,11 +5,12 @@
 //! crate gives these meaning (fates, counters, endpoints); the bytes and the orderings are here.
 
 use crate::layout::{
-    CAP_SINGLE_COPY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_VANISHED,
+    CAP_HEAVY_ARM, CAP_SINGLE_COPY, CAP_SUMMARY, RANK_EXITED, RANK_FINALIZED, RANK_KILLED,
+    RANK_RUNNING, RANK_VANISHED,
 };
 use crate::ring::{Kind, Meta, Producer, GRANTS, RNDV_DESC};
 use crate::Segment;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{compiler_fence, fence, Ordering};
 
 /// What the rank table says about a rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +34,9 @@ impl Segment {
     pub fn announce(&self, me: usize, pid: u32, single_copy: bool) {
         let b = self.rank(me);
         b.pid.store(pid, Ordering::Relaxed);
-        let caps = if single_copy { CAP_SINGLE_COPY } else { 0 };
+        // CAP_SUMMARY from the start, CAP_HEAVY_ARM not: what a sender reads before
+        // `use_heavy_arm` changes them makes it fence, which is always right.
+        let caps = CAP_SUMMARY | if single_copy { CAP_SINGLE_COPY } else { 0 };
         b.caps.store(caps, Ordering::Relaxed);
         b.state.store(RANK_RUNNING, Ordering::Relaxed);
         // The Release in bump_epoch publishes pid and caps with the state.
@@ -109,6 +112,57 @@ impl Segment {
         })
     }
 
+    /// Makes rank `me` (this process) the heavy side of the wake-up handshake, if the kernel
+    /// allows it: it registers for membarrier and from then on arms with one, so that senders
+    /// that did the same read its `armed` flag without a fence of their own (one fewer full
+    /// barrier per message and per collective flag, the send path's largest cost). `summary`:
+    /// whether `me` may clear bits of its ready summary (its senders fence for that, whatever
+    /// this says). Call before the rank's first message; returns whether it took effect.
+    ///
+    /// The handshake is the asymmetric form of the store-buffering one: a sender stores its
+    /// record, then reads `armed` (a compiler barrier between); the sleeper stores `armed`,
+    /// then has every running registered thread execute a full barrier (membarrier), then
+    /// re-reads the rings. Either the sender's read came after its barrier and sees `armed`,
+    /// or its record was stored before the barrier and the re-read sees it.
+    pub fn use_heavy_arm(&self, me: usize, summary: bool) -> bool {
+        if !volley_sys::unix::membarrier_register_global() {
+            if !summary {
+                self.rank(me)
+                    .caps
+                    .fetch_and(!CAP_SUMMARY, Ordering::Relaxed);
+            }
+            return false;
+        }
+        // Heavy arms from now on, before any sender can read the capability.
+        self.heavy.store(true, Ordering::Relaxed);
+        let b = self.rank(me);
+        // SYNC: Release; a sender's Relaxed read of the capability needs no more than the
+        // membarrier that every arm from now on makes (the flag above is this process's own).
+        b.caps.fetch_or(CAP_HEAVY_ARM, Ordering::Release);
+        if !summary {
+            b.caps.fetch_and(!CAP_SUMMARY, Ordering::Release);
+        }
+        true
+    }
+
+    /// Whether this process arms with a membarrier and may skip its fences before reading the
+    /// `armed` flag of a rank that does the same.
+    #[inline]
+    fn heavy(&self) -> bool {
+        self.heavy.load(Ordering::Relaxed)
+    }
+
+    /// Whether a sender in this process needs a full fence between publishing for `dst` and
+    /// reading `dst`'s `armed` flag (and, with `summary`, its ready summary's bit).
+    #[inline]
+    fn needs_fence(&self, dst: usize, summary: bool) -> bool {
+        if !self.heavy() {
+            return true;
+        }
+        let caps = self.rank(dst).caps.load(Ordering::Relaxed);
+        caps & CAP_HEAVY_ARM == 0 || (summary && caps & CAP_SUMMARY != 0)
+    }
+
     /// Rank `me` is about to sleep on its eventfd: from now on senders wake it. The caller must
     /// poll its rings once more after this and before sleeping.
     pub fn arm(&self, me: usize) {
@@ -116,6 +170,13 @@ impl Segment {
         // receiver's re-check sees the sender's record, or the sender sees the armed flag.
         self.rank(me).armed.swap(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        // SYNC: the heavy side of the asymmetric handshake (see `use_heavy_arm`): every running
+        // registered thread executes a full barrier before the caller re-reads its rings. The
+        // kernel refuses it only to an unregistered process; were it to, a wake-up lost to a
+        // sender that skipped its fence would cost the sleeper its poll's timeout, not a hang.
+        if self.heavy() {
+            volley_sys::unix::membarrier_global();
+        }
     }
 
     /// Whether rank `me` is still armed: false once a sender took the flag to ring its doorbell.
@@ -141,8 +202,13 @@ impl Segment {
         // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm` (the record's publication
         // before the read of the armed flag) and with the one in `clear_ready` (before the read
         // of the summary bit: either the receiver's re-check after clearing sees the record, or
-        // this sees the cleared bit and sets it again).
-        fence(Ordering::SeqCst);
+        // this sees the cleared bit and sets it again). Between two heavy-arm ranks, where the
+        // receiver never clears its summary, the membarrier in `arm` stands in for it.
+        if self.needs_fence(dst, true) {
+            fence(Ordering::SeqCst);
+        } else {
+            compiler_fence(Ordering::SeqCst);
+        }
         let w = self.summary_word(dst, src / 64);
         let bit = 1u64 << (src % 64);
         // Relaxed load first: while the receiver has not cleared the bit (it keeps it while the
@@ -159,9 +225,21 @@ impl Segment {
     #[inline]
     pub fn wants_wake(&self, dst: usize) -> bool {
         // SYNC: SeqCst fence; pairs with the SeqCst fence in `arm`: it orders the record's
-        // publication before the read of the flag.
-        fence(Ordering::SeqCst);
+        // publication before the read of the flag (or, between heavy-arm ranks, the membarrier
+        // there does).
+        if self.needs_fence(dst, false) {
+            fence(Ordering::SeqCst);
+        } else {
+            compiler_fence(Ordering::SeqCst);
+        }
         self.wants_wake_fenced(dst)
+    }
+
+    /// Whether the publication a rank of this process just made must be followed by a full
+    /// fence before it reads the `armed` flags of `ranks` (false only between heavy-arm ranks).
+    #[inline]
+    pub(crate) fn needs_fence_for(&self, ranks: &[usize]) -> bool {
+        ranks.iter().any(|&r| self.needs_fence(r, false))
     }
 
     /// Word `k` of receiver `me`'s ready summary: bit `s % 64` set means the ring from source
@@ -605,6 +683,33 @@ mod tests {
         assert!(!s.wants_wake(1), "the flag is taken by the first sender");
         s.arm(1);
         s.disarm(1);
+        assert!(!s.wants_wake(1));
+    }
+
+    #[test]
+    fn senders_skip_the_fence_only_towards_heavy_arm_ranks_that_keep_their_summary() {
+        let s = seg(3);
+        for r in 0..3 {
+            s.announce(r, 100 + r as u32, false);
+        }
+        // Before: every rank may clear summary bits and arms with a fence.
+        assert!((0..3).all(|r| s.needs_fence(r, false) && s.needs_fence(r, true)));
+        if !s.use_heavy_arm(1, false) {
+            // No membarrier here: nothing changes but the summary capability.
+            assert!(s.needs_fence(1, false));
+            return;
+        }
+        s.use_heavy_arm(2, true);
+        // Rank 0 never said anything: always a fence towards it.
+        assert!(s.needs_fence(0, false) && s.needs_fence(0, true));
+        // Rank 1 arms heavily and never clears its summary: no fence at all.
+        assert!(!s.needs_fence(1, false) && !s.needs_fence(1, true));
+        // Rank 2 arms heavily but may clear summary bits: a fence before reading those.
+        assert!(!s.needs_fence(2, false) && s.needs_fence(2, true));
+        assert!(s.needs_fence_for(&[1, 0]) && !s.needs_fence_for(&[1, 2]));
+        // The wake-up itself still takes the flag exactly once.
+        s.arm(1);
+        assert!(s.published(0, 1));
         assert!(!s.wants_wake(1));
     }
 }

@@ -32,6 +32,14 @@ pub const RANK_COUNTERS: usize = 95;
 /// Bit of [`RankBlock::caps`]: the rank can read its peers' memory with process_vm_readv, so
 /// senders may hand it large messages by address (single copy) instead of through the ring.
 pub const CAP_SINGLE_COPY: u32 = 1;
+/// Bit of [`RankBlock::caps`]: the rank arms its doorbell with a process-wide barrier
+/// (membarrier), so a sender that is registered too needs no fence of its own between publishing
+/// a record and reading the rank's `armed` flag (see `Segment::arm`).
+pub const CAP_HEAVY_ARM: u32 = 2;
+/// Bit of [`RankBlock::caps`]: the rank may clear bits of its ready summary, so its senders
+/// fence before they read theirs (see `Segment::published`). Set from the start; cleared once
+/// the rank knows it never will.
+pub const CAP_SUMMARY: u32 = 4;
 
 /// Rank lifecycle values of [`RankBlock::state`].
 pub const RANK_UNBORN: u32 = 0;

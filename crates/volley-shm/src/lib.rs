@@ -22,8 +22,9 @@ pub use coll::{
 pub use control::{Cursor, Grant, Pushed, RankState};
 pub use coop::{coop_chunk, coop_chunks, Claim, COOP_FROM};
 pub use layout::{
-    JobHeader, Layout, RankBlock, SegmentParams, CAP_SINGLE_COPY, MAGIC, RANK_COUNTERS,
-    RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN, VERSION,
+    JobHeader, Layout, RankBlock, SegmentParams, CAP_HEAVY_ARM, CAP_SINGLE_COPY, CAP_SUMMARY,
+    MAGIC, RANK_COUNTERS, RANK_EXITED, RANK_FINALIZED, RANK_KILLED, RANK_RUNNING, RANK_UNBORN,
+    VERSION,
 };
 pub use ring::{
     Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, Rts, SharedHeld, GRANTS,
@@ -142,6 +143,9 @@ pub struct Segment {
     map: Mapping,
     layout: Layout,
     fd: OwnedFd,
+    /// This process arms with a process-wide barrier (see `Segment::use_heavy_arm`): it is
+    /// registered for membarrier, so its peers' heavy side reaches it too.
+    heavy: std::sync::atomic::AtomicBool,
 }
 
 impl Segment {
@@ -216,7 +220,12 @@ impl Segment {
                 source: e,
             });
         }
-        let seg = Segment { map, layout, fd };
+        let seg = Segment {
+            map,
+            layout,
+            fd,
+            heavy: false.into(),
+        };
         // SAFETY: the mapping is fresh, zero-filled, at least header-sized and page-aligned; no
         // other process has it yet, so this plain write cannot race.
         unsafe { layout::init_header(seg.map.as_ptr(), &params, &seg.layout) };
@@ -267,7 +276,12 @@ impl Segment {
                 expected: token,
             });
         }
-        Ok(Arc::new(Segment { map, layout, fd }))
+        Ok(Arc::new(Segment {
+            map,
+            layout,
+            fd,
+            heavy: false.into(),
+        }))
     }
 
     pub fn header(&self) -> &JobHeader {

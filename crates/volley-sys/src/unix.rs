@@ -228,3 +228,38 @@ pub fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
     }
     Ok(())
 }
+
+// membarrier(2) commands (linux/membarrier.h).
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+/// Registers this process for [`membarrier_global`]: from now on another registered process's
+/// call makes every thread of this one that runs execute a full memory barrier. False where the
+/// kernel (or a seccomp filter) offers no expedited global membarrier.
+pub fn membarrier_register_global() -> bool {
+    // SAFETY: plain syscalls with integer arguments.
+    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    let want = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+    if cmds < 0 || cmds & want != want {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// A full memory barrier on every running thread of every process registered with
+/// [`membarrier_register_global`] (this one's included), before this returns: the heavy side
+/// of an asymmetric handshake whose light side is a compiler barrier. False if the kernel
+/// refused (the caller must then not rely on it).
+pub fn membarrier_global() -> bool {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0 }
+}

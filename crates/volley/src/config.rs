@@ -69,6 +69,11 @@ pub struct Config {
     /// every local peer's ring: None lets the rank count decide (more than 8 local ranks).
     /// VOLLEY_SHM_SUMMARY = auto | on | off.
     pub summary: Option<bool>,
+    /// Whether a rank about to sleep makes the other ranks' CPUs execute a barrier (membarrier)
+    /// so that senders need no fence per message: None lets the machine decide (on where the
+    /// kernel offers it and ranks do not outnumber CPUs, whose frequent sleeps would each pay
+    /// the barrier). VOLLEY_MEMBARRIER = auto | on | off.
+    pub membarrier: Option<bool>,
     /// More ranks on this host than CPUs online: a wait then gives its CPU away at every pass
     /// (the rank it waits for may need it), as Open MPI's yield_when_idle does.
     /// VOLLEY_OVERSUBSCRIBED = auto | 1 | 0.
@@ -255,6 +260,7 @@ impl Config {
             });
         }
         let summary = auto_on_off("VOLLEY_SHM_SUMMARY")?;
+        let membarrier = auto_on_off("VOLLEY_MEMBARRIER")?;
         let numa = auto_on_off("VOLLEY_NUMA")?;
         let numa_nodes = volley_sys::numa::nodes_online().len();
         let cpus = volley_sys::online_cpus();
@@ -318,6 +324,16 @@ impl Config {
                     if oversubscribed { "1" } else { "0" }
                 ),
                 source("VOLLEY_OVERSUBSCRIBED"),
+            ),
+            (
+                "VOLLEY_MEMBARRIER",
+                match membarrier {
+                    None => "auto (on unless ranks outnumber CPUs, where the kernel offers it)"
+                        .into(),
+                    Some(true) => "on (where the kernel offers it)".into(),
+                    Some(false) => "off: a fence per message".into(),
+                },
+                source("VOLLEY_MEMBARRIER"),
             ),
             (
                 "VOLLEY_SHM_SUMMARY",
@@ -420,6 +436,7 @@ impl Config {
             single_copy_max,
             profile,
             summary,
+            membarrier,
             numa,
             oversubscribed,
             yield_every,

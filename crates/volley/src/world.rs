@@ -166,6 +166,9 @@ impl World {
         if let Some(on) = cfg.summary {
             eng.set_summary(on);
         }
+        if cfg.membarrier.unwrap_or(!cfg.oversubscribed) {
+            eng.use_heavy_arm();
+        }
         if let (Some(w), 0) = (&cfg.profile.warning, attached.info.local_rank) {
             // Once per host, not once per rank.
             eprintln!("{w}");

@@ -573,6 +573,12 @@ impl Engine {
 
     /// Whether receives look only at the rings the ready summary marks (the default above
     /// `SUMMARY_FROM` local ranks).
+    /// Arms with a membarrier from now on, so that senders need no fence (see
+    /// `Segment::use_heavy_arm`); after `set_summary`, before the first message.
+    pub fn use_heavy_arm(&mut self) -> bool {
+        self.seg.use_heavy_arm(self.me, self.summary)
+    }
+
     pub fn set_summary(&mut self, on: bool) {
         self.summary = on;
     }
