@@ -71,8 +71,8 @@ pub struct Config {
     pub summary: Option<bool>,
     /// Whether a rank about to sleep makes the other ranks' CPUs execute a barrier (membarrier)
     /// so that senders need no fence per message: None lets the machine decide (on where the
-    /// kernel offers it and ranks do not outnumber CPUs, whose frequent sleeps would each pay
-    /// the barrier). VOLLEY_MEMBARRIER = auto | on | off.
+    /// kernel offers it, the host runs several ranks and they do not outnumber CPUs, whose
+    /// frequent sleeps would each pay the barrier). VOLLEY_MEMBARRIER = auto | on | off.
     pub membarrier: Option<bool>,
     /// More ranks on this host than CPUs online: a wait then gives its CPU away at every pass
     /// (the rank it waits for may need it), as Open MPI's yield_when_idle does.
@@ -328,7 +328,7 @@ impl Config {
             (
                 "VOLLEY_MEMBARRIER",
                 match membarrier {
-                    None => "auto (on unless ranks outnumber CPUs, where the kernel offers it)"
+                    None => "auto (on where a host runs several ranks, no more than its CPUs, and the kernel offers it)"
                         .into(),
                     Some(true) => "on (where the kernel offers it)".into(),
                     Some(false) => "off: a fence per message".into(),

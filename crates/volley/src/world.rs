@@ -166,7 +166,13 @@ impl World {
         if let Some(on) = cfg.summary {
             eng.set_summary(on);
         }
-        if cfg.membarrier.unwrap_or(!cfg.oversubscribed) {
+        // A rank alone on its host has no other process to spare a fence: its sleeps keep
+        // the plain handshake (its own progress thread fences), and network-only jobs pay no
+        // membarrier per sleep.
+        if cfg
+            .membarrier
+            .unwrap_or(!cfg.oversubscribed && l2g.len() > 1)
+        {
             eng.use_heavy_arm();
         }
         if let (Some(w), 0) = (&cfg.profile.warning, attached.info.local_rank) {
