@@ -572,7 +572,7 @@ fn agent_inner(_: AgentArgs) -> anyhow::Result<i32> {
     // Orders down: the table, then perhaps "kill". End of input means the launcher is gone.
     let (otx, orx) = mpsc::channel::<String>();
     // A rank that ends wakes the loop too (SIGCHLD, through a socket pair, as a "child" order).
-    let (wake_rx, wake_tx) = std::os::unix::net::UnixStream::pair()?;
+    let (wake_rx, wake_tx) = UnixStream::pair()?;
     signal_hook::low_level::pipe::register(libc::SIGCHLD, wake_tx)?;
     let ctx = otx.clone();
     std::thread::spawn(move || {

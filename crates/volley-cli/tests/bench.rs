@@ -330,6 +330,24 @@ fn bad_bench_options_are_clear_errors() {
     }
 }
 
+/// The header line of a comparison table (`bytes ...`) and the numbers of the row for `size`:
+/// the size, then each median with its spread, then the ratios.
+fn table_row(out: &str, size: &str) -> (String, Vec<f64>) {
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("bytes"))
+        .unwrap_or_else(|| panic!("no header:\n{out}"));
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(size))
+        .unwrap_or_else(|| panic!("no row for {size}:\n{out}"));
+    let nums = row
+        .split(|c: char| c.is_whitespace() || "()-x".contains(c))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (head.to_string(), nums)
+}
+
 /// MPIs beside volley's own ping-pong: volley's bench, then the driver's MPI ping-pong built
 /// with volley's, Open MPI's and MPICH's mpicc, in turn; each column a one-way latency, each
 /// ratio a column over volley's own (what that MPI adds), kernel transports in the same table.
@@ -350,10 +368,7 @@ fn pingpong_bench_puts_mpis_beside_volley_itself() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}\n{err}");
-    let head = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("bytes"))
-        .unwrap_or_else(|| panic!("no header:\n{out}\n{err}"));
+    let (head, _) = table_row(&out, "8");
     let cols: Vec<&str> = head.split_whitespace().collect();
     for col in [
         "tcp",
@@ -369,22 +384,21 @@ fn pingpong_bench_puts_mpis_beside_volley_itself() {
     }
     assert!(cols[1].starts_with("volley"), "volley's own first: {head}");
     for size in ["8", "65536"] {
-        let row = out
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(size))
-            .unwrap_or_else(|| panic!("no row for {size}:\n{out}"));
-        let nums: Vec<f64> = row
-            .split(|c: char| c.is_whitespace() || "()-x".contains(c))
-            .filter_map(|w| w.parse().ok())
-            .collect();
+        let (_, nums) = table_row(&out, size);
         // Five medians with their spread, then four ratios.
-        assert_eq!(nums.len(), 1 + 5 * 3 + 4, "{row}");
-        assert!(nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{row}");
+        assert_eq!(nums.len(), 1 + 5 * 3 + 4, "{size}: {nums:?}");
+        assert!(
+            nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
+            "{size}: {nums:?}"
+        );
         // Each ratio is its column's median over volley's.
         for k in 1..5 {
             let want = nums[1 + 3 * k] / nums[1];
             let got = nums[16 + k - 1];
-            assert!((got - want).abs() <= 0.01 + 0.01 * want, "{row}: ratio {k}");
+            assert!(
+                (got - want).abs() <= 0.01 + 0.01 * want,
+                "{size}: ratio {k}: {nums:?}"
+            );
         }
     }
     assert!(!err.contains("left out"), "{err}");
@@ -411,27 +425,17 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
         let out = String::from_utf8_lossy(&o.stdout);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{test}: {out}\n{err}");
-        let head = out
-            .lines()
-            .find(|l| l.trim_start().starts_with("bytes"))
-            .unwrap_or_else(|| panic!("{test}: no header:\n{out}\n{err}"));
+        let (head, _) = table_row(&out, "8");
         for col in ["volley", "openmpi", "mpich", "vs openmpi", "vs mpich"] {
             assert!(head.contains(col), "{test}: {head}");
         }
         for size in ["8", "65536"] {
-            let row = out
-                .lines()
-                .find(|l| l.split_whitespace().next() == Some(size))
-                .unwrap_or_else(|| panic!("{test}: no row for {size}:\n{out}"));
             // Three medians (with their spread), then two ratios: all positive numbers.
-            let nums: Vec<f64> = row
-                .split(|c: char| c.is_whitespace() || "()-x".contains(c))
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test}: {row}");
+            let (_, nums) = table_row(&out, size);
+            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test} {size}: {nums:?}");
             assert!(
                 nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
-                "{test}: {row}"
+                "{test} {size}: {nums:?}"
             );
         }
         assert!(

@@ -46,8 +46,8 @@ impl System {
     }
 
     fn parse(s: &str) -> Result<System, String> {
-        match s {
-            "volley" => Ok(System::Volley),
+        match s.trim() {
+            "volley" | "mpi" | "volley-mpi" => Ok(System::Volley),
             "openmpi" | "ompi" => Ok(System::OpenMpi),
             "mpich" => Ok(System::Mpich),
             _ => Err(format!(
@@ -165,34 +165,42 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// `first`, then the MPIs named in `list`, each once; 2 and a word on stderr for a name that
+/// is none.
+fn systems_of(first: &[System], list: &[&str]) -> Result<Vec<System>, i32> {
+    let mut systems = first.to_vec();
+    for s in list {
+        match System::parse(s) {
+            Ok(m) if !systems.contains(&m) => systems.push(m),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("volley bench: --vs: {e}");
+                return Err(2);
+            }
+        }
+    }
+    Ok(systems)
+}
+
 /// Entry point for the collective tests.
 pub fn bench(args: &BenchArgs, sizes: Vec<u64>) -> i32 {
-    let mut systems = vec![System::Volley];
-    for s in args
+    let list: Vec<&str> = args
         .vs
         .as_deref()
         .unwrap_or("")
         .split(',')
         .filter(|s| !s.is_empty())
-    {
-        match System::parse(s.trim()) {
-            Ok(m) if !systems.contains(&m) => systems.push(m),
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("volley bench: --vs: {e}");
-                return 2;
-            }
-        }
+        .collect();
+    match systems_of(&[System::Volley], &list) {
+        Ok(systems) => finish(run(args, args.ranks, &systems, None, sizes)),
+        Err(code) => code,
     }
-    finish(run(args, args.ranks, &systems, None, sizes))
 }
 
-/// Whether `s` names an MPI for `--vs` (the ping-pong then runs the driver under it).
+/// Whether `s` names an MPI for `--vs` (the ping-pong then runs the driver under it; there
+/// "volley" is volley's own ping-pong, not its MPI).
 pub fn is_mpi(s: &str) -> bool {
-    matches!(
-        s.trim(),
-        "mpi" | "volley-mpi" | "openmpi" | "ompi" | "mpich"
-    )
+    s.trim() != "volley" && System::parse(s).is_ok()
 }
 
 /// `volley bench pingpong --vs` with MPIs: volley's own ping-pong (a `volley bench pingpong`
@@ -204,23 +212,10 @@ pub fn pingpong(args: &BenchArgs, sizes: Vec<u64>, mpis: &[&str], kernel: &[&str
         eprintln!("volley bench: --cold compares volley with the kernel's transports, not with MPIs (the MPI ping-pong reuses its buffers)");
         return 2;
     }
-    let mut systems = Vec::new();
-    for s in mpis {
-        let m = match s.trim() {
-            "mpi" | "volley-mpi" => System::Volley,
-            other => match System::parse(other) {
-                Ok(m) => m,
-                Err(e) => {
-                    eprintln!("volley bench: --vs: {e}");
-                    return 2;
-                }
-            },
-        };
-        if !systems.contains(&m) {
-            systems.push(m);
-        }
+    match systems_of(&[], mpis) {
+        Ok(systems) => finish(run(args, 2, &systems, Some(kernel), sizes)),
+        Err(code) => code,
     }
-    finish(run(args, 2, &systems, Some(kernel), sizes))
 }
 
 fn finish(r: Result<(), String>) -> i32 {

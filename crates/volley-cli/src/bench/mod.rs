@@ -276,11 +276,8 @@ pub fn bench(args: BenchArgs) -> i32 {
         }
         let (mpis, kernel): (Vec<&str>, Vec<&str>) =
             listed.into_iter().partition(|s| coll::is_mpi(s));
-        if let Some(bad) = kernel.iter().find(|k| Kind::parse(k).is_err()) {
-            eprintln!(
-                "volley bench: --vs: {}",
-                Kind::parse(bad).err().unwrap_or_default()
-            );
+        if let Some(Err(e)) = kernel.iter().map(|k| Kind::parse(k)).find(Result::is_err) {
+            eprintln!("volley bench: --vs: {e}");
             return 2;
         }
         return coll::pingpong(&args, sizes, &mpis, &kernel);
