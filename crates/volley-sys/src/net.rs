@@ -917,12 +917,18 @@ pub fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
     // SAFETY: ep was just returned and is ours.
     let ep = unsafe { OwnedFd::from_raw_fd(ep) };
     for &fd in fds {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: ev is a valid epoll_event; fd is a live descriptor of the caller's.
-        cvt(unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        epoll_add(ep.as_raw_fd(), fd)?;
     }
     Ok(ep)
+}
+
+/// Adds `fd` to epoll set `ep`, watched for readability.
+pub fn epoll_add(ep: RawFd, fd: RawFd) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: ev is a valid epoll_event; ep and fd are live descriptors of the caller's.
+    cvt(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+    Ok(())
 }

@@ -97,7 +97,12 @@ pub(crate) struct Inner {
     /// Closed already (dropped, or at exit).
     pub(crate) closed: AtomicBool,
     /// With a network: one descriptor over the doorbell and the socket, for Endpoint::as_raw_fd.
+    /// The socket joins it only when an application first asks for the descriptor
+    /// (`watch_net`): while it is in an epoll set, every packet that arrives and every send
+    /// that completes runs epoll's wake-up callback under the socket's wait-queue lock, about
+    /// 0.2 us of each one-way hop between hosts that nobody asked for.
     pub(crate) poll_fd: Option<std::os::fd::OwnedFd>,
+    pub(crate) poll_net: std::sync::Once,
     /// Non-blocking operations on the caller's memory (see `request`).
     pub(crate) reqs: Exclusive<crate::request::Requests>,
     /// How many active ports are bound: a wait that finds none pays a relaxed load, not a scan
@@ -202,9 +207,8 @@ impl World {
         }
         .map(|n| Arc::new(Exclusive::new(n)));
         let poll_fd = match &net {
-            Some(n) => Some(
-                volley_sys::net::epoll_of(&[eng.doorbell().raw(), n.borrow_mut().fd()])
-                    .map_err(InitError::PollSet)?,
+            Some(_) => Some(
+                volley_sys::net::epoll_of(&[eng.doorbell().raw()]).map_err(InitError::PollSet)?,
             ),
             None => None,
         };
@@ -232,6 +236,7 @@ impl World {
                 keeper: std::sync::Mutex::new(keeper),
                 closed: AtomicBool::new(false),
                 poll_fd,
+                poll_net: std::sync::Once::new(),
                 reqs: Exclusive::new(Default::default()),
                 nposted: Default::default(),
                 nactive: Default::default(),
@@ -455,6 +460,28 @@ impl World {
             .as_ref()
             .expect("a rank on another host implies the network is open")
             .borrow_mut()
+    }
+
+    /// The descriptor an application polls (`Endpoint::as_raw_fd`), with a network: the epoll
+    /// set over the doorbell, which the socket joins now, on first use.
+    pub(crate) fn watch_net(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let ep = self.inner.poll_fd.as_ref()?;
+        self.inner.poll_net.call_once(|| {
+            let Some(net) = self.inner.net.as_ref() else {
+                return;
+            };
+            let fd = net.borrow_mut().fd();
+            if let Err(e) = volley_sys::net::epoll_add(ep.as_raw_fd(), fd) {
+                // The descriptor then rings for local messages only; say so where it is seen.
+                eprintln!(
+                    "volley: cannot add the network socket to the endpoint's poll descriptor ({e}): \
+                     it becomes readable for messages from this host only; raise \
+                     /proc/sys/fs/epoll/max_user_watches or poll the endpoint with try_recv"
+                );
+            }
+        });
+        Some(ep.as_raw_fd())
     }
 
     /// One round of network I/O and the active-port handlers it made due; the network, if any.

@@ -655,13 +655,18 @@ fn active(w: &World, count: u64) -> R {
     Ok(())
 }
 
-/// Rank 0 waits on the endpoint's descriptor with poll(2); rank 1 sends after a pause.
+/// Rank 0 waits on the endpoint's descriptor with poll(2); rank 1 sends after a pause, then
+/// waits for rank 0's answer: it stays alive, so the descriptor must wake for the message
+/// itself, not for news of the sender's end.
 fn fd_wait(w: &World) -> R {
     use std::os::fd::AsRawFd;
     let ep = w.open(4)?;
     if w.rank() == 1 {
         std::thread::sleep(Duration::from_millis(300));
         ep.send_to(0, 4, b"wake up")?;
+        if &*ep.recv()? != b"got it" {
+            return Err("wrong answer".into());
+        }
         return Ok(());
     }
     if w.rank() != 0 {
@@ -673,6 +678,7 @@ fn fd_wait(w: &World) -> R {
             if &*m != b"wake up" {
                 return Err("wrong message".into());
             }
+            ep.send_to(1, 4, b"got it")?;
             println!("result: fd wakeups={wakeups} ok");
             return Ok(());
         }
