@@ -122,6 +122,11 @@ pub fn enable_udp_gro(fd: RawFd) -> io::Result<()> {
     setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
 }
 
+/// Turns UDP_GRO off again on `fd` (see [`enable_udp_gro`]).
+pub fn disable_udp_gro(fd: RawFd) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, &(0 as libc::c_int))
+}
+
 /// Points each message header at its own iovec and address, once (the vectors are never
 /// resized again, so the pointers stay valid for the life of the batch that owns them).
 fn link_headers(

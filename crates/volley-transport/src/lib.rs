@@ -193,6 +193,11 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "received UDP datagrams the kernel had coalesced from a run of packets (GRO)",
     ),
     (
+        "udp_gro_switches",
+        "switches",
+        "times the UDP device turned GRO off (packets came one at a time) or on again (they came in runs)",
+    ),
+    (
         "udp_rx_truncated",
         "datagrams",
         "received UDP datagrams longer than their buffer, dropped unread (none expected)",

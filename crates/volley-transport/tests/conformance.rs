@@ -260,13 +260,6 @@ fn packets_of_every_size_arrive_intact() {
 /// packets arrive the same way, one datagram each.
 #[test]
 fn a_run_of_packets_crosses_as_one_offloaded_send_and_arrives_whole() {
-    let counter = |d: &Dev, name: &str| {
-        d.counters()
-            .into_iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
-            .unwrap_or(0)
-    };
     for (kind, offload) in [("udp", true), ("udp without offload", false)] {
         let (mut a, mut b) = if offload { udp() } else { udp_plain() };
         let max = a.max_packet();
@@ -299,6 +292,72 @@ fn a_run_of_packets_crosses_as_one_offloaded_send_and_arrives_whole() {
             assert_eq!((gso, gro), (0, 0), "{kind}: offload used although off");
         }
     }
+}
+
+fn counter(d: &Dev, name: &str) -> u64 {
+    d.counters()
+        .into_iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+        .unwrap_or(0)
+}
+
+/// Whether the kernel coalesces received runs for this socket now (UDP_GRO, read back).
+fn kernel_gro(d: &Dev) -> bool {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt on the device's live socket into a c_int of the length given.
+    let r = unsafe {
+        libc::getsockopt(
+            d.fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "getsockopt UDP_GRO: {}",
+        std::io::Error::last_os_error()
+    );
+    v != 0
+}
+
+/// GRO only while packets come in runs: a socket asking for it makes the kernel hold every lone
+/// packet in its GRO layer, so after a stretch of single-packet receives (a ping-pong) the
+/// device turns it off, and the first run turns it on again. Nothing is lost or reordered
+/// across the switches, and runs after them arrive coalesced again.
+#[test]
+fn gro_turns_off_for_lone_packets_and_on_again_for_a_run() {
+    let (mut a, mut b) = udp();
+    assert!(
+        kernel_gro(&b),
+        "GRO is on from the start, for the first stream"
+    );
+    for i in 0..volley_transport::udp::GRO_OFF_AFTER as usize {
+        let p = vec![raw(0, i, 64)];
+        assert_eq!(send(&mut a, 1, &p), 1);
+        assert_eq!(receive(&mut b, &mut a, 1), p, "lone packet {i}");
+    }
+    assert!(!kernel_gro(&b), "still on after lone packets");
+    assert_eq!(counter(&b, "udp_gro_switches"), 1);
+    let max = a.max_packet();
+    for round in 0..2 {
+        let pkts: Vec<Vec<u8>> = (0..30).map(|i| raw(0, 1000 * round + i, max)).collect();
+        assert_eq!(send(&mut a, 1, &pkts), pkts.len(), "round {round}");
+        let got = receive(&mut b, &mut a, pkts.len());
+        assert!(
+            got == pkts,
+            "round {round}: {} of 30 arrived, in order or not",
+            got.len()
+        );
+        assert!(kernel_gro(&b), "round {round}: a run left GRO off");
+    }
+    // The first run came cut up (GRO was off), the second coalesced.
+    assert_eq!(counter(&b, "udp_gro_switches"), 2);
+    assert!(counter(&b, "udp_gro_datagrams") >= 1);
 }
 
 /// A kernel that refuses a segmentation-offload send (here a real refusal: a socket whose UDP
