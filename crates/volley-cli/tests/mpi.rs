@@ -200,6 +200,11 @@ fn external32_packing_is_big_endian_at_the_standard_sizes() {
 }
 
 #[test]
+fn removed_mpi1_functions_names_and_failed_dups() {
+    passes("oldapi", 3);
+}
+
+#[test]
 fn darray_owns_what_the_block_and_cyclic_rules_give() {
     passes("darray", 4);
 }

@@ -334,6 +334,8 @@ typedef int (MPI_Grequest_free_function)(void *extra_state);
 typedef int (MPI_Grequest_cancel_function)(void *extra_state, int complete);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
 typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
+/* MPI-1's name for it (MPI_Errhandler_create, removed in MPI-3.0 and kept as MPICH keeps it). */
+typedef MPI_Comm_errhandler_function MPI_Handler_function;
 
 #define MPI_COMM_NULL_COPY_FN   ((MPI_Comm_copy_attr_function *)0x0)
 #define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)0x1)
@@ -499,6 +501,7 @@ P(int, Type_size_x, (MPI_Datatype datatype, MPI_Count *size)) \
 P(int, Type_get_extent, (MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)) \
 P(int, Type_get_extent_x, (MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent)) \
 P(int, Type_get_true_extent, (MPI_Datatype datatype, MPI_Aint *true_lb, MPI_Aint *true_extent)) \
+P(int, Type_get_true_extent_x, (MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent)) \
 P(int, Type_contiguous, (int count, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
 P(int, Type_vector, (int count, int blocklength, int stride, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
 P(int, Type_create_hvector, (int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
@@ -571,6 +574,16 @@ P(int, Keyval_free, (int *keyval)) \
 P(int, Attr_put, (MPI_Comm comm, int keyval, void *attribute_val)) \
 P(int, Attr_get, (MPI_Comm comm, int keyval, void *attribute_val, int *flag)) \
 P(int, Attr_delete, (MPI_Comm comm, int keyval)) \
+P(int, Type_extent, (MPI_Datatype datatype, MPI_Aint *extent)) \
+P(int, Type_lb, (MPI_Datatype datatype, MPI_Aint *displacement)) \
+P(int, Type_ub, (MPI_Datatype datatype, MPI_Aint *displacement)) \
+P(int, Type_struct, (int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[], MPI_Datatype array_of_types[], MPI_Datatype *newtype)) \
+P(int, Type_hindexed, (int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[], MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Type_hvector, (int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
+P(int, Address, (void *location, MPI_Aint *address)) \
+P(int, Errhandler_create, (MPI_Handler_function *function, MPI_Errhandler *errhandler)) \
+P(int, Errhandler_set, (MPI_Comm comm, MPI_Errhandler errhandler)) \
+P(int, Errhandler_get, (MPI_Comm comm, MPI_Errhandler *errhandler)) \
 P(int, Status_set_elements, (MPI_Status *status, MPI_Datatype datatype, int count)) \
 P(int, Status_set_elements_x, (MPI_Status *status, MPI_Datatype datatype, MPI_Count count)) \
 P(int, Status_set_cancelled, (MPI_Status *status, int flag)) \

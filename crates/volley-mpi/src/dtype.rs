@@ -360,13 +360,15 @@ static PREDEFINED: LazyLock<Vec<Option<Dtype>>> = LazyLock::new(|| {
     one(0x208, "MPI_SHORT", I16, 2);
     one(0x209, "MPI_INT", I32, 4);
     one(0x20a, "MPI_LONG", I64, 8);
-    one(0x20b, "MPI_LONG_LONG", I64, 8);
+    // MPI_LONG_LONG and MPI_LONG_LONG_INT are one handle (as MPI_C_COMPLEX and
+    // MPI_C_FLOAT_COMPLEX are): its name is the one both readings accept, as in MPICH.
+    one(0x20b, "MPI_LONG_LONG_INT", I64, 8);
     one(0x20c, "MPI_UNSIGNED_SHORT", U16, 2);
     one(0x20d, "MPI_UNSIGNED", U32, 4);
     one(0x20e, "MPI_UNSIGNED_LONG", U64, 8);
     one(0x20f, "MPI_UNSIGNED_LONG_LONG", U64, 8);
     one(0x210, "MPI_FLOAT", F32, 4);
-    one(0x212, "MPI_C_FLOAT_COMPLEX", C32, 8);
+    one(0x212, "MPI_C_COMPLEX", C32, 8);
     one(0x213, "MPI_CXX_FLOAT_COMPLEX", C32, 8);
     one(0x214, "MPI_DOUBLE", F64, 8);
     one(0x216, "MPI_C_DOUBLE_COMPLEX", C64, 16);
@@ -530,22 +532,27 @@ fn type_attrs_of(h: H) -> R<Vec<(c_int, usize)>> {
         .collect())
 }
 
+/// The optional predefined types volley has a handle for but does not carry: their names and
+/// what they would be.
+fn lacking(h: H) -> Option<(&'static str, &'static str)> {
+    match h {
+        0x2ca => Some(("MPI_REAL2", "a 2-byte real")),
+        0x2d3 => Some(("MPI_COMPLEX4", "two 2-byte reals")),
+        0x2e1 => Some(("MPI_INTEGER16", "a 16-byte integer")),
+        0x2e2 => Some(("MPI_REAL16", "a 16-byte real")),
+        0x2eb => Some(("MPI_COMPLEX32", "two 16-byte reals")),
+        _ => None,
+    }
+}
+
 fn bad_type(h: H) -> crate::err::Fail {
     if h == abi::DATATYPE_NULL {
         return fail(class::TYPE, "the datatype is MPI_DATATYPE_NULL");
     }
-    let lacking = match h {
-        0x2ca => Some("MPI_REAL2 (a 2-byte real)"),
-        0x2d3 => Some("MPI_COMPLEX4 (two 2-byte reals)"),
-        0x2e1 => Some("MPI_INTEGER16 (a 16-byte integer)"),
-        0x2e2 => Some("MPI_REAL16 (a 16-byte real)"),
-        0x2eb => Some("MPI_COMPLEX32 (two 16-byte reals)"),
-        _ => None,
-    };
-    if let Some(what) = lacking {
+    if let Some((name, what)) = lacking(h) {
         return fail(
             class::TYPE,
-            format!("{what} is not supported by volley: use a type of another size"),
+            format!("{name} ({what}) is not supported by volley: use a type of another size"),
         );
     }
     fail(
@@ -750,7 +757,7 @@ fn store(mut d: Dtype, ints: Vec<c_int>, aints: Vec<Aint>, types: Vec<H>, out: *
     unsafe { put(out, handle(KIND_TYPE, i)) }
 }
 
-fn old(h: H) -> R<TypeRef> {
+pub(crate) fn old(h: H) -> R<TypeRef> {
     let rt = rt()?;
     let t = lookup(&rt, h)?;
     Ok(t)
@@ -769,8 +776,12 @@ crate::mpi! {
             (abi::TYPECLASS_REAL, 8) => 0x2da,
             (abi::TYPECLASS_COMPLEX, 8) => 0x2db,
             (abi::TYPECLASS_COMPLEX, 16) => 0x2e3,
+            // C's long double (x87 extended in 16 bytes on x86-64), and its complex: the
+            // predefined types of that size volley carries (MPICH answers the same).
+            (abi::TYPECLASS_REAL, 16) => 0x220,
+            (abi::TYPECLASS_COMPLEX, 32) => 0x224,
             (abi::TYPECLASS_INTEGER | abi::TYPECLASS_REAL | abi::TYPECLASS_COMPLEX, _) => {
-                return Err(fail(class::ARG, format!("no predefined type of this class has {size} bytes: volley has integers of 1, 2, 4 and 8 bytes, reals of 4 and 8, complex numbers of 8 and 16")));
+                return Err(fail(class::ARG, format!("no predefined type of this class has {size} bytes: volley has integers of 1, 2, 4 and 8 bytes, reals of 4, 8 and 16 (long double), complex numbers of 8, 16 and 32")));
             }
             _ => {
                 return Err(fail(class::ARG, format!("typeclass {typeclass} is none of MPI_TYPECLASS_INTEGER, MPI_TYPECLASS_REAL and MPI_TYPECLASS_COMPLEX")));
@@ -817,6 +828,15 @@ crate::mpi! {
         unsafe {
             put(true_lb, t.true_lb)?;
             put(true_extent, t.true_ub - t.true_lb)
+        }
+    }
+
+    fn MPI_Type_get_true_extent_x / PMPI_Type_get_true_extent_x(datatype: H, true_lb: *mut Count, true_extent: *mut Count) {
+        let t = old(datatype)?;
+        // SAFETY: the caller's output arguments.
+        unsafe {
+            put(true_lb, t.true_lb as Count)?;
+            put(true_extent, (t.true_ub - t.true_lb) as Count)
         }
     }
 
@@ -1101,10 +1121,21 @@ crate::mpi! {
         // outside the state's borrow (they may call MPI).
         let attrs = type_attrs_of(oldtype)?;
         if !attrs.is_empty() {
-            let copied = crate::comm::run_copy_callbacks(oldtype, attrs)?;
             // SAFETY: store wrote the new handle there.
             let h = unsafe { get(newtype)? };
-            rt()?.type_attrs.extend(copied.into_iter().map(|(k, v)| (h, k, v)));
+            match crate::comm::run_copy_callbacks(oldtype, attrs) {
+                Ok(copied) => rt()?.type_attrs.extend(copied.into_iter().map(|(k, v)| (h, k, v))),
+                Err(e) => {
+                    // A callback refused: no duplicate, and the program is told so with
+                    // MPI_DATATYPE_NULL (as MPI_Comm_dup answers MPI_COMM_NULL).
+                    if let Some(i) = index(KIND_TYPE, h) {
+                        rt()?.types.get_mut(i).and_then(|s| s.take());
+                    }
+                    // SAFETY: the caller's output argument.
+                    unsafe { put(newtype, abi::DATATYPE_NULL)? };
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -1229,6 +1260,11 @@ crate::mpi! {
         if let Some(n) = renamed {
             // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.
             return unsafe { put_str(type_name, abi::MAX_OBJECT_NAME, resultlen, &n) };
+        }
+        // An optional type volley does not carry still has its name (it names a handle).
+        if let Some((name, _)) = lacking(datatype) {
+            // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.
+            return unsafe { put_str(type_name, abi::MAX_OBJECT_NAME, resultlen, name) };
         }
         let t = old(datatype)?;
         // SAFETY: MPI: type_name holds MPI_MAX_OBJECT_NAME bytes.

@@ -37,6 +37,7 @@ mod inter;
 mod nbc;
 mod nbc_shm;
 mod p2p;
+mod removed;
 mod scratch;
 mod state;
 mod topo;
