@@ -161,7 +161,7 @@ impl From<SendError> for Fail {
 impl From<RecvError> for Fail {
     fn from(e: RecvError) -> Fail {
         let code = match &e {
-            RecvError::BufferTooSmall { .. } => VOLLEY_ETRUNC,
+            RecvError::BufferTooSmall { .. } | RecvError::Truncated { .. } => VOLLEY_ETRUNC,
             RecvError::PeerLost(_) => VOLLEY_EPEERLOST,
             RecvError::NoSuchRank { .. } => VOLLEY_ENORANK,
             RecvError::NoSenders { .. } => VOLLEY_ENOSENDERS,

@@ -324,7 +324,7 @@ pub unsafe fn c_str(p: *const c_char) -> R<String> {
 pub fn from_recv(e: &volley::RecvError) -> Fail {
     use volley::RecvError as E;
     let class = match e {
-        E::BufferTooSmall { .. } => class::TRUNCATE,
+        E::BufferTooSmall { .. } | E::Truncated { .. } => class::TRUNCATE,
         E::PeerLost(_) | E::NoSenders { .. } => class::PROC_FAILED,
         E::NoSuchRank { .. } => class::RANK,
         _ => class::OTHER,

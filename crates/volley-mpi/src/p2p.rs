@@ -577,6 +577,18 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
                 req.status = st;
                 req.err = Some(e);
             }
+            (
+                Err(RequestError::Recv(
+                    e @ RecvError::Truncated {
+                        envelope, buffer, ..
+                    },
+                )),
+                _,
+            ) => {
+                // The core took the message when this receive matched it and stored what fits.
+                req.status = status_of(&c, &envelope, buffer);
+                req.err = Some(from_recv(&e));
+            }
             (Err(RequestError::Cancelled), _) => {
                 req.status = Status::empty();
                 req.status.internal[2] = 1;

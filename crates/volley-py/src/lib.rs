@@ -50,7 +50,9 @@ fn handler_error() -> PyResult<()> {
 fn recv_err(e: volley::RecvError) -> PyErr {
     match e {
         volley::RecvError::PeerLost(_) => PeerLost::new_err(e.to_string()),
-        volley::RecvError::BufferTooSmall { .. } => BufferTooSmall::new_err(e.to_string()),
+        volley::RecvError::BufferTooSmall { .. } | volley::RecvError::Truncated { .. } => {
+            BufferTooSmall::new_err(e.to_string())
+        }
         e => Error::new_err(e.to_string()),
     }
 }

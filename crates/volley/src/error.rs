@@ -177,6 +177,15 @@ pub enum RecvError {
         /// receives it with that source and tag into a buffer of its size).
         envelope: Option<crate::Status>,
     },
+    /// A posted receive matched a message longer than its buffer: the message was taken (it
+    /// was this receive's), its first `buffer` bytes stored and the rest dropped, as MPI's
+    /// truncation does.
+    #[error("message truncated: {message} bytes arrived from rank {} with tag {}, the receive buffer holds {buffer}; the first {buffer} bytes were stored, the rest dropped; post a receive of at least {message} bytes", envelope.source, envelope.tag)]
+    Truncated {
+        message: usize,
+        buffer: usize,
+        envelope: crate::Status,
+    },
     #[error(transparent)]
     PeerLost(#[from] PeerLost),
     #[error("no rank {rank} to receive from: the job has {size} ranks (0 to {size} - 1); use None for any source")]

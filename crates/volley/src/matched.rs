@@ -571,6 +571,53 @@ impl World {
         self.take(pat, st, found, &mut out[..st.len], waiter, incremental)
     }
 
+    /// A posted receive (`pat`) matched message `st` but is too small for it: MPI's rule is that
+    /// the message is still this receive's, so it is taken now (whole, into a buffer of its
+    /// size) and its first `room` bytes handed to `store`; left queued, a receive posted later
+    /// could take it instead (MPICH's errors/pt2pt/errinstat* found this). Returns the error
+    /// that ends the receive: [`RecvError::Truncated`], or whatever stopped the taking.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn take_truncated(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        room: usize,
+        waiter: &mut Waiter,
+        store: &mut dyn FnMut(&[u8]),
+    ) -> RecvError {
+        // Messages from one source with one tag do not overtake each other: the first that
+        // this exact pattern finds is the one matched.
+        let exact = Pattern {
+            source: Some(st.source),
+            tag: Some(st.tag),
+            ..*pat
+        };
+        let mut whole = vec![0u8; st.len];
+        loop {
+            let mut out = Some(&mut whole[..]);
+            match self.match_step(&exact, &mut out, waiter, &|_| false, false) {
+                Ok(Step::Done(_)) => break,
+                Ok(Step::Nothing | Step::Vetoed) => {
+                    if let Err(e) = waiter.idle(self, exact.context, Some(st.source)) {
+                        return e;
+                    }
+                }
+                Ok(Step::Started(..) | Step::Placing(..)) => {
+                    unreachable!("a whole (not incremental) receive ends done")
+                }
+                Err(e) => return e,
+            }
+        }
+        waiter.finish(self);
+        store(&whole[..room]);
+        RecvError::Truncated {
+            message: st.len,
+            buffer: room,
+            envelope: st,
+        }
+    }
+
     /// What every matched receive and probe does before data moves: find the message, let a
     /// receive posted earlier have it (`veto`), then for a receive into `room` bytes (None: a
     /// probe, which ends here) check its size and acknowledge a synchronous send.

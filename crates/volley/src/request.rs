@@ -390,8 +390,9 @@ impl Endpoint {
 
     /// Posts a receive into the lent `buf` of the first message on this endpoint's port from
     /// `source` (None: any) with `tag` (None: any) (MPI_Irecv). Posted receives match in the order
-    /// posted; the message lands straight in `buf`. A message longer than `buf` fails the request
-    /// with [`RecvError::BufferTooSmall`] and stays queued.
+    /// posted; the message lands straight in `buf`. A message longer than `buf` is still this
+    /// receive's (MPI's rule): it is taken, its first `buf.len()` bytes stored, and the request
+    /// fails with [`RecvError::Truncated`].
     pub fn irecv_lent(
         &self,
         source: Option<usize>,
@@ -593,6 +594,16 @@ impl World {
                             self.net().place(src, msg, buf);
                             (Op::Placing(pat, st, src, msg), false)
                         }
+                        Err(RecvError::BufferTooSmall {
+                            envelope: Some(st), ..
+                        }) => {
+                            let out = buf.as_mut_slice();
+                            let room = out.len();
+                            let r = self.take_truncated(&pat, st, room, &mut waiter, &mut |d| {
+                                out.copy_from_slice(d)
+                            });
+                            (Op::Done(Err(r.into())), true)
+                        }
                         Err(e) => (Op::Done(Err(e.into())), true),
                     }
                 }
@@ -644,6 +655,15 @@ impl World {
                         Ok(Step::Started(st, g)) => (Op::GatherUnpack(pat, u, st, g), false),
                         Ok(Step::Placing(..)) => {
                             unreachable!("unpacking receives are not incremental")
+                        }
+                        Err(RecvError::BufferTooSmall {
+                            envelope: Some(st), ..
+                        }) => {
+                            let room = u.len();
+                            let r = self.take_truncated(&pat, st, room, &mut waiter, &mut |d| {
+                                u.unpack(0, d)
+                            });
+                            (Op::Done(Err(r.into())), true)
                         }
                         Err(e) => (Op::Done(Err(e.into())), true),
                     }
