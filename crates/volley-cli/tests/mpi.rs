@@ -200,6 +200,11 @@ fn external32_packing_is_big_endian_at_the_standard_sizes() {
 }
 
 #[test]
+fn aliased_collective_buffers_are_refused_before_anything_moves() {
+    passes("coll_alias", 3);
+}
+
+#[test]
 fn removed_mpi1_functions_names_and_failed_dups() {
     passes("oldapi", 3);
 }

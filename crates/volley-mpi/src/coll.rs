@@ -312,7 +312,7 @@ fn reduce_shm(
     };
     let n = count(count_)?;
     let root = root.map(|r| root_of(&c, r)).transpose()?;
-    let op = op_of(op_h)?;
+    let op = op_for(op_h, &t, datatype)?;
     let len = n * t.size;
     let coll = if root.is_some() {
         Coll::Reduce
@@ -781,6 +781,19 @@ impl Op {
             Op::User(u) => u.commute,
         }
     }
+}
+
+/// The operation `h` names, checked against the datatype it will combine (`t`, handle `th`)
+/// on every rank at the call, before anything moves: a predefined operation the type does not
+/// take (MPI-3.1 5.9.2: MPI_MAX on MPI_BYTE, say) is MPI_ERR_OP on every rank, not only on
+/// those that happen to fold (MPICH's errors/coll/rerr).
+pub fn op_for(h: H, t: &Dtype, th: H) -> R<Op> {
+    let op = op_of(h)?;
+    if let Op::Predefined(_) = op {
+        // No elements: the table is consulted, nothing is touched.
+        apply(op, t, th, 0, &[], &mut [])?;
+    }
+    Ok(op)
 }
 
 pub fn op_of(h: H) -> R<Op> {
@@ -1507,7 +1520,7 @@ fn reduce_op(
     let (c, t) = args(comm, datatype)?;
     let n = count(count_)?;
     let root = if all { 0 } else { root_of(&c, root)? };
-    let op = op_of(op)?;
+    let op = op_for(op, &t, datatype)?;
     let s = c.next_seq();
     let src = if in_place(sendbuf) && (all || c.rank == root) {
         recvbuf as *const c_void
@@ -2434,7 +2447,7 @@ fn reduce_scatter_op(
         Err(k) => vec![count(k)?; n],
     };
     let total: usize = counts.iter().sum();
-    let op = op_of(op)?;
+    let op = op_for(op, &t, datatype)?;
     let src = if in_place(sendbuf) {
         recvbuf as *const c_void
     } else {
@@ -2462,7 +2475,7 @@ fn scan_op(
 ) -> R<Nbc> {
     let (c, t) = args(comm, datatype)?;
     let k = count(count_)?;
-    let op = op_of(op)?;
+    let op = op_for(op, &t, datatype)?;
     let src = if in_place(sendbuf) {
         recvbuf as *const c_void
     } else {
@@ -2486,6 +2499,95 @@ fn scan_op(
         }
         Ok(())
     }))
+}
+
+/// MPI's rule that a call's buffer arguments do not alias (MPI-3.1 2.6.2; in place is said
+/// with MPI_IN_PLACE): a collective whose send buffer is its receive buffer, or this rank's own
+/// block of it, fails on the ranks that see it with MPI_ERR_BUFFER before any message moves, as
+/// MPICH's checks do (errors/coll/noalias*), instead of computing on overwritten data. Checked
+/// on intracommunicators, where the rule names the buffers by rank.
+mod alias {
+    use super::*;
+
+    /// This rank in `comm`, for an intracommunicator.
+    fn me(comm: H) -> R<Option<usize>> {
+        let c = rt()?.comm(comm)?;
+        Ok((!c.is_inter()).then_some(c.rank))
+    }
+
+    fn element(base: *const c_void, i: isize, t: H) -> R<*const c_void> {
+        let t = {
+            let rt = rt()?;
+            committed(&rt, t)?
+        };
+        Ok(at(base, i, &t))
+    }
+
+    fn same(what: &str, send: *const c_void, recv: *const c_void, whole: bool) -> R {
+        if in_place(send) || send.is_null() || send != recv {
+            return Ok(());
+        }
+        let which = if whole {
+            "the receive buffer"
+        } else {
+            "this rank's block of the receive buffer"
+        };
+        Err(fail(
+            class::BUFFER,
+            format!("{what}: the send buffer is {which}; pass MPI_IN_PLACE as the send buffer to work in place"),
+        ))
+    }
+
+    /// Reductions and the all-to-alls: the two buffers, on every rank (`root`: only there).
+    pub(super) fn pair(
+        what: &str,
+        send: *const c_void,
+        recv: *const c_void,
+        nonempty: bool,
+        comm: H,
+        root: Option<c_int>,
+    ) -> R {
+        let Some(r) = me(comm)? else { return Ok(()) };
+        if !nonempty || root.is_some_and(|root| root as usize != r) {
+            return Ok(());
+        }
+        same(what, send, recv, true)
+    }
+
+    /// Gathers: `mine` against the gathered buffer `all` and against this rank's block in it
+    /// (`block`: its displacement in elements of `t`, given the rank), at `root` (None: every
+    /// rank). Scatters pass their receive buffer as `mine`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gathered(
+        what: &str,
+        mine: *const c_void,
+        nonempty: bool,
+        all: *const c_void,
+        t: H,
+        block: impl Fn(usize) -> R<isize>,
+        comm: H,
+        root: Option<c_int>,
+    ) -> R {
+        let Some(r) = me(comm)? else { return Ok(()) };
+        if !nonempty
+            || root.is_some_and(|root| root as usize != r)
+            || in_place(mine)
+            || mine.is_null()
+        {
+            return Ok(());
+        }
+        same(what, mine, all, true)?;
+        same(what, mine, element(all, block(r)?, t)?, false)
+    }
+
+    /// Element `r` of a per-rank array (displacements), for `gathered`.
+    pub(super) fn nth(a: *const c_int, r: usize) -> R<isize> {
+        if a.is_null() {
+            return Err(fail(class::ARG, "the displacements array is NULL"));
+        }
+        // SAFETY: MPI: the array holds one entry per rank of the communicator, and r is one.
+        Ok(unsafe { *a.add(r) } as isize)
+    }
 }
 
 crate::mpi! {
@@ -2512,6 +2614,7 @@ crate::mpi! {
     }
 
     fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
+        alias::pair("MPI_Reduce", sendbuf, recvbuf, count_ > 0, comm, Some(root))?;
         if reduce_shm(sendbuf, recvbuf, count_, datatype, op, Some(root), comm)? {
             return Ok(());
         }
@@ -2519,10 +2622,12 @@ crate::mpi! {
     }
 
     fn MPI_Ireduce / PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ireduce", sendbuf, recvbuf, count_ > 0, comm, Some(root))?;
         start(|| reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false), comm, request)
     }
 
     fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        alias::pair("MPI_Allreduce", sendbuf, recvbuf, count_ > 0, comm, None)?;
         if reduce_shm(sendbuf, recvbuf, count_, datatype, op, None, comm)? {
             return Ok(());
         }
@@ -2530,10 +2635,12 @@ crate::mpi! {
     }
 
     fn MPI_Iallreduce / PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Iallreduce", sendbuf, recvbuf, count_ > 0, comm, None)?;
         start(|| reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true), comm, request)
     }
 
     fn MPI_Gather / PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        alias::gathered("MPI_Gather", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, Some(root))?;
         if gather_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)? {
             return Ok(());
         }
@@ -2541,10 +2648,12 @@ crate::mpi! {
     }
 
     fn MPI_Igather / PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Igather", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, Some(root))?;
         start(|| gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Scatter / PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        alias::gathered("MPI_Scatter", recvbuf, recvcount > 0, sendbuf, sendtype, |r| Ok(r as isize * sendcount as isize), comm, Some(root))?;
         if scatter_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)? {
             return Ok(());
         }
@@ -2552,10 +2661,12 @@ crate::mpi! {
     }
 
     fn MPI_Iscatter / PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Iscatter", recvbuf, recvcount > 0, sendbuf, sendtype, |r| Ok(r as isize * sendcount as isize), comm, Some(root))?;
         start(|| scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Allgather / PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        alias::gathered("MPI_Allgather", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, None)?;
         if allgather_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)? {
             return Ok(());
         }
@@ -2563,10 +2674,12 @@ crate::mpi! {
     }
 
     fn MPI_Iallgather / PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Iallgather", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, None)?;
         start(|| allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H) [comm] {
+        alias::pair("MPI_Alltoall", sendbuf, recvbuf, sendcount > 0, comm, None)?;
         if alltoall_shm(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)? {
             return Ok(());
         }
@@ -2574,78 +2687,97 @@ crate::mpi! {
     }
 
     fn MPI_Ialltoall / PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ialltoall", sendbuf, recvbuf, sendcount > 0, comm, None)?;
         start(|| alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), comm, request)
     }
 
     fn MPI_Gatherv / PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        alias::gathered("MPI_Gatherv", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, Some(root))?;
         run(gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
     }
 
     fn MPI_Igatherv / PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Igatherv", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, Some(root))?;
         start(|| gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Scatterv / PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H) [comm] {
+        alias::gathered("MPI_Scatterv", recvbuf, recvcount > 0, sendbuf, sendtype, |r| alias::nth(displs, r), comm, Some(root))?;
         run(scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
     fn MPI_Iscatterv / PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Iscatterv", recvbuf, recvcount > 0, sendbuf, sendtype, |r| alias::nth(displs, r), comm, Some(root))?;
         start(|| scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm), comm, request)
     }
 
     fn MPI_Allgatherv / PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H) [comm] {
+        alias::gathered("MPI_Allgatherv", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, None)?;
         run(allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
     }
 
     fn MPI_Iallgatherv / PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Iallgatherv", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, None)?;
         start(|| allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
+        alias::pair("MPI_Alltoallv", sendbuf, recvbuf, true, comm, None)?;
         run(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
     }
 
     fn MPI_Ialltoallv / PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ialltoallv", sendbuf, recvbuf, true, comm, None)?;
         start(|| alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
+        alias::pair("MPI_Alltoallw", sendbuf, recvbuf, true, comm, None)?;
         run(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
     }
 
     fn MPI_Ialltoallw / PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ialltoallw", sendbuf, recvbuf, true, comm, None)?;
         start(|| alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
     }
 
     fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H) [comm] {
+        alias::pair("MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount > 0, comm, None)?;
         run(reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm))
     }
 
     fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ireduce_scatter_block", sendbuf, recvbuf, recvcount > 0, comm, None)?;
         start(|| reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm), comm, request)
     }
 
     fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
+        alias::pair("MPI_Reduce_scatter", sendbuf, recvbuf, true, comm, None)?;
         run(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm))
     }
 
     fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Ireduce_scatter", sendbuf, recvbuf, true, comm, None)?;
         start(|| reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
     }
 
     fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        alias::pair("MPI_Scan", sendbuf, recvbuf, count_ > 0, comm, None)?;
         run(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false))
     }
 
     fn MPI_Iscan / PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Iscan", sendbuf, recvbuf, count_ > 0, comm, None)?;
         start(|| scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false), comm, request)
     }
 
     fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
+        alias::pair("MPI_Exscan", sendbuf, recvbuf, count_ > 0, comm, None)?;
         run(scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true))
     }
 
     fn MPI_Iexscan / PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
+        alias::pair("MPI_Iexscan", sendbuf, recvbuf, count_ > 0, comm, None)?;
         start(|| scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true), comm, request)
     }
 
@@ -2680,6 +2812,12 @@ crate::mpi! {
     }
 
     fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count_: c_int, datatype: H, op: H) {
+        if in_place(inbuf) || in_place(inoutbuf as *const c_void) {
+            return Err(fail(class::BUFFER, "MPI_IN_PLACE is not a buffer MPI_Reduce_local takes: pass the input and the input-output buffers themselves"));
+        }
+        if count_ > 0 && std::ptr::eq(inbuf, inoutbuf) {
+            return Err(fail(class::BUFFER, "the input buffer is the input-output buffer: they must not overlap (MPI-3.1 5.9.7)"));
+        }
         let t = { let rt = rt()?; committed(&rt, datatype)? };
         let k = count(count_)?;
         let op = op_of(op)?;
