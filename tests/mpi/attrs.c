@@ -25,6 +25,14 @@ static int failing_copy(MPI_Comm c, int key, void *extra, void *in, void *out, i
     return MPI_ERR_OTHER;
 }
 
+/* A copy callback that fails with an error code of the program's own (MPI_Add_error_code). */
+static int my_code;
+static int failing_own(MPI_Comm c, int key, void *extra, void *in, void *out, int *flag) {
+    (void)c; (void)key; (void)extra; (void)in; (void)out;
+    *flag = 0;
+    return my_code;
+}
+
 static int at_finalize(MPI_Comm c, int key, void *val, void *extra) {
     (void)key; (void)val; (void)extra;
     if (c == MPI_COMM_SELF && world_rank() == 0) {
@@ -92,6 +100,18 @@ int main(int argc, char **argv) {
     MPI_Comm nope = MPI_COMM_WORLD;
     CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &nope) != MPI_SUCCESS);
     CHECK(nope == MPI_COMM_NULL);
+    OK(MPI_Comm_delete_attr(MPI_COMM_WORLD, bad));
+    OK(MPI_Comm_free_keyval(&bad));
+    /* The callback's own error code is what the failed call returns (MPICH does the same). */
+    int my_class;
+    OK(MPI_Add_error_class(&my_class));
+    OK(MPI_Add_error_code(my_class, &my_code));
+    OK(MPI_Comm_create_keyval(failing_own, MPI_COMM_NULL_DELETE_FN, &bad, NULL));
+    OK(MPI_Comm_set_attr(MPI_COMM_WORLD, bad, (void *)1));
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &nope), cls = -1;
+    CHECK(rc == my_code);
+    OK(MPI_Error_class(rc, &cls));
+    CHECK(cls == my_class);
     OK(MPI_Comm_delete_attr(MPI_COMM_WORLD, bad));
     OK(MPI_Comm_free_keyval(&bad));
     /* MPI_COMM_SELF's attributes are deleted by MPI_Finalize. */

@@ -282,6 +282,12 @@ int main(int argc, char **argv) {
     cartesian();
     cartesian_neighbours();
     graphs();
+    /* A grid larger than the communicator is an error, and no communicator comes of it. */
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int big[2] = {size, size + 1}, nope[2] = {0, 0};
+    MPI_Comm none = MPI_COMM_WORLD;
+    CHECK(MPI_Cart_create(MPI_COMM_WORLD, 2, big, nope, 0, &none) != MPI_SUCCESS);
+    CHECK(none == MPI_COMM_NULL);
     pass("topo");
     return 0;
 }

@@ -288,8 +288,8 @@ pub(crate) fn run_copy_callbacks(from: H, attrs: Vec<(c_int, usize)>) -> R<Vec<(
                     )
                 };
                 if rc != 0 {
-                    return Err(fail(
-                        class::OTHER,
+                    return Err(crate::err::fail_code(
+                        rc,
                         format!("the copy callback of keyval {k} returned {rc}"),
                     ));
                 }
@@ -312,8 +312,8 @@ pub(crate) fn delete_attr(comm: H, k: c_int, v: usize) -> R {
             // SAFETY: called as MPI defines.
             let rc = unsafe { f(comm, k, v as *mut c_void, extra as *mut c_void) };
             if rc != 0 {
-                return Err(fail(
-                    class::OTHER,
+                return Err(crate::err::fail_code(
+                    rc,
                     format!("the delete callback of keyval {k} returned {rc}"),
                 ));
             }

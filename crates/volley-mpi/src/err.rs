@@ -20,6 +20,9 @@ use volley_sys::Exclusive;
 pub struct Fail {
     pub class: c_int,
     pub msg: String,
+    /// The code to return as it is, when the program made it (an attribute callback's return
+    /// value): None makes a code of volley's own for `class` and `msg`.
+    pub code: Option<c_int>,
     /// The communicator whose error handler decides, when not the call's own (a request's).
     pub comm: Option<H>,
 }
@@ -30,7 +33,23 @@ pub fn fail(class: c_int, msg: impl Into<String>) -> Fail {
     Fail {
         class,
         msg: msg.into(),
+        code: None,
         comm: None,
+    }
+}
+
+/// A failure the program's own callback reported with error code `code`: returned to the
+/// program unchanged when it is a code MPI knows (a predefined or an added one, as MPICH does),
+/// else as MPI_ERR_OTHER.
+pub fn fail_code(code: c_int, msg: impl Into<String>) -> Fail {
+    match class_of(code) {
+        Some(class) if code != 0 => Fail {
+            class,
+            msg: msg.into(),
+            code: Some(code),
+            comm: None,
+        },
+        _ => fail(class::OTHER, msg),
     }
 }
 
@@ -177,14 +196,22 @@ pub fn string_of(code: c_int) -> Option<String> {
 pub fn finish(name: &str, comm: H, r: R) -> c_int {
     match r {
         Ok(()) => 0,
-        Err(f) => raise(name, f.comm.unwrap_or(comm), f.class, f.msg),
+        Err(f) => match f.code {
+            Some(code) => raise_code(name, f.comm.unwrap_or(comm), code, f.msg),
+            None => raise(name, f.comm.unwrap_or(comm), f.class, f.msg),
+        },
     }
 }
 
 /// A failure of `name` on `comm`: the handler decides.
 pub fn raise(name: &str, comm: H, class: c_int, msg: String) -> c_int {
-    let handler = state::errhandler_of(comm);
     let code = code_for(class, format!("{name}: {msg}"));
+    raise_code(name, comm, code, msg)
+}
+
+/// A failure of `name` on `comm` with error code `code`: the handler decides.
+fn raise_code(name: &str, comm: H, code: c_int, msg: String) -> c_int {
+    let handler = state::errhandler_of(comm);
     match handler {
         state::Handler::Return => code,
         state::Handler::User(f) => {

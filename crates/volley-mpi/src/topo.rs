@@ -577,6 +577,15 @@ fn start(op: impl FnOnce() -> R<Nbc>, comm: H, request: *mut H) -> R {
     crate::p2p::start_nbc(crate::nbc::starting(op)?, comm, request)
 }
 
+/// Writes MPI_COMM_NULL to a creation's output, when it is a pointer (a null one is reported
+/// by the creation itself).
+fn null_out(out: *mut H) {
+    if !out.is_null() {
+        // SAFETY: MPI: a non-null output argument points at a handle the call may write.
+        unsafe { *out = abi::COMM_NULL };
+    }
+}
+
 mpi! {
     fn MPI_Topo_test / PMPI_Topo_test(comm: H, status: *mut c_int) [comm] {
         let c = rt()?.comm(comm)?;
@@ -586,6 +595,8 @@ mpi! {
     }
 
     fn MPI_Cart_create / PMPI_Cart_create(comm_old: H, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, comm_cart: *mut H) [comm_old] {
+        // A call that fails leaves no communicator: MPI_COMM_NULL, as MPICH answers.
+        null_out(comm_cart);
         let c = intra_for(comm_old, "MPI_Cart_create")?;
         if ndims < 0 {
             return Err(fail(class::DIMS, format!("ndims {ndims} is negative")));
@@ -702,6 +713,8 @@ mpi! {
     }
 
     fn MPI_Graph_create / PMPI_Graph_create(comm_old: H, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, comm_graph: *mut H) [comm_old] {
+        // A call that fails leaves no communicator: MPI_COMM_NULL, as MPICH answers.
+        null_out(comm_graph);
         let c = intra_for(comm_old, "MPI_Graph_create")?;
         if nnodes < 0 {
             return Err(fail(class::ARG, format!("nnodes {nnodes} is negative")));
@@ -779,6 +792,8 @@ mpi! {
     }
 
     fn MPI_Dist_graph_create_adjacent / PMPI_Dist_graph_create_adjacent(comm_old: H, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, _info: H, _reorder: c_int, comm_dist_graph: *mut H) [comm_old] {
+        // A call that fails leaves no communicator: MPI_COMM_NULL, as MPICH answers.
+        null_out(comm_dist_graph);
         let c = intra_for(comm_old, "MPI_Dist_graph_create_adjacent")?;
         // SAFETY: MPI: indegree sources and outdegree destinations.
         let (src, dst) = unsafe { (array(sources, indegree)?, array(destinations, outdegree)?) };
@@ -799,6 +814,8 @@ mpi! {
     }
 
     fn MPI_Dist_graph_create / PMPI_Dist_graph_create(comm_old: H, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights_: *const c_int, _info: H, _reorder: c_int, comm_dist_graph: *mut H) [comm_old] {
+        // A call that fails leaves no communicator: MPI_COMM_NULL, as MPICH answers.
+        null_out(comm_dist_graph);
         let c = intra_for(comm_old, "MPI_Dist_graph_create")?;
         // SAFETY: MPI: n sources and n degrees.
         let (src, deg) = unsafe { (array(sources, n)?, array(degrees, n)?) };
