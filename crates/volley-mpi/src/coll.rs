@@ -312,7 +312,7 @@ fn reduce_shm(
     };
     let n = count(count_)?;
     let root = root.map(|r| root_of(&c, r)).transpose()?;
-    let op = op_for(op_h, &t, datatype)?;
+    let op = op_for(op_h, &t, datatype, n)?;
     let len = n * t.size;
     let coll = if root.is_some() {
         Coll::Reduce
@@ -786,10 +786,12 @@ impl Op {
 /// The operation `h` names, checked against the datatype it will combine (`t`, handle `th`)
 /// on every rank at the call, before anything moves: a predefined operation the type does not
 /// take (MPI-3.1 5.9.2: MPI_MAX on MPI_BYTE, say) is MPI_ERR_OP on every rank, not only on
-/// those that happen to fold (MPICH's errors/coll/rerr).
-pub fn op_for(h: H, t: &Dtype, th: H) -> R<Op> {
+/// those that happen to fold (MPICH's errors/coll/rerr). Only where there are elements to
+/// combine (`n`): a call of none, or a rank that only passes MPI_PROC_NULL, passes whatever
+/// type it likes (mpi4py's intercommunicator tests pass MPI_BYTE with no buffer).
+pub fn op_for(h: H, t: &Dtype, th: H, n: usize) -> R<Op> {
     let op = op_of(h)?;
-    if let Op::Predefined(_) = op {
+    if let (Op::Predefined(_), true) = (op, n > 0) {
         // No elements: the table is consulted, nothing is touched.
         apply(op, t, th, 0, &[], &mut [])?;
     }
@@ -1520,7 +1522,7 @@ fn reduce_op(
     let (c, t) = args(comm, datatype)?;
     let n = count(count_)?;
     let root = if all { 0 } else { root_of(&c, root)? };
-    let op = op_for(op, &t, datatype)?;
+    let op = op_for(op, &t, datatype, n)?;
     let s = c.next_seq();
     let src = if in_place(sendbuf) && (all || c.rank == root) {
         recvbuf as *const c_void
@@ -2447,7 +2449,7 @@ fn reduce_scatter_op(
         Err(k) => vec![count(k)?; n],
     };
     let total: usize = counts.iter().sum();
-    let op = op_for(op, &t, datatype)?;
+    let op = op_for(op, &t, datatype, total)?;
     let src = if in_place(sendbuf) {
         recvbuf as *const c_void
     } else {
@@ -2475,7 +2477,7 @@ fn scan_op(
 ) -> R<Nbc> {
     let (c, t) = args(comm, datatype)?;
     let k = count(count_)?;
-    let op = op_for(op, &t, datatype)?;
+    let op = op_for(op, &t, datatype, k)?;
     let src = if in_place(sendbuf) {
         recvbuf as *const c_void
     } else {
@@ -2578,6 +2580,16 @@ mod alias {
         }
         same(what, mine, all, true)?;
         same(what, mine, element(all, block(r)?, t)?, false)
+    }
+
+    /// Whether a per-rank array of counts (one entry per rank of `comm`) asks for anything: an
+    /// exchange of nothing has no buffers to alias (empty buffers may share an address).
+    pub(super) fn any(counts: *const c_int, comm: H) -> R<bool> {
+        let c = rt()?.comm(comm)?;
+        if counts.is_null() || c.is_inter() {
+            return Ok(false);
+        }
+        Ok(ints(counts, c.size())?.iter().any(|&k| k > 0))
     }
 
     /// Element `r` of a per-rank array (displacements), for `gathered`.
@@ -2722,22 +2734,22 @@ crate::mpi! {
     }
 
     fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
-        alias::pair("MPI_Alltoallv", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Alltoallv", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
         run(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
     }
 
     fn MPI_Ialltoallv / PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ialltoallv", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Ialltoallv", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
         start(|| alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
-        alias::pair("MPI_Alltoallw", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Alltoallw", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
         run(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
     }
 
     fn MPI_Ialltoallw / PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ialltoallw", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Ialltoallw", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
         start(|| alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
     }
 
@@ -2752,12 +2764,12 @@ crate::mpi! {
     }
 
     fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
-        alias::pair("MPI_Reduce_scatter", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Reduce_scatter", sendbuf, recvbuf, alias::any(recvcounts, comm)?, comm, None)?;
         run(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm))
     }
 
     fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ireduce_scatter", sendbuf, recvbuf, true, comm, None)?;
+        alias::pair("MPI_Ireduce_scatter", sendbuf, recvbuf, alias::any(recvcounts, comm)?, comm, None)?;
         start(|| reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
     }
 

@@ -11,7 +11,7 @@
 //! counts), and Scan/Exscan, which MPI does not define on intercommunicators.
 
 use crate::abi::{self, class, H};
-use crate::coll::{apply, at, count, done, op_for, packed, unpacked, Op, P};
+use crate::coll::{apply, at, count, done, op_of, packed, unpacked, Op, P};
 use crate::dtype::{committed, TypeRef};
 use crate::err::{array, fail, R};
 use crate::nbc::Nbc;
@@ -359,7 +359,7 @@ pub fn reduce(
     let n = count(n)?;
     let m = remote(&c).len();
     let t = ty(dt)?;
-    let op = op_for(op, &t, dt)?;
+    let op = op_of(op)?;
     let buf = P::new(recvbuf);
     let fin = move |t: TypeRef| {
         move |got: &[Vec<u8>]| {
@@ -419,7 +419,7 @@ pub fn reduce_scatter(
     let total: usize = mine_counts.iter().sum();
     let m = remote(&c).len();
     let t = ty(dt)?;
-    let op = op_for(op, &t, dt)?;
+    let op = op_of(op)?;
     let mine = packed(&t, sendbuf, total);
     let (s1, s2) = (c.next_seq(), c.next_seq());
     let buf = P::new(recvbuf);
@@ -500,7 +500,7 @@ pub fn reduce_scatter_block(
     let n = count(rc)?;
     let m = remote(&c).len();
     let t = ty(dt)?;
-    let op = op_for(op, &t, dt)?;
+    let op = op_of(op)?;
     // This process's vector has this group's size times recvcount elements (MPI-3.1 5.10.1),
     // reduced over this group and scattered over the other: a block for each of its ranks,
     // as long as the other group's recvcount (the two vectors are the same length).
