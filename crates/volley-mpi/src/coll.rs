@@ -2583,7 +2583,8 @@ mod alias {
     }
 
     /// Whether a per-rank array of counts (one entry per rank of `comm`) asks for anything: an
-    /// exchange of nothing has no buffers to alias (empty buffers may share an address).
+    /// exchange of nothing has no buffers to alias (empty buffers may share an address). Called
+    /// only when the two buffers are one (MPI_IN_PLACE is not: its send counts are not read).
     pub(super) fn any(counts: *const c_int, comm: H) -> R<bool> {
         let c = rt()?.comm(comm)?;
         if counts.is_null() || c.is_inter() {
@@ -2734,22 +2735,22 @@ crate::mpi! {
     }
 
     fn MPI_Alltoallv / PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H) [comm] {
-        alias::pair("MPI_Alltoallv", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Alltoallv", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
         run(alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
     }
 
     fn MPI_Ialltoallv / PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ialltoallv", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Ialltoallv", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
         start(|| alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm), comm, request)
     }
 
     fn MPI_Alltoallw / PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H) [comm] {
-        alias::pair("MPI_Alltoallw", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Alltoallw", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
         run(alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
     }
 
     fn MPI_Ialltoallw / PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ialltoallw", sendbuf, recvbuf, alias::any(sendcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Ialltoallw", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
         start(|| alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm), comm, request)
     }
 
@@ -2764,12 +2765,12 @@ crate::mpi! {
     }
 
     fn MPI_Reduce_scatter / PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H) [comm] {
-        alias::pair("MPI_Reduce_scatter", sendbuf, recvbuf, alias::any(recvcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Reduce_scatter", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(recvcounts, comm)?, comm, None)?;
         run(reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm))
     }
 
     fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
-        alias::pair("MPI_Ireduce_scatter", sendbuf, recvbuf, alias::any(recvcounts, comm)?, comm, None)?;
+        alias::pair("MPI_Ireduce_scatter", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(recvcounts, comm)?, comm, None)?;
         start(|| reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm), comm, request)
     }
 
