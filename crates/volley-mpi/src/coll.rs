@@ -2549,8 +2549,12 @@ mod alias {
         comm: H,
         root: Option<c_int>,
     ) -> R {
+        // The pointers first: the communicator is looked up only for buffers that are one.
+        if !nonempty || in_place(send) || send.is_null() || send != recv {
+            return Ok(());
+        }
         let Some(r) = me(comm)? else { return Ok(()) };
-        if !nonempty || root.is_some_and(|root| root as usize != r) {
+        if root.is_some_and(|root| root as usize != r) {
             return Ok(());
         }
         same(what, send, recv, true)
@@ -2570,12 +2574,11 @@ mod alias {
         comm: H,
         root: Option<c_int>,
     ) -> R {
+        if !nonempty || in_place(mine) || mine.is_null() {
+            return Ok(());
+        }
         let Some(r) = me(comm)? else { return Ok(()) };
-        if !nonempty
-            || root.is_some_and(|root| root as usize != r)
-            || in_place(mine)
-            || mine.is_null()
-        {
+        if root.is_some_and(|root| root as usize != r) {
             return Ok(());
         }
         same(what, mine, all, true)?;

@@ -567,17 +567,6 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
             }
             (Ok(_), None) => {}
             (
-                Err(RequestError::Recv(RecvError::BufferTooSmall {
-                    envelope: Some(env),
-                    ..
-                })),
-                Some(t),
-            ) => {
-                let (st, e) = truncated(&c, &env, t);
-                req.status = st;
-                req.err = Some(e);
-            }
-            (
                 Err(RequestError::Recv(
                     e @ RecvError::Truncated {
                         envelope, buffer, ..
