@@ -127,6 +127,12 @@ impl Status {
         self.internal[0] = n as u32 as c_int;
         self.internal[1] = (n >> 32) as u32 as c_int;
     }
+    /// The status of a send of `bytes` bytes.
+    pub fn sent(bytes: u64) -> Status {
+        let mut s = Status::empty();
+        s.set_bytes(bytes);
+        s
+    }
     pub fn cancelled(&self) -> bool {
         self.internal[2] != 0
     }

@@ -41,6 +41,7 @@ fn init(required: c_int) -> R<c_int> {
         types: Vec::new(),
         groups: Vec::new(),
         reqs: Slab::default(),
+        spare_more: Vec::new(),
         msgs: Slab::default(),
         ops: Vec::new(),
         errhandlers: Vec::new(),

@@ -112,17 +112,28 @@ pub struct Target {
     pub dtype: TypeRef,
 }
 
-/// A request of the face.
+/// A request of the face. What a request that completes as it starts (the eager fast paths that
+/// a message rate rests on) needs is here, in one cache line: storing, testing and collecting it
+/// moves 64 bytes, not the 320 of every field below; the rest lives in `more`, from a pool.
 pub struct Req {
     pub comm: H,
-    pub core_comm: Option<Arc<CommCore>>,
     /// The core's request for the data, until it completes.
     pub core: Option<RequestId>,
+    /// Completed: `status` (and `more.err`) hold the result.
+    pub done: bool,
+    /// False for a persistent request not started, or completed and collected.
+    pub active: bool,
+    pub status: Status,
+    /// None while the request needs nothing of `More`.
+    pub more: Option<Box<More>>,
+}
+
+/// The parts of a request that the fast paths do not need.
+#[derive(Default)]
+pub struct More {
+    pub core_comm: Option<Arc<CommCore>>,
     /// A synchronous send's acknowledgement receive, until it arrives.
     pub ack: Option<RequestId>,
-    /// Completed: `status` (and `err`) hold the result.
-    pub done: bool,
-    pub status: Status,
     pub err: Option<Fail>,
     /// A receive: where its data goes (a non-contiguous type is unpacked piece by piece).
     pub target: Option<Target>,
@@ -131,7 +142,6 @@ pub struct Req {
     /// A persistent request's operation; it is inactive while `core`, `ack` are None and not
     /// `done`.
     pub persistent: Option<Spec>,
-    pub active: bool,
     /// Bytes a buffered send holds of the attached buffer.
     pub bsend: usize,
     /// A non-blocking collective (or MPI_Comm_idup) in flight: polled by every test and wait.
@@ -190,19 +200,57 @@ impl Req {
     fn finished(comm: H, status: Status) -> Req {
         Req {
             comm,
-            core_comm: None,
             core: None,
-            ack: None,
             done: true,
-            status,
-            err: None,
-            target: None,
-            stage: Vec::new(),
-            persistent: None,
             active: true,
-            bsend: 0,
-            nbc: None,
-            greq: None,
+            status,
+            more: None,
+        }
+    }
+
+    /// The rest of the request, made on first use (the paths that use it are not the eager fast
+    /// paths; those that start often take theirs from the pool, see `spare_more`).
+    fn m(&mut self) -> &mut More {
+        self.more.get_or_insert_with(Box::default)
+    }
+
+    fn ack(&self) -> Option<RequestId> {
+        self.more.as_ref().and_then(|m| m.ack)
+    }
+
+    fn bsend(&self) -> usize {
+        self.more.as_ref().map_or(0, |m| m.bsend)
+    }
+
+    fn greq(&self) -> Option<Greq> {
+        self.more.as_ref().and_then(|m| m.greq)
+    }
+
+    fn persistent(&self) -> Option<&Spec> {
+        self.more.as_ref().and_then(|m| m.persistent.as_ref())
+    }
+
+    fn has_nbc(&self) -> bool {
+        self.more.as_ref().is_some_and(|m| m.nbc.is_some())
+    }
+}
+
+/// Most `More`s the pool keeps (beyond them a collected request's is freed).
+const SPARE_MORE: usize = 1024;
+
+/// A cleared `More` from the pool, so that a window of requests that take the full path
+/// allocates nothing once warm.
+fn spare_more(rt: &mut Rt) -> Box<More> {
+    rt.spare_more.pop().unwrap_or_default()
+}
+
+/// Gives a collected request's `More` back to the pool, cleared (its communicator, datatype and
+/// staged data let go now).
+fn recycle(rt: &mut Rt, r: Req) {
+    if let Some(mut m) = r.more {
+        if rt.spare_more.len() < SPARE_MORE {
+            *m = More::default();
+            rt.spare_more.push(m);
         }
     }
 }
@@ -271,8 +319,8 @@ fn start_send(
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
     if held.is_none() && matches!(mode, Mode::Standard | Mode::Ready) {
-        if let Some(r) = eager_send(rt, buf, count, dtype, dest, tag, comm)? {
-            return Ok(r);
+        if let Some(bytes) = eager_send(rt, buf, count, dtype, dest, tag, comm)? {
+            return Ok(Req::finished(comm, Status::sent(bytes)));
         }
     }
     let (c, t) = match held {
@@ -348,21 +396,18 @@ fn start_send(
     };
     let mut status = Status::empty();
     status.set_bytes(bytes as u64);
+    let mut more = spare_more(rt);
+    more.core_comm = Some(c);
+    more.ack = ack;
+    more.stage = stage;
+    more.bsend = bsend;
     Ok(Req {
         comm,
-        core_comm: Some(c),
         core: Some(core),
-        ack,
         done: false,
-        status,
-        err: None,
-        target: None,
-        stage,
-        persistent: None,
         active: true,
-        bsend,
-        nbc: None,
-        greq: None,
+        status,
+        more: Some(more),
     })
 }
 
@@ -397,7 +442,8 @@ unsafe fn contig_mut<'a>(buf: *mut c_void, bytes: usize) -> &'a mut [u8] {
 /// The fast path of MPI_Isend and MPI_Irsend: a contiguous message that goes whole through the
 /// ring at once completes now, with no request of the core's and the communicator borrowed (no
 /// reference count touched: on a server each locked instruction waits for the last message's
-/// stores to reach the receiver). None: take the full path, which checks the arguments again.
+/// stores to reach the receiver); the bytes sent. None: take the full path, which checks the
+/// arguments again.
 #[allow(clippy::too_many_arguments)]
 fn eager_send(
     rt: &Rt,
@@ -407,7 +453,7 @@ fn eager_send(
     dest: c_int,
     tag: c_int,
     comm: H,
-) -> R<Option<Req>> {
+) -> R<Option<u64>> {
     let t = committed(rt, dtype)?;
     if !t.contig || dest == abi::PROC_NULL {
         return Ok(None);
@@ -419,21 +465,16 @@ fn eager_send(
     let bytes = n * t.size;
     // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
     let data = unsafe { contig(buf, bytes) };
-    if !c
-        .ep
-        .try_send_eager(w, tag, data)
-        .map_err(|e| from_send(&e))?
-    {
-        return Ok(None);
-    }
-    let mut status = Status::empty();
-    status.set_bytes(bytes as u64);
-    Ok(Some(Req::finished(comm, status)))
+    let sent =
+        c.ep.try_send_eager(w, tag, data)
+            .map_err(|e| from_send(&e))?;
+    Ok(sent.then_some(bytes as u64))
 }
 
 /// The fast path of MPI_Irecv: a message that has already arrived whole and fits completes the
 /// receive now, with no request of the core's (the message rate of a window of receives rests on
-/// it). None: take the full path.
+/// it); its status's source, tag and length (as fields: see `store_finished`). None: take the
+/// full path.
 #[allow(clippy::too_many_arguments)]
 fn eager_recv(
     rt: &Rt,
@@ -443,7 +484,7 @@ fn eager_recv(
     source: c_int,
     tag: c_int,
     comm: H,
-) -> R<Option<Req>> {
+) -> R<Option<(c_int, c_int, u64)>> {
     let t = committed(rt, dtype)?;
     if !t.contig || source == abi::PROC_NULL {
         return Ok(None);
@@ -458,7 +499,13 @@ fn eager_recv(
     Ok(c.ep
         .try_recv_now(src, tag, out)
         .map_err(|e| from_recv(&e))?
-        .map(|st| Req::finished(comm, status_of(c, &st, st.len))))
+        .map(|st| {
+            (
+                c.peer_rank(st.source),
+                (st.tag & !SYNC) as c_int,
+                st.len as u64,
+            )
+        }))
 }
 
 /// Posts a receive (MPI_Irecv; MPI_Recv of a non-contiguous type waits on it).
@@ -474,8 +521,15 @@ fn start_recv(
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
     if held.is_none() {
-        if let Some(r) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
-            return Ok(r);
+        if let Some((source, tag, bytes)) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
+            let mut st = Status {
+                source,
+                tag,
+                error: 0,
+                internal: [0; 5],
+            };
+            st.set_bytes(bytes);
+            return Ok(Req::finished(comm, st));
         }
     }
     let (c, t) = match held {
@@ -489,7 +543,6 @@ fn start_recv(
     }
     let src = source_of(&c, source)?;
     let bytes = n * t.size;
-    let stage = Vec::new();
     let core = if t.contig {
         // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
         let lent = unsafe { RawBufMut::new(buf as *mut u8, bytes) };
@@ -499,25 +552,20 @@ fn start_recv(
         c.ep.irecv_unpacked(src, tag, Pieces::new(buf, n, t.clone()))
     }
     .map_err(|e| from_recv(&e))?;
+    let mut more = spare_more(rt);
+    more.core_comm = Some(c);
+    more.target = Some(Target {
+        buf: Ptr(buf as *mut u8),
+        count: n,
+        dtype: t,
+    });
     Ok(Req {
         comm,
-        core_comm: Some(c),
         core: Some(core),
-        ack: None,
         done: false,
-        status: Status::empty(),
-        err: None,
-        target: Some(Target {
-            buf: Ptr(buf as *mut u8),
-            count: n,
-            dtype: t,
-        }),
-        stage,
-        persistent: None,
         active: true,
-        bsend: 0,
-        nbc: None,
-        greq: None,
+        status: Status::empty(),
+        more: Some(more),
     })
 }
 
@@ -549,21 +597,28 @@ fn truncated(c: &CommCore, env: &volley::Status, target: &Target) -> (Status, Fa
 
 /// Records the result of one of `req`'s core requests.
 fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>) {
-    if req.ack == Some(id) {
-        req.ack = None;
+    let Some(more) = req.more.as_deref_mut() else {
+        // Only requests with a core part are settled, and those all have the rest.
+        req.core = None;
+        req.done = true;
+        return;
+    };
+    if more.ack == Some(id) {
+        more.ack = None;
         if let Err(e) = r {
-            req.err.get_or_insert(from_request(&e));
+            more.err.get_or_insert(from_request(&e));
         }
     } else {
         req.core = None;
-        let c = req
+        // Borrowed, not cloned: no reference count touched per completion.
+        let c = more
             .core_comm
-            .clone()
+            .as_deref()
             .expect("a request with a core part has a communicator");
-        match (r, req.target.as_ref()) {
+        match (r, more.target.as_ref()) {
             (Ok(st), Some(_)) => {
                 // A non-contiguous type was unpacked as the data came (`Pieces`).
-                req.status = status_of(&c, &st, st.len);
+                req.status = status_of(c, &st, st.len);
             }
             (Ok(_), None) => {}
             (
@@ -575,21 +630,21 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
                 _,
             ) => {
                 // The core took the message when this receive matched it and stored what fits.
-                req.status = status_of(&c, &envelope, buffer);
-                req.err = Some(from_recv(&e));
+                req.status = status_of(c, &envelope, buffer);
+                more.err = Some(from_recv(&e));
             }
             (Err(RequestError::Cancelled), _) => {
                 req.status = Status::empty();
                 req.status.internal[2] = 1;
             }
             (Err(e), _) => {
-                req.err = Some(from_request(&e));
+                more.err = Some(from_request(&e));
             }
         }
     }
-    if req.core.is_none() && req.ack.is_none() {
+    if req.core.is_none() && more.ack.is_none() {
         req.done = true;
-        if let Some(e) = &req.err {
+        if let Some(e) = &more.err {
             req.status.error = e.class;
         }
     }
@@ -607,12 +662,13 @@ pub fn reap_orphans(rt: &mut Rt) {
         Some(false) => true,
         _ => {
             if let Some(r) = rt.reqs.remove(i, g) {
-                rt.bsend_used -= r.bsend;
+                rt.bsend_used -= r.bsend();
                 // A freed generalized request's free function runs once it completes; nobody
                 // is left to hear its error.
-                if let Some(q) = r.greq {
+                if let Some(q) = r.greq() {
                     let _ = q.free();
                 }
+                recycle(rt, r);
             }
             false
         }
@@ -672,8 +728,8 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
             continue;
         }
         // A generalized request completes when the program says so: nothing to wait on here.
-        nbc_pending |= r.greq.is_some();
-        for id in [r.core, r.ack].into_iter().flatten() {
+        nbc_pending |= r.greq().is_some();
+        for id in [r.core, r.ack()].into_iter().flatten() {
             sc.ids.push(Some(id));
             sc.owners.push((i, g, id));
         }
@@ -722,7 +778,7 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
     if !r.active || r.done {
         return false;
     }
-    let Some(mut f) = r.nbc.take() else {
+    let Some(mut f) = r.more.as_mut().and_then(|m| m.nbc.take()) else {
         return false;
     };
     // A reduction's user-defined operation may call MPI (not to communicate): the state this
@@ -730,7 +786,7 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
     match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
-                r.nbc = Some(f);
+                r.m().nbc = Some(f);
             }
             true
         }
@@ -755,7 +811,9 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
         if let Some(e) = &err {
             r.status.error = e.class;
         }
-        r.err = err;
+        if err.is_some() || r.more.is_some() {
+            r.m().err = err;
+        }
     }
 }
 
@@ -763,7 +821,7 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
 fn prune_nbcs(rt: &mut Rt) {
     let reqs = &mut rt.reqs;
     rt.nbcs
-        .retain(|&(i, g)| reqs.get_mut(i, g).is_some_and(|r| r.nbc.is_some()));
+        .retain(|&(i, g)| reqs.get_mut(i, g).is_some_and(|r| r.has_nbc()));
 }
 
 /// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
@@ -796,7 +854,7 @@ pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
     match crate::state::lend_to_callbacks(&mut rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
-                r.nbc = Some(f);
+                r.m().nbc = Some(f);
                 rt.nbcs.push((i, g));
             }
         }
@@ -828,9 +886,34 @@ fn bad_req(h: H) -> Fail {
     )
 }
 
+/// Stores a request that completed as it started; its handle. The request is written where it
+/// lives, not built aside and copied there: right after a message went into a ring, a copy's
+/// wide loads of the narrow stores that built it cannot be forwarded from the store buffer and
+/// wait for every earlier store to reach the cache, the ring's among them, which the receiver's
+/// core holds (perf put a third of MPI_Isend's time there).
+/// The status goes as its fields, in registers, for the same reason.
+fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64)) -> R<H> {
+    let (i, g) = rt.reqs.insert_with(|| {
+        let mut status = Status {
+            source,
+            tag,
+            error: 0,
+            internal: [0; 5],
+        };
+        status.set_bytes(bytes);
+        Req::finished(comm, status)
+    });
+    check_stored(rt, i, g)
+}
+
 /// Stores a request; its handle.
 fn store(rt: &mut Rt, r: Req) -> R<H> {
     let (i, g) = rt.reqs.insert(r);
+    check_stored(rt, i, g)
+}
+
+/// The handle of the request stored at (i, g), unless too many are alive.
+fn check_stored(rt: &mut Rt, i: usize, g: u32) -> R<H> {
     if i >= MAX_OBJECTS {
         rt.reqs.remove(i, g);
         return Err(fail(
@@ -880,8 +963,8 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
     }
     let mut st = r.status;
     let comm = r.comm;
-    let mut err = r.err.take();
-    if let Some(q) = r.greq {
+    let mut err = r.more.as_mut().and_then(|m| m.err.take());
+    if let Some(q) = r.greq() {
         // A generalized request: its status from the query function, then it is freed.
         let (qs, qe) = q.query();
         let fe = q.free();
@@ -895,18 +978,19 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
         e.comm = Some(comm);
         e
     });
-    if r.persistent.is_some() {
-        rt.bsend_used -= r.bsend;
-        r.bsend = 0;
+    if let Some(m) = r.more.as_deref_mut().filter(|m| m.persistent.is_some()) {
+        rt.bsend_used -= m.bsend;
+        m.bsend = 0;
+        m.core_comm = None;
+        m.target = None;
+        m.stage = Vec::new();
         r.active = false;
         r.done = false;
-        r.core_comm = None;
-        r.target = None;
-        r.stage = Vec::new();
         return (st, e);
     }
     if let Some(r) = rt.reqs.remove(i, g) {
-        rt.bsend_used -= r.bsend;
+        rt.bsend_used -= r.bsend();
+        recycle(rt, r);
     }
     *h = abi::REQUEST_NULL;
     (st, e)
@@ -1112,6 +1196,13 @@ fn isend_mode(
     request: *mut H,
 ) -> R {
     let mut rt = rt()?;
+    if matches!(mode, Mode::Standard | Mode::Ready) {
+        if let Some(bytes) = eager_send(&rt, buf, count, datatype, dest, tag, comm)? {
+            let h = store_finished(&mut rt, comm, (abi::ANY_SOURCE, abi::ANY_TAG, bytes))?;
+            // SAFETY: the caller's output argument.
+            return unsafe { put(request, h) };
+        }
+    }
     let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm, None)?;
     let h = if mode == Mode::Buffered {
         // Complete for the program at once; the data goes on from the buffered copy.
@@ -1142,7 +1233,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
     let mut r = Req::finished(spec.comm, Status::empty());
     r.done = false;
     r.active = false;
-    r.persistent = Some(spec);
+    r.m().persistent = Some(spec);
     let h = store(&mut rt, r)?;
     // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
@@ -1151,7 +1242,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
 fn start(rt: &mut Rt, h: H) -> R {
     let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Start on MPI_REQUEST_NULL"))?;
     let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-    let spec = r.persistent.clone().ok_or_else(|| fail(class::REQUEST, "MPI_Start needs a persistent request (made by MPI_Send_init, MPI_Recv_init and the like)"))?;
+    let spec = r.persistent().cloned().ok_or_else(|| fail(class::REQUEST, "MPI_Start needs a persistent request (made by MPI_Send_init, MPI_Recv_init and the like)"))?;
     if r.active {
         return Err(fail(class::REQUEST, "MPI_Start on a persistent request that is still active: complete it with a wait or test first"));
     }
@@ -1178,8 +1269,9 @@ fn start(rt: &mut Rt, h: H) -> R {
             spec.held.as_ref(),
         )?,
     };
-    new.persistent = Some(spec);
-    *rt.reqs.get_mut(i, g).expect("looked up") = new;
+    new.m().persistent = Some(spec);
+    let old = std::mem::replace(rt.reqs.get_mut(i, g).expect("looked up"), new);
+    recycle(rt, old);
     Ok(())
 }
 
@@ -1272,8 +1364,13 @@ crate::mpi! {
 
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
         let mut rt = rt()?;
-        let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
-        let h = store(&mut rt, r)?;
+        let h = match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
+            Some(fields) => store_finished(&mut rt, comm, fields)?,
+            None => {
+                let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
+                store(&mut rt, r)?
+            }
+        };
         // SAFETY: the caller's output argument.
         unsafe { put(request, h) }
     }
@@ -1430,10 +1527,12 @@ crate::mpi! {
         let mut rt = rt()?;
         let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Request_free on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-        if r.done || (r.persistent.is_some() && !r.active) {
+        if r.done || (r.persistent().is_some() && !r.active) {
             let r = rt.reqs.remove(i, g).expect("looked up");
-            rt.bsend_used -= r.bsend;
-            if let Some(e) = r.greq.and_then(|q| q.free()) {
+            rt.bsend_used -= r.bsend();
+            let freed = r.greq().and_then(|q| q.free());
+            recycle(&mut rt, r);
+            if let Some(e) = freed {
                 drop(rt);
                 // SAFETY: the caller's request.
                 unsafe { put(request, abi::REQUEST_NULL)? };
@@ -1441,7 +1540,9 @@ crate::mpi! {
             }
         } else {
             // Completes in the background (MPI-3.1 section 3.7.3).
-            r.persistent = None;
+            if let Some(m) = r.more.as_deref_mut() {
+                m.persistent = None;
+            }
             rt.orphans.push((i, g));
         }
         // SAFETY: the caller's request.
@@ -1457,7 +1558,7 @@ crate::mpi! {
                 let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
                 if !r.active {
                     (true, Status::empty())
-                } else if let (true, Some(q)) = (r.done, r.greq) {
+                } else if let (true, Some(q)) = (r.done, r.greq()) {
                     let (st, e) = q.query();
                     if let Some(e) = e {
                         return Err(e);
@@ -1483,7 +1584,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let mut req = Req::finished(abi::COMM_WORLD, Status::empty());
         req.done = false;
-        req.greq = Some(Greq { query: query_fn, free: free_fn, cancel: cancel_fn, extra: extra_state as usize });
+        req.m().greq = Some(Greq { query: query_fn, free: free_fn, cancel: cancel_fn, extra: extra_state as usize });
         let h = store(&mut rt, req)?;
         drop(rt);
         // SAFETY: the caller's output argument (checked not null above).
@@ -1494,7 +1595,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let (i, g) = req_at(request).ok_or_else(|| fail(class::REQUEST, "MPI_Grequest_complete on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
-        if r.greq.is_none() {
+        if r.greq().is_none() {
             return Err(fail(class::REQUEST, "MPI_Grequest_complete needs a request made by MPI_Grequest_start"));
         }
         r.done = true;
@@ -1509,7 +1610,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Cancel on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-        if let Some(q) = r.greq {
+        if let Some(q) = r.greq() {
             let Some(f) = q.cancel else { return Ok(()) };
             let done = r.done as c_int;
             // SAFETY: the program's cancel function, called as MPI defines: with its extra
@@ -1519,7 +1620,7 @@ crate::mpi! {
         }
         // Only a receive no message has matched can be cancelled; a send completes normally
         // (MPI lets cancellation fail; MPI_Test_cancelled then says false).
-        if r.target.is_some() {
+        if r.more.as_ref().is_some_and(|m| m.target.is_some()) {
             if let Some(id) = r.core {
                 let world = rt.world.clone();
                 world.cancel(id);
@@ -1613,7 +1714,9 @@ crate::mpi! {
         let (st, e) = mrecv(buf, count, datatype, m)?;
         let mut rt = rt()?;
         let mut r = Req::finished(abi::COMM_WORLD, st);
-        r.err = e;
+        if e.is_some() {
+            r.m().err = e;
+        }
         let h = store(&mut rt, r)?;
         // SAFETY: the caller's arguments.
         unsafe { put(message, abi::MESSAGE_NULL)?; put(request, h) }

@@ -12,7 +12,7 @@
 use crate::abi::{self, class, H};
 use crate::dtype::Dtype;
 use crate::err::{fail, R};
-use crate::p2p::{Msg, Req};
+use crate::p2p::{More, Msg, Req};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -240,6 +240,19 @@ impl<T> Slab<T> {
             (self.slots.len() - 1, 0)
         }
     }
+    /// Stores the value `make` gives, made in its slot; its index and generation.
+    #[inline(always)]
+    pub fn insert_with(&mut self, make: impl FnOnce() -> T) -> (usize, u32) {
+        if let Some(i) = self.free.pop() {
+            let s = &mut self.slots[i as usize];
+            s.0 = s.0.wrapping_add(1);
+            s.1 = Some(make());
+            (i as usize, s.0)
+        } else {
+            self.slots.push((0, Some(make())));
+            (self.slots.len() - 1, 0)
+        }
+    }
     pub fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut T> {
         match self.slots.get_mut(i) {
             Some((g, Some(v))) if *g & GEN_MASK == gen & GEN_MASK => Some(v),
@@ -266,6 +279,10 @@ pub struct Rt {
     pub types: Vec<Option<Arc<Dtype>>>,
     pub groups: Vec<Option<Arc<[usize]>>>,
     pub reqs: Slab<Req>,
+    /// Cleared request parts for the requests that need them (see `p2p::More`): boxes, since a
+    /// request takes one as it is.
+    #[allow(clippy::vec_box)]
+    pub spare_more: Vec<Box<More>>,
     pub msgs: Slab<Msg>,
     pub ops: Vec<Option<UserOp>>,
     pub errhandlers: Vec<Option<ErrFn>>,
