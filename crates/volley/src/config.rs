@@ -72,7 +72,8 @@ pub struct Config {
     /// Whether a rank about to sleep makes the other ranks' CPUs execute a barrier (membarrier)
     /// so that senders need no fence per message: None lets the machine decide (on where the
     /// kernel offers it, the host runs several ranks and they do not outnumber CPUs, whose
-    /// frequent sleeps would each pay the barrier). VOLLEY_MEMBARRIER = auto | on | off.
+    /// frequent sleeps would each pay the barrier, nor read the ready summary, whose senders
+    /// fence anyway). VOLLEY_MEMBARRIER = auto | on | off.
     pub membarrier: Option<bool>,
     /// More ranks on this host than CPUs online: a wait then gives its CPU away at every pass
     /// (the rank it waits for may need it), as Open MPI's yield_when_idle does.
@@ -328,8 +329,7 @@ impl Config {
             (
                 "VOLLEY_MEMBARRIER",
                 match membarrier {
-                    None => "auto (on where a host runs several ranks, no more than its CPUs, and the kernel offers it)"
-                        .into(),
+                    None => format!("auto (on where a host runs several ranks, no more than its CPUs and no more than {}, and the kernel offers it)", crate::engine::SUMMARY_FROM),
                     Some(true) => "on (where the kernel offers it)".into(),
                     Some(false) => "off: a fence per message".into(),
                 },

@@ -583,6 +583,11 @@ impl Engine {
         self.summary = on;
     }
 
+    /// Whether receives read the ready summary (see `set_summary`).
+    pub fn summary(&self) -> bool {
+        self.summary
+    }
+
     /// Whether this process's receives let their senders help copy a single-copy rendezvous.
     pub fn set_single_copy_help(&mut self, on: bool, from: usize) {
         self.single_copy_help = on;
