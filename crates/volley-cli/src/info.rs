@@ -144,7 +144,7 @@ pub fn info(n: Option<usize>) -> i32 {
         None => println!("\nyama ptrace_scope: no Yama in this kernel"),
     }
     launcher();
-    collectives();
+    collectives(volley::single_copy_unavailable(&cfg).is_none());
     println!("\nsettings:");
     for (name, value, source) in &cfg.sources {
         println!("  {name:<30} {value:<28} ({source})");
@@ -230,7 +230,7 @@ fn size_name(b: usize) -> String {
 /// The algorithm each collective of the MPI face runs, by size, for a few rank counts (a
 /// commutative operation; a non-commutative one always reduces by recursive doubling or a tree
 /// rooted at rank 0): each algorithm from the exact size where the choice changes to it.
-fn collectives() {
+fn collectives(cross: bool) {
     use volley::collectives::{self as coll, Coll, Shape};
     println!(
         "\ncollective algorithms (MPI face), by size; VOLLEY_COLL_<NAME>=<algorithm> forces one:"
@@ -258,6 +258,7 @@ fn collectives() {
                 count: bytes / 4,
                 shared,
                 spread: !shared,
+                cross: shared && cross,
                 ..Shape::new(bytes, ranks)
             };
             // Where the placement changes nothing, one line says it for both.

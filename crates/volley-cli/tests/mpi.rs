@@ -316,6 +316,18 @@ fn collectives_at_every_size_class_and_rank_count() {
     }
 }
 
+/// Long allreduces (past every switch to a bandwidth algorithm): sums in place and not, maxima,
+/// MAXLOC on a padded pair type, lengths the rank count does not divide,
+/// a reversed communicator; the results equal the serial computation and the send buffers come
+/// back unchanged. On volley also with cross-memory reads refused (the fallback by messages).
+#[test]
+fn long_allreduces_give_the_serial_results() {
+    for n in [2, 3, 4] {
+        passes("allreduce_long", n);
+    }
+    passes_with("allreduce_long", 3, &[], &[("VOLLEY_SINGLE_COPY", "off")]);
+}
+
 /// Every algorithm volley can choose gives the same results at every size: each forced for
 /// every call (`VOLLEY_COLL_*`; where one cannot run a call, such as Rabenseifner with the
 /// non-commutative operation, that call falls back to the default), at rank counts that are and
@@ -324,7 +336,7 @@ fn collectives_at_every_size_class_and_rank_count() {
 fn every_collective_algorithm_forced_gives_the_standard_results() {
     let s = Scratch::new("coll_sizes");
     let exe = build(&s.0, "coll_sizes", false);
-    let sets: [&[(&str, &str)]; 3] = [
+    let sets: [&[(&str, &str)]; 4] = [
         &[
             ("VOLLEY_COLL_BCAST", "scatter_ring"),
             ("VOLLEY_COLL_REDUCE", "binomial"),
@@ -347,6 +359,8 @@ fn every_collective_algorithm_forced_gives_the_standard_results() {
             ("VOLLEY_COLL_ALLTOALL", "bruck"),
             ("VOLLEY_COLL_BARRIER", "dissemination"),
         ],
+        // Every size the ranks' reads can split (each rank folds its slice of the others').
+        &[("VOLLEY_COLL_ALLREDUCE", "direct")],
     ];
     for env in sets {
         for n in [2, 3, 4, 6, 8] {

@@ -142,6 +142,7 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
         // The message-passing algorithms; `place_for` asks about the segment and the hosts.
         shared: false,
         spread: false,
+        cross: false,
     }
 }
 
@@ -172,6 +173,25 @@ fn place_for(
         Algo::Hierarchical => hier(c)?.map(Place::Hier),
         _ => None,
     })
+}
+
+/// The group of an allreduce of `bytes` (`count` elements) that reads the other ranks' buffers
+/// (`Algo::Direct`: ranks on one host that can all read each other's memory, an operation of
+/// MPI's own that commutes), if `collectives::select` chooses it; None: another algorithm.
+fn cross_for(c: &CommCore, bytes: usize, count: usize, op: Op) -> R<Option<&volley::ShmGroup>> {
+    if !c.shared || matches!(op, Op::User(_)) {
+        return Ok(None);
+    }
+    let sh = Shape {
+        shared: true,
+        cross: true,
+        ..shape(bytes, c.size(), count, Some(op))
+    };
+    if collectives::select(Coll::Allreduce, sh) != Algo::Direct {
+        return Ok(None);
+    }
+    // Every rank asks the same question of the same segment, so all agree.
+    Ok(shm_group(c)?.filter(|g| g.cross_memory()))
 }
 
 /// The communicator's collective slots, claimed at its first collective that meets in the
@@ -319,6 +339,33 @@ fn reduce_shm(
     } else {
         Coll::Allreduce
     };
+    if root.is_none() {
+        if let Some(g) = cross_for(&c, len, n, op)? {
+            let src = if in_place(sendbuf) {
+                recvbuf as *const c_void
+            } else {
+                sendbuf
+            };
+            let mut mine = Bytes::of(&t, src, n, true);
+            let mut out = Bytes::of(&t, recvbuf, n, false);
+            let (mp, op_) = (mine.ptr(), out.ptr());
+            // SAFETY: MPI's rule for the program's buffers (see user_bytes), or packed copies;
+            // distinct unless the reduction is in place, when only `out` is made.
+            let (send, o) = unsafe {
+                (
+                    (mp.get() != op_.get()).then(|| user_bytes_ref(mp, len)),
+                    user_bytes(op_, len),
+                )
+            };
+            g.allreduce_cross(send, o, t.size, |x, acc| {
+                apply(op, &t, datatype, x.len() / t.size, x, acc).map_err(FoldFail::Op)
+            })
+            .map_err(FoldFail::into_fail)?;
+            drop(mine);
+            out.unpack(&t, recvbuf, n);
+            return Ok(true);
+        }
+    }
     let Some(place) = place_for(&c, coll, len, n, Some(op))? else {
         return Ok(false);
     };

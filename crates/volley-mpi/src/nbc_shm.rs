@@ -72,6 +72,8 @@ pub fn ticket(
         commutative: op.is_none_or(Op::commutative),
         shared: true,
         spread: false,
+        // Non-blocking reductions read no other rank's memory.
+        cross: false,
     };
     (collectives::select(coll, sh) == Algo::Shm)
         .then(|| Ticket(c.nbc_shm.started.fetch_add(1, Ordering::Relaxed) + 1))

@@ -85,6 +85,7 @@ impl Coll {
             Coll::Reduce => &[Algo::Binomial, Algo::Linear, Algo::Shm, Algo::Hierarchical],
             Coll::Allreduce => &[
                 Algo::Shm,
+                Algo::Direct,
                 Algo::Hierarchical,
                 Algo::RecursiveDoubling,
                 Algo::Rabenseifner,
@@ -142,6 +143,10 @@ pub enum Algo {
     /// Alltoall: ceil(log2 n) rounds, in round k every rank passes the blocks whose distance to
     /// their destination has bit k set to the rank k ahead (Bruck et al. 1997).
     Bruck,
+    /// Allreduce inside one host: each rank folds its 1/n slice of the vector reading the
+    /// others' buffers (process_vm_readv), then reads the other slices from their owners; each
+    /// byte copied twice, no rounds (`ShmGroup::allreduce_cross`).
+    Direct,
 }
 
 impl Algo {
@@ -161,6 +166,7 @@ impl Algo {
             Algo::Pairwise => "pairwise",
             Algo::ReduceScatterv => "reduce_scatterv",
             Algo::Bruck => "bruck",
+            Algo::Direct => "direct",
         }
     }
 }
@@ -181,6 +187,9 @@ pub struct Shape {
     pub shared: bool,
     /// Whether the ranks span several hosts (each host's ranks can meet in its segment).
     pub spread: bool,
+    /// Whether every rank (of a shared communicator) can read the others' memory with
+    /// process_vm_readv.
+    pub cross: bool,
 }
 
 impl Shape {
@@ -193,6 +202,7 @@ impl Shape {
             commutative: true,
             shared: false,
             spread: false,
+            cross: false,
         }
     }
 }
@@ -211,6 +221,10 @@ pub const HIER_ALLGATHER_BYTES: usize = 64 << 10;
 pub const BCAST_TREE_BYTES: usize = 12 << 10;
 /// Up to this many bytes an allreduce runs recursive doubling.
 pub const ALLREDUCE_RD_BYTES: usize = 2 << 10;
+/// From this many bytes an allreduce inside one host whose ranks can read each other's memory
+/// reads it (`Algo::Direct`): below it the two synchronisations and a system call per slice
+/// and peer cost more than the rounds of messages save.
+pub const ALLREDUCE_DIRECT_BYTES: usize = 32 << 10;
 /// Up to this many bytes gathered in all an allgather over a power of two runs recursive
 /// doubling.
 pub const ALLGATHER_RD_BYTES: usize = 512 << 10;
@@ -256,6 +270,13 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
                 && (c != Coll::Allgather || s.bytes.saturating_mul(s.ranks) <= HIER_ALLGATHER_BYTES)
         }
         Algo::Rabenseifner => s.commutative && s.count >= pow2_below(s.ranks),
+        Algo::Direct => {
+            s.shared
+                && s.cross
+                && s.commutative
+                && (2..=SHM_MAX_RANKS).contains(&s.ranks)
+                && s.count >= s.ranks
+        }
         Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
         _ => true,
     }
@@ -286,6 +307,10 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         Coll::Reduce => (
             Algo::Binomial,
             "log2(n) rounds; rank order kept for any operation",
+        ),
+        Coll::Allreduce if s.bytes >= ALLREDUCE_DIRECT_BYTES && applies(c, Algo::Direct, s) => (
+            Algo::Direct,
+            "one host, long: each rank folds its slice from the others' buffers, then reads the rest (process_vm_readv)",
         ),
         Coll::Allreduce if !s.commutative => (
             Algo::RecursiveDoubling,
@@ -530,6 +555,51 @@ mod tests {
     }
 
     #[test]
+    fn a_long_allreduce_on_one_host_reads_the_others_memory_only_where_all_can() {
+        let one_host = |bytes: usize, ranks: usize, cross: bool| Shape {
+            shared: true,
+            cross,
+            ..shape(bytes, ranks)
+        };
+        assert_eq!(
+            select(Coll::Allreduce, one_host(ALLREDUCE_DIRECT_BYTES, 8, true)),
+            Algo::Direct
+        );
+        assert_eq!(
+            select(Coll::Allreduce, one_host(1 << 20, 16, true)),
+            Algo::Direct
+        );
+        // Short: through the slots; without cross-memory reads, or with too many ranks for the
+        // slots' synchronisation, or a non-commutative operation: by messages.
+        assert_eq!(select(Coll::Allreduce, one_host(8, 8, true)), Algo::Shm);
+        assert_eq!(
+            select(Coll::Allreduce, one_host(1 << 20, 8, false)),
+            Algo::Rabenseifner
+        );
+        assert_eq!(
+            select(Coll::Allreduce, one_host(1 << 20, SHM_MAX_RANKS + 1, true)),
+            Algo::Rabenseifner
+        );
+        let noncomm = Shape {
+            commutative: false,
+            ..one_host(1 << 20, 8, true)
+        };
+        assert_eq!(select(Coll::Allreduce, noncomm), Algo::RecursiveDoubling);
+        // Across hosts it never applies, and it is an allreduce's only.
+        let spread = Shape {
+            shared: false,
+            spread: true,
+            ..one_host(1 << 20, 8, true)
+        };
+        assert!(!applies(Coll::Allreduce, Algo::Direct, spread));
+        assert!(!applies(
+            Coll::Reduce,
+            Algo::Direct,
+            one_host(1 << 20, 8, true)
+        ));
+    }
+
+    #[test]
     fn every_algorithm_has_a_distinct_name_and_belongs_somewhere() {
         let mut names: Vec<&str> = Coll::ALL
             .iter()
@@ -537,7 +607,7 @@ mod tests {
             .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 15);
         assert!(!applies(Coll::Bcast, Algo::Pairwise, shape(8, 4)));
         assert!(!applies(
             Coll::Allgather,

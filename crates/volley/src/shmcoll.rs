@@ -607,6 +607,160 @@ impl ShmGroup {
     }
 }
 
+/// Bytes of a peer's slice read at a time into the scratch buffer before they are folded: small
+/// enough to stay in the level-2 cache between the read and the fold.
+const CROSS_CHUNK: usize = 64 << 10;
+
+thread_local! {
+    /// Where [`ShmGroup::allreduce_cross`] reads a peer's chunk to fold it.
+    static CROSS_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Long reductions by cross-memory reads: the members read each other's buffers with
+/// process_vm_readv instead of passing the data through rings or slots.
+impl ShmGroup {
+    /// Whether every member can read the others' memory (process_vm_readv), as
+    /// [`ShmGroup::allreduce_cross`] needs.
+    pub fn cross_memory(&self) -> bool {
+        self.members
+            .iter()
+            .all(|m| self.seg.can_single_copy(m.local as usize))
+    }
+
+    /// The bytes of member `i`'s slice of a vector of `len` bytes in elements of `elem` bytes:
+    /// the elements split as evenly as they go, in member order.
+    fn slice(&self, i: usize, len: usize, elem: usize) -> std::ops::Range<usize> {
+        let (n, p) = (len / elem, self.size());
+        (n * i / p * elem)..(n * (i + 1) / p * elem)
+    }
+
+    /// The first half of [`ShmGroup::allreduce_cross`]: this member's slice of `out`, its own
+    /// contribution folded with every other member's, read a chunk at a time from the `send`
+    /// addresses in `addrs`.
+    fn fold_own<E: From<RecvError>>(
+        &self,
+        send: Option<&[u8]>,
+        out: &mut [u8],
+        addrs: &[(u64, u64)],
+        elem: usize,
+        fold: &mut impl FnMut(&[u8], &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (p, me) = (self.size(), self.me);
+        let own = self.slice(me, out.len(), elem);
+        if let Some(b) = send {
+            out[own.clone()].copy_from_slice(&b[own.clone()]);
+        }
+        CROSS_SCRATCH.with_borrow_mut(|scratch| {
+            scratch.resize(CROSS_CHUNK.min(own.len()).max(elem), 0);
+            let chunk = (scratch.len() / elem).max(1) * elem;
+            for k in 1..p {
+                // Each member starts with the next one: no member is every reader's first.
+                let q = (me + k) % p;
+                let local = self.members[q].local as usize;
+                let mut at = own.start;
+                while at < own.end {
+                    let n = chunk.min(own.end - at);
+                    let buf = &mut scratch[..n];
+                    volley_sys::process_vm_read(self.seg.pid(local), buf, addrs[q].0 + at as u64)
+                        .map_err(|e| RecvError::SingleCopy {
+                        rank: self.world.inner.l2g[local],
+                        len: n,
+                        why: e.to_string(),
+                    })?;
+                    fold(buf, &mut out[at..at + n])?;
+                    at += n;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// An allreduce of a long vector with a commutative operation: member `i` folds slice `i`
+    /// of every member's `send` into its `recv` (reading the others' with process_vm_readv, a
+    /// chunk at a time), and once every slice is folded each member reads the others' slices
+    /// from their owners' `recv` straight into its own. Each byte is copied twice and folded
+    /// once, with two synchronisations and no rounds, where reduce-scatter and allgather by
+    /// messages take 2 log2(n) rounds. Every member gets each slice as its one owner folded it,
+    /// so all get the same bits. `fold(x, acc)` makes `acc = x op acc`. `send` None: this
+    /// member's contribution is in `recv` already (in place). Every member calls it with the
+    /// same length and `elem` (which divides it), after [`ShmGroup::cross_memory`] said true at
+    /// every member; the buffers stay borrowed until every member is done reading them. Fails at
+    /// every member if any failed to fold its slice, and with [`RecvError::PeerLost`] when a
+    /// member ended.
+    pub fn allreduce_cross<E: From<RecvError>>(
+        &self,
+        send: Option<&[u8]>,
+        out: &mut [u8],
+        elem: usize,
+        mut fold: impl FnMut(&[u8], &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let p = self.size();
+        let me = self.me;
+        let len = out.len();
+        assert!(
+            send.is_none_or(|b| b.len() == len) && elem > 0 && len.is_multiple_of(elem),
+            "allreduce_cross: the contribution and the result are the same length, whole elements"
+        );
+        let recv = out.as_ptr() as u64;
+        let send_at = send.map_or(recv, |b| b.as_ptr() as u64);
+        // Every member's buffers' addresses, through the slots.
+        let mut mine = [0u8; 16];
+        mine[..8].copy_from_slice(&send_at.to_le_bytes());
+        mine[8..].copy_from_slice(&recv.to_le_bytes());
+        let mut addrs = vec![(0u64, 0u64); p];
+        let c = self.contribute(None, &mine)?;
+        self.fold(c, |i, d| -> Result<(), RecvError> {
+            let w = |k: usize| u64::from_le_bytes(d[k..k + 8].try_into().expect("8 bytes"));
+            addrs[i] = (w(0), w(8));
+            Ok(())
+        })?;
+        let pid = |i: usize| self.seg.pid(self.members[i].local as usize);
+        let rank = |i: usize| self.world.inner.l2g[self.members[i].local as usize];
+        // Fold this member's slice; a failure is said to the others before it is returned.
+        let folded = self.fold_own(send, out, &addrs, elem, &mut fold);
+        // Every slice folded (or who failed): a flag per member through the slots.
+        let c = self.contribute(None, &[folded.is_ok() as u8])?;
+        let mut failed = None;
+        self.fold(c, |i, d| -> Result<(), RecvError> {
+            if d[0] == 0 && failed.is_none() {
+                failed = Some(i);
+            }
+            Ok(())
+        })?;
+        folded?;
+        if let Some(i) = failed {
+            return Err(RecvError::SingleCopy {
+                rank: rank(i),
+                len,
+                why: format!("rank {} could not fold its slice of the allreduce", rank(i)),
+            }
+            .into());
+        }
+        // The other slices, from their owners.
+        let mut read = Ok(());
+        for k in 1..p {
+            let q = (me + k) % p;
+            let r = self.slice(q, len, elem);
+            let got = volley_sys::process_vm_read(
+                pid(q),
+                &mut out[r.clone()],
+                addrs[q].1 + r.start as u64,
+            );
+            if let Err(e) = got {
+                read = Err(RecvError::SingleCopy {
+                    rank: rank(q),
+                    len: r.len(),
+                    why: e.to_string(),
+                });
+                break;
+            }
+        }
+        // Nobody leaves (and reuses its buffers) while another may still read them.
+        self.barrier()?;
+        read.map_err(E::from)
+    }
+}
+
 /// A contribution published by [`ShmGroup::contribute`], to be finished by [`ShmGroup::fold`].
 #[must_use = "a contribution must be finished with ShmGroup::fold"]
 pub struct Contribution {
