@@ -359,8 +359,12 @@ fn every_collective_algorithm_forced_gives_the_standard_results() {
             ("VOLLEY_COLL_ALLTOALL", "bruck"),
             ("VOLLEY_COLL_BARRIER", "dissemination"),
         ],
-        // Every size the ranks' reads can split (each rank folds its slice of the others').
-        &[("VOLLEY_COLL_ALLREDUCE", "direct")],
+        // Every size by reading the other ranks' buffers (an allreduce's slices split at every
+        // size; an allgather in place and not).
+        &[
+            ("VOLLEY_COLL_ALLREDUCE", "direct"),
+            ("VOLLEY_COLL_ALLGATHER", "direct"),
+        ],
     ];
     for env in sets {
         for n in [2, 3, 4, 6, 8] {

@@ -151,6 +151,8 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
 enum Place<'a> {
     Shm(&'a volley::ShmGroup),
     Hier(&'a crate::hier::Hier),
+    /// An allgather that reads the other ranks' buffers (`Algo::Direct`).
+    Cross(&'a volley::ShmGroup),
 }
 
 /// Where call `coll` of `bytes` (per rank) meets: in the segment when the communicator's ranks
@@ -163,13 +165,22 @@ fn place_for(
     count: usize,
     op: Option<Op>,
 ) -> R<Option<Place<'_>>> {
-    let sh = Shape {
+    let mut sh = Shape {
         shared: c.shared,
         spread: !c.shared,
         ..shape(bytes, c.size(), count, op)
     };
+    // Whether the ranks can read each other's memory matters only where the choice would read
+    // it; every rank asks the same question of the same segment, so all agree.
+    if c.shared
+        && coll == Coll::Allgather
+        && collectives::select(coll, Shape { cross: true, ..sh }) == Algo::Direct
+    {
+        sh.cross = shm_group(c)?.is_some_and(|g| g.cross_memory());
+    }
     Ok(match collectives::select(coll, sh) {
         Algo::Shm => shm_group(c)?.map(Place::Shm),
+        Algo::Direct => shm_group(c)?.map(Place::Cross),
         Algo::Hierarchical => hier(c)?.map(Place::Hier),
         _ => None,
     })
@@ -251,7 +262,7 @@ fn barrier_shm(comm: H) -> R<bool> {
     match place_for(&c, Coll::Barrier, 0, 0, None)? {
         Some(Place::Shm(g)) => g.barrier().map_err(|e| from_recv(&e))?,
         Some(Place::Hier(h)) => h.barrier(&c, c.next_seq())?,
-        None => return Ok(false),
+        Some(Place::Cross(_)) | None => return Ok(false),
     }
     Ok(true)
 }
@@ -306,6 +317,8 @@ fn bcast_shm(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm:
     let buf = unsafe { user_bytes(data.ptr(), len) };
     match place {
         Place::Shm(g) => g.bcast(root, buf).map_err(|e| from_recv(&e))?,
+        // (A broadcast never reads across: see `ShmGroup::allgather_cross`.)
+        Place::Cross(_) => return Ok(false),
         Place::Hier(h) => h.bcast(&c, c.next_seq(), root, buf)?,
     }
     if c.rank != root {
@@ -383,6 +396,8 @@ fn reduce_shm(
         th: datatype,
     };
     match place {
+        // (A reduction reads across only through `cross_for`, above.)
+        Place::Cross(_) => return Ok(false),
         Place::Shm(g) => reduce_in_slots(g, root, red, n, mine.ptr(), out.ptr())?,
         Place::Hier(h) => match root {
             Some(r) => h.reduce(&c, c.next_seq(), red, n, r, mine.ptr(), out.ptr())?,
@@ -466,6 +481,19 @@ fn allgather_shm(
     let mut out = Bytes::of(&t, recvbuf, rn * k, false);
     match place {
         Place::Shm(g) => gather_in_slots(g, None, mine.ptr(), len, out.ptr())?,
+        Place::Cross(g) => {
+            let (mp, op) = (mine.ptr(), out.ptr());
+            // SAFETY: MPI's rule for the program's buffers (see user_bytes), or packed copies;
+            // in place, this rank's block is already inside `out` and only `out` is made.
+            let (own, o) = unsafe {
+                let in_out = mp.get() as usize == op.get() as usize + c.rank * len;
+                (
+                    (!in_out).then(|| user_bytes_ref(mp, len)),
+                    user_bytes(op, len * k),
+                )
+            };
+            g.allgather_cross(own, o).map_err(|e| from_recv(&e))?
+        }
         Place::Hier(h) => h.allgather(&c, c.next_seq(), mine.ptr(), len, out.ptr())?,
     }
     out.unpack(&t, recvbuf, rn * k);

@@ -761,6 +761,58 @@ impl ShmGroup {
     }
 }
 
+/// Allgathers by cross-memory reads (see [`ShmGroup::allreduce_cross`]). (Not broadcasts: when
+/// every member reads the root's one buffer at once the reads queue on the root's page tables;
+/// 16-core server, 1 MiB to 16 ranks: 1,713 us against the scatter-ring's 516.)
+impl ShmGroup {
+    /// Every member's block into its place in every member's `out` (a block per member, in
+    /// member order): each member says where its block is, then reads the others' with
+    /// process_vm_readv. `mine` None: this member's block is in its place in `out` already (in
+    /// place). Every member calls it with the same lengths, after [`ShmGroup::cross_memory`]
+    /// said true at every member.
+    pub fn allgather_cross(&self, mine: Option<&[u8]>, out: &mut [u8]) -> Result<(), RecvError> {
+        let p = self.size();
+        let me = self.me;
+        let len = out.len() / p;
+        assert!(
+            out.len() == len * p && mine.is_none_or(|b| b.len() == len),
+            "allgather_cross: a block per member, each the length of this member's"
+        );
+        let own = out[me * len..].as_ptr() as u64;
+        let at = mine.map_or(own, |b| b.as_ptr() as u64);
+        let mut addrs = vec![0u64; p];
+        let c = self.contribute(None, &at.to_le_bytes())?;
+        self.fold(c, |i, d| -> Result<(), RecvError> {
+            addrs[i] = u64::from_le_bytes(d.try_into().expect("8 bytes"));
+            Ok(())
+        })?;
+        if let Some(b) = mine {
+            out[me * len..(me + 1) * len].copy_from_slice(b);
+        }
+        let mut read = Ok(());
+        for k in 1..p {
+            let q = (me + k) % p;
+            let local = self.members[q].local as usize;
+            let got = volley_sys::process_vm_read(
+                self.seg.pid(local),
+                &mut out[q * len..(q + 1) * len],
+                addrs[q],
+            );
+            if let Err(e) = got {
+                read = Err(RecvError::SingleCopy {
+                    rank: self.world.inner.l2g[local],
+                    len,
+                    why: e.to_string(),
+                });
+                break;
+            }
+        }
+        // Nobody leaves (and reuses its block) while another may still read it.
+        self.barrier()?;
+        read
+    }
+}
+
 /// A contribution published by [`ShmGroup::contribute`], to be finished by [`ShmGroup::fold`].
 #[must_use = "a contribution must be finished with ShmGroup::fold"]
 pub struct Contribution {
