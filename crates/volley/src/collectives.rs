@@ -284,7 +284,8 @@ pub fn applies(c: Coll, a: Algo, s: Shape) -> bool {
             s.shared
                 && s.cross
                 && (2..=SHM_MAX_RANKS).contains(&s.ranks)
-                && (c != Coll::Allreduce || (s.commutative && s.count >= s.ranks))
+                // (An allreduce of elements of no bytes has nothing to slice.)
+                && (c != Coll::Allreduce || (s.commutative && s.count >= s.ranks && s.bytes > 0))
         }
         Algo::RecursiveDoubling if c == Coll::Allgather => s.ranks.is_power_of_two(),
         _ => true,
