@@ -626,6 +626,12 @@ mod tests {
             Algo::Direct,
             one_host(1 << 20, 8, true)
         ));
+        // Elements of no bytes (a zero-size datatype): nothing to slice, even when forced.
+        let empty = Shape {
+            count: 16,
+            ..one_host(0, 8, true)
+        };
+        assert!(!applies(Coll::Allreduce, Algo::Direct, empty));
     }
 
     #[test]
