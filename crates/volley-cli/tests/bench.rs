@@ -7,10 +7,28 @@ use common::VOLLEY;
 use serde_json::Value;
 use std::process::Command;
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("volley-bench-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A scratch directory of one test's files, removed when the test is done with it (also when
+/// it fails): each CI run used to leave one behind.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("volley-bench-test-{}-{k}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 const SIZES: [u64; 3] = [8, 4096, 100_000];
@@ -21,7 +39,8 @@ const WINDOW: u64 = 8;
 
 /// Runs `volley bench TEST` on a tiny sweep with TCP beside volley; returns the parsed JSON.
 fn bench(test: &str, extra: &[&str]) -> Value {
-    let json = tmp(&format!("{test}.json"));
+    let scratch = Scratch::new();
+    let json = scratch.file(&format!("{test}.json"));
     let mut args = vec![
         "bench".to_string(),
         test.into(),
@@ -119,7 +138,8 @@ fn sizes_of(points: &[Value]) -> Vec<u64> {
 
 #[test]
 fn pingpong_json_agrees_with_itself_and_netpipe_output_parses_back() {
-    let np = tmp("np");
+    let scratch = Scratch::new();
+    let np = scratch.file("np");
     let r = bench("pingpong", &["--netpipe", np.to_str().unwrap()]);
     let series = check_common(&r, "pingpong");
     let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
@@ -139,7 +159,7 @@ fn pingpong_json_agrees_with_itself_and_netpipe_output_parses_back() {
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), SIZES.len(), "{text}");
-        let out = tmp(&format!("import-{name}.json"));
+        let out = scratch.file(&format!("import-{name}.json"));
         let st = Command::new(VOLLEY)
             .args([
                 "import-netpipe",
@@ -243,16 +263,17 @@ fn idle_measures_each_waiting_mode() {
 #[test]
 fn plot_makes_valid_svg_and_png() {
     let r = bench("pingpong", &["--label", "ci"]);
-    let json = tmp("plot-input.json");
+    let scratch = Scratch::new();
+    let json = scratch.file("plot-input.json");
     std::fs::write(&json, serde_json::to_string(&r).unwrap()).unwrap();
-    let np = tmp("peer.np.out");
+    let np = scratch.file("peer.np.out");
     std::fs::write(
         &np,
         "       8 20.0   0.00000040\n    4096 8000.0   0.0000041\n",
     )
     .unwrap();
-    let svg = tmp("fig.svg");
-    let png = tmp("fig.png");
+    let svg = scratch.file("fig.svg");
+    let png = scratch.file("fig.png");
     for out in [&svg, &png] {
         let o = Command::new(VOLLEY)
             .args([
