@@ -127,9 +127,16 @@ impl Status {
         self.internal[0] = n as u32 as c_int;
         self.internal[1] = (n >> 32) as u32 as c_int;
     }
-    /// The status of a send of `bytes` bytes.
-    pub fn sent(bytes: u64) -> Status {
-        let mut s = Status::empty();
+    /// The status of a completed operation: `bytes` bytes from `source` with `tag` (a send's
+    /// are MPI_ANY_SOURCE and MPI_ANY_TAG).
+    #[inline]
+    pub fn of(source: c_int, tag: c_int, bytes: u64) -> Status {
+        let mut s = Status {
+            source,
+            tag,
+            error: 0,
+            internal: [0; 5],
+        };
         s.set_bytes(bytes);
         s
     }

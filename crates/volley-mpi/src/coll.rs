@@ -151,7 +151,7 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
 enum Place<'a> {
     Shm(&'a volley::ShmGroup),
     Hier(&'a crate::hier::Hier),
-    /// An allgather that reads the other ranks' buffers (`Algo::Direct`).
+    /// An allreduce or allgather that reads the other ranks' buffers (`Algo::Direct`).
     Cross(&'a volley::ShmGroup),
 }
 
@@ -171,9 +171,10 @@ fn place_for(
         ..shape(bytes, c.size(), count, op)
     };
     // Whether the ranks can read each other's memory matters only where the choice would read
-    // it; every rank asks the same question of the same segment, so all agree.
+    // it (never with an operation of the program's); every rank asks the same question of the
+    // same segment, so all agree.
     if c.shared
-        && coll == Coll::Allgather
+        && !matches!(op, Some(Op::User(_)))
         && collectives::select(coll, Shape { cross: true, ..sh }) == Algo::Direct
     {
         sh.cross = shm_group(c)?.is_some_and(|g| g.cross_memory());
@@ -184,25 +185,6 @@ fn place_for(
         Algo::Hierarchical => hier(c)?.map(Place::Hier),
         _ => None,
     })
-}
-
-/// The group of an allreduce of `bytes` (`count` elements) that reads the other ranks' buffers
-/// (`Algo::Direct`: ranks on one host that can all read each other's memory, an operation of
-/// MPI's own that commutes), if `collectives::select` chooses it; None: another algorithm.
-fn cross_for(c: &CommCore, bytes: usize, count: usize, op: Op) -> R<Option<&volley::ShmGroup>> {
-    if !c.shared || matches!(op, Op::User(_)) {
-        return Ok(None);
-    }
-    let sh = Shape {
-        shared: true,
-        cross: true,
-        ..shape(bytes, c.size(), count, Some(op))
-    };
-    if collectives::select(Coll::Allreduce, sh) != Algo::Direct {
-        return Ok(None);
-    }
-    // Every rank asks the same question of the same segment, so all agree.
-    Ok(shm_group(c)?.filter(|g| g.cross_memory()))
 }
 
 /// The communicator's collective slots, claimed at its first collective that meets in the
@@ -352,33 +334,6 @@ fn reduce_shm(
     } else {
         Coll::Allreduce
     };
-    if root.is_none() {
-        if let Some(g) = cross_for(&c, len, n, op)? {
-            let src = if in_place(sendbuf) {
-                recvbuf as *const c_void
-            } else {
-                sendbuf
-            };
-            let mut mine = Bytes::of(&t, src, n, true);
-            let mut out = Bytes::of(&t, recvbuf, n, false);
-            let (mp, op_) = (mine.ptr(), out.ptr());
-            // SAFETY: MPI's rule for the program's buffers (see user_bytes), or packed copies;
-            // distinct unless the reduction is in place, when only `out` is made.
-            let (send, o) = unsafe {
-                (
-                    (mp.get() != op_.get()).then(|| user_bytes_ref(mp, len)),
-                    user_bytes(op_, len),
-                )
-            };
-            g.allreduce_cross(send, o, t.size, |x, acc| {
-                apply(op, &t, datatype, x.len() / t.size, x, acc).map_err(FoldFail::Op)
-            })
-            .map_err(FoldFail::into_fail)?;
-            drop(mine);
-            out.unpack(&t, recvbuf, n);
-            return Ok(true);
-        }
-    }
     let Some(place) = place_for(&c, coll, len, n, Some(op))? else {
         return Ok(false);
     };
@@ -396,9 +351,23 @@ fn reduce_shm(
         th: datatype,
     };
     match place {
-        // (A reduction reads across only through `cross_for`, above.)
-        Place::Cross(_) => return Ok(false),
         Place::Shm(g) => reduce_in_slots(g, root, red, n, mine.ptr(), out.ptr())?,
+        // An allreduce's only (`Algo::Direct` is not a reduce's).
+        Place::Cross(g) => {
+            let (mp, op_) = (mine.ptr(), out.ptr());
+            // SAFETY: MPI's rule for the program's buffers (see user_bytes), or packed copies;
+            // distinct unless the reduction is in place, when only `out` is made.
+            let (send, o) = unsafe {
+                (
+                    (mp.get() != op_.get()).then(|| user_bytes_ref(mp, len)),
+                    user_bytes(op_, len),
+                )
+            };
+            g.allreduce_cross(send, o, t.size, |x, acc| {
+                apply(op, &t, datatype, x.len() / t.size, x, acc).map_err(FoldFail::Op)
+            })
+            .map_err(FoldFail::into_fail)?
+        }
         Place::Hier(h) => match root {
             Some(r) => h.reduce(&c, c.next_seq(), red, n, r, mine.ptr(), out.ptr())?,
             None => h.allreduce(&c, c.next_seq(), red, n, mine.ptr(), out.ptr())?,

@@ -295,17 +295,39 @@ fn source_of(c: &CommCore, source: c_int) -> R<Option<usize>> {
 
 /// A status for a message the core matched.
 fn status_of(c: &CommCore, st: &volley::Status, bytes: usize) -> Status {
-    let mut s = Status {
-        source: c.peer_rank(st.source),
-        tag: (st.tag & !SYNC) as c_int,
-        error: 0,
-        internal: [0; 5],
-    };
-    s.set_bytes(bytes as u64);
-    s
+    Status::of(
+        c.peer_rank(st.source),
+        (st.tag & !SYNC) as c_int,
+        bytes as u64,
+    )
 }
 
-/// Starts a send (MPI_Isend and its modes; the blocking sends wait on it).
+/// Starts a send, by the eager fast path where it takes the message (a request completed at
+/// once), else as `start_send` does.
+#[allow(clippy::too_many_arguments)]
+fn start_send_eager(
+    rt: &mut Rt,
+    mode: Mode,
+    buf: *const c_void,
+    count: c_int,
+    dtype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Req> {
+    if matches!(mode, Mode::Standard | Mode::Ready) {
+        if let Some(bytes) = eager_send(rt, buf, count, dtype, dest, tag, comm)? {
+            return Ok(Req::finished(
+                comm,
+                Status::of(abi::ANY_SOURCE, abi::ANY_TAG, bytes),
+            ));
+        }
+    }
+    start_send(rt, mode, buf, count, dtype, dest, tag, comm, None)
+}
+
+/// Starts a send by the full path (MPI_Isend and its modes once the eager path declined; the
+/// blocking sends wait on it).
 #[allow(clippy::too_many_arguments)]
 fn start_send(
     rt: &mut Rt,
@@ -318,11 +340,6 @@ fn start_send(
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
-    if held.is_none() && matches!(mode, Mode::Standard | Mode::Ready) {
-        if let Some(bytes) = eager_send(rt, buf, count, dtype, dest, tag, comm)? {
-            return Ok(Req::finished(comm, Status::sent(bytes)));
-        }
-    }
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
@@ -508,7 +525,26 @@ fn eager_recv(
         }))
 }
 
-/// Posts a receive (MPI_Irecv; MPI_Recv of a non-contiguous type waits on it).
+/// Starts a receive, by the eager fast path where the message is here already (a request
+/// completed at once), else as `start_recv` does.
+#[allow(clippy::too_many_arguments)]
+fn start_recv_eager(
+    rt: &mut Rt,
+    buf: *mut c_void,
+    count: c_int,
+    dtype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Req> {
+    if let Some((from, got, bytes)) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
+        return Ok(Req::finished(comm, Status::of(from, got, bytes)));
+    }
+    start_recv(rt, buf, count, dtype, source, tag, comm, None)
+}
+
+/// Posts a receive by the full path (MPI_Irecv once the eager path declined; MPI_Recv of a
+/// non-contiguous type waits on it).
 #[allow(clippy::too_many_arguments)]
 fn start_recv(
     rt: &mut Rt,
@@ -520,18 +556,6 @@ fn start_recv(
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
 ) -> R<Req> {
-    if held.is_none() {
-        if let Some((source, tag, bytes)) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
-            let mut st = Status {
-                source,
-                tag,
-                error: 0,
-                internal: [0; 5],
-            };
-            st.set_bytes(bytes);
-            return Ok(Req::finished(comm, st));
-        }
-    }
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
@@ -893,16 +917,9 @@ fn bad_req(h: H) -> Fail {
 /// core holds (perf put a third of MPI_Isend's time there).
 /// The status goes as its fields, in registers, for the same reason.
 fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64)) -> R<H> {
-    let (i, g) = rt.reqs.insert_with(|| {
-        let mut status = Status {
-            source,
-            tag,
-            error: 0,
-            internal: [0; 5],
-        };
-        status.set_bytes(bytes);
-        Req::finished(comm, status)
-    });
+    let (i, g) = rt
+        .reqs
+        .insert_with(|| Req::finished(comm, Status::of(source, tag, bytes)));
     check_stored(rt, i, g)
 }
 
@@ -1098,7 +1115,7 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         let data = unsafe { contig(buf, bytes) };
         return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
     }
-    let r = start_send(
+    let r = start_send_eager(
         &mut rt,
         Mode::Standard,
         buf,
@@ -1107,7 +1124,6 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         dest,
         tag,
         comm,
-        None,
     )?;
     blocking(&mut rt, r, std::ptr::null_mut())
 }
@@ -1159,7 +1175,7 @@ fn recv(
             Err(e) => Err(from_recv(&e)),
         };
     }
-    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
+    let r = start_recv_eager(&mut rt, buf, count, datatype, source, tag, comm)?;
     blocking(&mut rt, r, status)
 }
 
@@ -1908,11 +1924,9 @@ fn sendrecv(
     status: *mut Status,
 ) -> R {
     let mut rt = rt()?;
-    let r = start_recv(
-        &mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, None,
-    )?;
+    let r = start_recv_eager(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?;
     let rh = store(&mut rt, r)?;
-    let s = start_send(
+    let s = start_send_eager(
         &mut rt,
         Mode::Standard,
         sendbuf,
@@ -1921,7 +1935,6 @@ fn sendrecv(
         dest,
         sendtag,
         comm,
-        None,
     );
     let s = match s {
         Ok(s) => s,

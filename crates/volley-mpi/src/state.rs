@@ -230,15 +230,7 @@ impl<T> Default for Slab<T> {
 impl<T> Slab<T> {
     /// Stores `v`; its index and generation.
     pub fn insert(&mut self, v: T) -> (usize, u32) {
-        if let Some(i) = self.free.pop() {
-            let s = &mut self.slots[i as usize];
-            s.0 = s.0.wrapping_add(1);
-            s.1 = Some(v);
-            (i as usize, s.0)
-        } else {
-            self.slots.push((0, Some(v)));
-            (self.slots.len() - 1, 0)
-        }
+        self.insert_with(|| v)
     }
     /// Stores the value `make` gives, made in its slot; its index and generation.
     #[inline(always)]

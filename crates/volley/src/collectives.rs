@@ -307,15 +307,6 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         );
     }
     match c {
-        Coll::Allgather if s.bytes >= ALLGATHER_DIRECT_BYTES && applies(c, Algo::Direct, s) => {
-            return (
-                Algo::Direct,
-                "one host, long: every rank reads every other's block once (process_vm_readv)",
-            )
-        }
-        _ => {}
-    }
-    match c {
         Coll::Barrier => (Algo::Dissemination, "log2(n) rounds of one message"),
         Coll::Bcast if s.ranks <= 3 => (Algo::Binomial, "3 ranks or fewer: a tree is as short"),
         Coll::Bcast if s.bytes < BCAST_TREE_BYTES => (Algo::Binomial, "short: latency-bound"),
@@ -350,6 +341,10 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         Coll::Allreduce => (
             Algo::Rabenseifner,
             "long: each rank reduces and moves 1/n of the vector per round",
+        ),
+        Coll::Allgather if s.bytes >= ALLGATHER_DIRECT_BYTES && applies(c, Algo::Direct, s) => (
+            Algo::Direct,
+            "one host, long: every rank reads every other's block once (process_vm_readv)",
         ),
         Coll::Allgather
             if s.ranks.is_power_of_two()
@@ -578,13 +573,17 @@ mod tests {
         assert_ne!(select(Coll::Reduce, noncomm), Algo::Hierarchical);
     }
 
-    #[test]
-    fn a_long_allreduce_on_one_host_reads_the_others_memory_only_where_all_can() {
-        let one_host = |bytes: usize, ranks: usize, cross: bool| Shape {
+    /// A call on one host, whose ranks can (`cross`) or cannot read each other's memory.
+    fn one_host(bytes: usize, ranks: usize, cross: bool) -> Shape {
+        Shape {
             shared: true,
             cross,
             ..shape(bytes, ranks)
-        };
+        }
+    }
+
+    #[test]
+    fn a_long_allreduce_on_one_host_reads_the_others_memory_only_where_all_can() {
         assert_eq!(
             select(Coll::Allreduce, one_host(64 << 10, 8, true)),
             Algo::Direct
@@ -636,11 +635,6 @@ mod tests {
 
     #[test]
     fn a_long_allgather_on_one_host_reads_the_blocks_and_a_broadcast_never_does() {
-        let one_host = |bytes: usize, ranks: usize, cross: bool| Shape {
-            shared: true,
-            cross,
-            ..shape(bytes, ranks)
-        };
         assert_eq!(
             select(Coll::Allgather, one_host(ALLGATHER_DIRECT_BYTES, 16, true)),
             Algo::Direct

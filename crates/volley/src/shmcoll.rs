@@ -634,6 +634,56 @@ impl ShmGroup {
         (n * i / p * elem)..(n * (i + 1) / p * elem)
     }
 
+    /// Every member's `N` addresses (this member's `mine`; one or two), in member order,
+    /// through the slots.
+    fn trade<const N: usize>(&self, mine: [u64; N]) -> Result<Vec<[u64; N]>, RecvError> {
+        const { assert!(N <= 2) };
+        let mut bytes = [0u8; 16];
+        for (k, a) in mine.iter().enumerate() {
+            bytes[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+        }
+        let mut all = vec![[0u64; N]; self.size()];
+        let c = self.contribute(None, &bytes[..N * 8])?;
+        self.fold(c, |i, d| -> Result<(), RecvError> {
+            for (k, a) in all[i].iter_mut().enumerate() {
+                *a = u64::from_le_bytes(d[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+            }
+            Ok(())
+        })?;
+        Ok(all)
+    }
+
+    /// Copies `buf.len()` bytes from address `at` in member `q`'s memory into `buf`.
+    fn read_member(&self, q: usize, buf: &mut [u8], at: u64) -> Result<(), RecvError> {
+        let local = self.members[q].local as usize;
+        volley_sys::process_vm_read(self.seg.pid(local), buf, at).map_err(|e| {
+            RecvError::SingleCopy {
+                rank: self.world.inner.l2g[local],
+                len: buf.len(),
+                why: e.to_string(),
+            }
+        })
+    }
+
+    /// Reads from every other member `q` (the next one first, so that no member is every
+    /// reader's first) the bytes `part(q)` names: a range of `out` and the address in `q`'s
+    /// memory it comes from. Then waits until every member has read (nobody leaves, and reuses
+    /// its buffers, while another may still read them), and returns the first failed read.
+    fn read_others(
+        &self,
+        out: &mut [u8],
+        part: impl Fn(usize) -> (std::ops::Range<usize>, u64),
+    ) -> Result<(), RecvError> {
+        let (p, me) = (self.size(), self.me);
+        let read = (1..p).try_for_each(|k| {
+            let q = (me + k) % p;
+            let (r, at) = part(q);
+            self.read_member(q, &mut out[r], at)
+        });
+        self.barrier()?;
+        read
+    }
+
     /// The first half of [`ShmGroup::allreduce_cross`]: this member's slice of `out`, its own
     /// contribution folded with every other member's, read a chunk at a time from the `send`
     /// addresses in `addrs`.
@@ -641,7 +691,7 @@ impl ShmGroup {
         &self,
         send: Option<&[u8]>,
         out: &mut [u8],
-        addrs: &[(u64, u64)],
+        addrs: &[[u64; 2]],
         elem: usize,
         fold: &mut impl FnMut(&[u8], &mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
@@ -656,17 +706,11 @@ impl ShmGroup {
             for k in 1..p {
                 // Each member starts with the next one: no member is every reader's first.
                 let q = (me + k) % p;
-                let local = self.members[q].local as usize;
                 let mut at = own.start;
                 while at < own.end {
                     let n = chunk.min(own.end - at);
                     let buf = &mut scratch[..n];
-                    volley_sys::process_vm_read(self.seg.pid(local), buf, addrs[q].0 + at as u64)
-                        .map_err(|e| RecvError::SingleCopy {
-                        rank: self.world.inner.l2g[local],
-                        len: n,
-                        why: e.to_string(),
-                    })?;
+                    self.read_member(q, buf, addrs[q][0] + at as u64)?;
                     fold(buf, &mut out[at..at + n])?;
                     at += n;
                 }
@@ -694,27 +738,13 @@ impl ShmGroup {
         elem: usize,
         mut fold: impl FnMut(&[u8], &mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let p = self.size();
-        let me = self.me;
         let len = out.len();
         assert!(
             send.is_none_or(|b| b.len() == len) && elem > 0 && len.is_multiple_of(elem),
             "allreduce_cross: the contribution and the result are the same length, whole elements"
         );
         let recv = out.as_ptr() as u64;
-        let send_at = send.map_or(recv, |b| b.as_ptr() as u64);
-        // Every member's buffers' addresses, through the slots.
-        let mut mine = [0u8; 16];
-        mine[..8].copy_from_slice(&send_at.to_le_bytes());
-        mine[8..].copy_from_slice(&recv.to_le_bytes());
-        let mut addrs = vec![(0u64, 0u64); p];
-        let c = self.contribute(None, &mine)?;
-        self.fold(c, |i, d| -> Result<(), RecvError> {
-            let w = |k: usize| u64::from_le_bytes(d[k..k + 8].try_into().expect("8 bytes"));
-            addrs[i] = (w(0), w(8));
-            Ok(())
-        })?;
-        let pid = |i: usize| self.seg.pid(self.members[i].local as usize);
+        let addrs = self.trade([send.map_or(recv, |b| b.as_ptr() as u64), recv])?;
         let rank = |i: usize| self.world.inner.l2g[self.members[i].local as usize];
         // Fold this member's slice; a failure is said to the others before it is returned.
         let folded = self.fold_own(send, out, &addrs, elem, &mut fold);
@@ -737,27 +767,12 @@ impl ShmGroup {
             .into());
         }
         // The other slices, from their owners.
-        let mut read = Ok(());
-        for k in 1..p {
-            let q = (me + k) % p;
+        self.read_others(out, |q| {
             let r = self.slice(q, len, elem);
-            let got = volley_sys::process_vm_read(
-                pid(q),
-                &mut out[r.clone()],
-                addrs[q].1 + r.start as u64,
-            );
-            if let Err(e) = got {
-                read = Err(RecvError::SingleCopy {
-                    rank: rank(q),
-                    len: r.len(),
-                    why: e.to_string(),
-                });
-                break;
-            }
-        }
-        // Nobody leaves (and reuses its buffers) while another may still read them.
-        self.barrier()?;
-        read.map_err(E::from)
+            let at = addrs[q][1] + r.start as u64;
+            (r, at)
+        })
+        .map_err(E::from)
     }
 }
 
@@ -779,37 +794,11 @@ impl ShmGroup {
             "allgather_cross: a block per member, each the length of this member's"
         );
         let own = out[me * len..].as_ptr() as u64;
-        let at = mine.map_or(own, |b| b.as_ptr() as u64);
-        let mut addrs = vec![0u64; p];
-        let c = self.contribute(None, &at.to_le_bytes())?;
-        self.fold(c, |i, d| -> Result<(), RecvError> {
-            addrs[i] = u64::from_le_bytes(d.try_into().expect("8 bytes"));
-            Ok(())
-        })?;
+        let addrs = self.trade([mine.map_or(own, |b| b.as_ptr() as u64)])?;
         if let Some(b) = mine {
             out[me * len..(me + 1) * len].copy_from_slice(b);
         }
-        let mut read = Ok(());
-        for k in 1..p {
-            let q = (me + k) % p;
-            let local = self.members[q].local as usize;
-            let got = volley_sys::process_vm_read(
-                self.seg.pid(local),
-                &mut out[q * len..(q + 1) * len],
-                addrs[q],
-            );
-            if let Err(e) = got {
-                read = Err(RecvError::SingleCopy {
-                    rank: self.world.inner.l2g[local],
-                    len,
-                    why: e.to_string(),
-                });
-                break;
-            }
-        }
-        // Nobody leaves (and reuses its block) while another may still read it.
-        self.barrier()?;
-        read
+        self.read_others(out, |q| (q * len..(q + 1) * len, addrs[q][0]))
     }
 }
 
