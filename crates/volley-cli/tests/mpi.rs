@@ -316,6 +316,16 @@ fn collectives_at_every_size_class_and_rank_count() {
     }
 }
 
+/// Broadcasts whose ranks pass different counts: every rank away from the root is told, by the
+/// blocking and the non-blocking call, and the communicator works on (at 2 ranks and at 4, where
+/// the broadcast goes through the segment's slots).
+#[test]
+fn a_broadcast_with_mismatched_counts_is_an_error_not_garbage() {
+    for n in [2, 4] {
+        passes("coll_mismatch", n);
+    }
+}
+
 /// Long allreduces (past every switch to a bandwidth algorithm): sums in place and not, maxima,
 /// MAXLOC on a padded pair type, lengths the rank count does not divide,
 /// a reversed communicator; the results equal the serial computation and the send buffers come

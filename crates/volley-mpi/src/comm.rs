@@ -675,6 +675,11 @@ crate::mpi! {
     }
 
     fn MPI_Intercomm_create / PMPI_Intercomm_create(local_comm: H, local_leader: c_int, peer_comm: H, remote_leader: c_int, tag: c_int, newintercomm: *mut H) [local_comm] {
+        // Checked first, as MPICH does: a null output is this call's error at every rank, before
+        // any argument that only the leaders use.
+        if newintercomm.is_null() {
+            return Err(fail(class::ARG, "the newintercomm argument is a null pointer"));
+        }
         let lc = crate::coll::intra(local_comm)?;
         if local_leader < 0 || local_leader as usize >= lc.size() {
             return Err(fail(class::RANK, format!("local leader {local_leader} is not a rank of the local communicator")));

@@ -354,6 +354,9 @@ pub fn from_recv(e: &volley::RecvError) -> Fail {
         E::BufferTooSmall { .. } | E::Truncated { .. } => class::TRUNCATE,
         E::PeerLost(_) | E::NoSenders { .. } => class::PROC_FAILED,
         E::NoSuchRank { .. } => class::RANK,
+        // More than this rank's buffer holds is a truncation; less, MPICH's "collective size
+        // mismatch", of class MPI_ERR_OTHER.
+        E::CollectiveMismatch { theirs, mine, .. } if theirs > mine => class::TRUNCATE,
         _ => class::OTHER,
     };
     fail(class, e.to_string())

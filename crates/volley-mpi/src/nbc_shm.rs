@@ -212,9 +212,13 @@ pub async fn bcast(
                 g.publish(o, &data);
             } else {
                 arrived(g, root, o).await?;
-                g.read(root, o, &mut data);
+                let same = g.same_len(o, data.len(), std::iter::once(root));
+                if same.is_ok() {
+                    g.read(root, o, &mut data);
+                }
                 // The root may want this buffer again at o + 2.
                 g.done_reading(o);
+                same.map_err(|e| from_recv(&e))?;
             }
         }
     }
@@ -256,6 +260,12 @@ pub async fn reduce(
             g.publish(o, &mine);
             if folds {
                 everyone(g, o).await?;
+                if let Err(e) = g.same_len(o, len, (0..g.size()).filter(|&i| i != c.rank)) {
+                    if root.is_some() {
+                        g.done_reading(o);
+                    }
+                    return Err(from_recv(&e));
+                }
                 // c0 op (c1 op (... op c(n-1))): every member that folds gets the same bits.
                 let mut each = vec![0u8; len];
                 let last = g.size() - 1;

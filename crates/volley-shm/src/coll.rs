@@ -11,6 +11,9 @@
 //! The protocol (each rank writes only its own slot):
 //! - `arrive = s` (Release) on flag `s % COLL_DEPTH` after the rank wrote its data for operation
 //!   `s` (or, in a barrier, reached it). Readers wait for it (Acquire) before they read the data.
+//!   The word's top [`COLL_LEN_BITS`] bits carry the data's length (so that a reader whose own
+//!   length differs, a count or type mismatch in the program, says so instead of reading bytes
+//!   that were never written), the rest the operation's number.
 //! - `done = s` (Release) once the rank has finished operation `s`, its reads of the other slots
 //!   included. A writer overwrites the places of operation `s` only once every member has
 //!   finished operation `s - coll_distance(len)` (`done` at least that, or an arrival at a later
@@ -33,6 +36,14 @@ pub const COLL_INLINE: usize = 56;
 /// Flag lines per slot: how many operations with short data a writer may be ahead of a reader,
 /// plus one.
 pub const COLL_DEPTH: usize = 8;
+
+/// Bits at the top of an `arrive` word that carry the length of the data published with it.
+pub const COLL_LEN_BITS: u32 = 16;
+/// The largest operation number a slot carries (its claim starts it again from 1): at ten
+/// million operations a second, nine centuries.
+pub const COLL_SEQ_MAX: u64 = (1 << (64 - COLL_LEN_BITS)) - 1;
+
+const _: () = assert!(COLL_DATA < 1 << COLL_LEN_BITS);
 
 /// How many operations apart two operations with `len` bytes of data are that write the same
 /// place: a writer of operation `s` waits until every member has finished operation `s` minus
@@ -94,6 +105,19 @@ impl Segment {
         self.coll_ctrl(rank, slot).flags[s as usize % COLL_DEPTH]
             .arrive
             .load(Ordering::Acquire)
+            & COLL_SEQ_MAX
+    }
+
+    /// The length of the data `rank` published with operation `s` in `slot`; for a caller that
+    /// has seen it arrive (`coll_arrived` at least `s`) and not yet finished it.
+    #[inline]
+    pub fn coll_len(&self, rank: usize, slot: usize, s: u64) -> usize {
+        // Relaxed: the same word the caller loaded with Acquire, unchanged until this rank
+        // finishes operation `s`.
+        (self.coll_ctrl(rank, slot).flags[s as usize % COLL_DEPTH]
+            .arrive
+            .load(Ordering::Relaxed)
+            >> (64 - COLL_LEN_BITS)) as usize
     }
 
     /// The last operation `rank` finished in `slot`.
@@ -123,13 +147,19 @@ impl Segment {
         c.gen.fetch_add(1, Ordering::Release) + 1
     }
 
-    /// Says rank `me` has published operation `s` in `slot` (its data written before).
+    /// Says rank `me` has published operation `s` in `slot`, with `len` bytes of data (written
+    /// before; 0 for none, at most [`COLL_DATA`] for one member's, or the sum a root's scatter
+    /// writes, below 64 KiB).
     #[inline]
-    pub fn coll_arrive(&self, me: usize, slot: usize, s: u64) {
+    pub fn coll_arrive(&self, me: usize, slot: usize, s: u64, len: usize) {
+        assert!(
+            s <= COLL_SEQ_MAX && len < 1 << COLL_LEN_BITS,
+            "operation {s} or length {len} out of a collective slot's range"
+        );
         // SYNC: Release; pairs with the Acquire in coll_arrived.
         self.coll_ctrl(me, slot).flags[s as usize % COLL_DEPTH]
             .arrive
-            .store(s, Ordering::Release);
+            .store(s | (len as u64) << (64 - COLL_LEN_BITS), Ordering::Release);
     }
 
     /// Says rank `me` has finished operation `s` in `slot`, reads included.
@@ -280,7 +310,7 @@ mod tests {
                         .map(|i| (i + r * 31 + s * 7 + op as usize) as u8)
                         .collect();
                     seg.coll_write(r, s, op, &v);
-                    seg.coll_arrive(r, s, op);
+                    seg.coll_arrive(r, s, op, len);
                 }
             }
         }
@@ -289,6 +319,9 @@ mod tests {
             for s in 0..COLL_SLOTS {
                 assert_eq!(seg.coll_arrived(r, s, 4), 4);
                 assert_eq!(seg.coll_arrived(r, s, 3), 3);
+                // The lengths came with the arrivals, apart from the numbers.
+                assert_eq!(seg.coll_len(r, s, 4), COLL_DATA);
+                assert_eq!(seg.coll_len(r, s, 3), COLL_INLINE + 1);
                 for (op, len) in [(3u64, COLL_INLINE + 1), (4, COLL_DATA)] {
                     let mut out = vec![0u8; len];
                     seg.coll_read(r, s, op, &mut out);
@@ -324,7 +357,7 @@ mod tests {
         };
         for op in 1..=COLL_DEPTH as u64 {
             seg.coll_write(1, 3, op, &val(op));
-            seg.coll_arrive(1, 3, op);
+            seg.coll_arrive(1, 3, op, COLL_INLINE);
         }
         for op in 1..=COLL_DEPTH as u64 {
             assert_eq!(seg.coll_arrived(1, 3, op), op);
@@ -335,7 +368,7 @@ mod tests {
         // The next one takes the first one's line, and only that.
         let next = COLL_DEPTH as u64 + 1;
         seg.coll_write(1, 3, next, &val(next));
-        seg.coll_arrive(1, 3, next);
+        seg.coll_arrive(1, 3, next, COLL_INLINE);
         assert_eq!(seg.coll_arrived(1, 3, 1), next);
         assert_eq!(seg.coll_arrived(1, 3, 2), 2);
         let mut out = vec![0u8; COLL_INLINE];

@@ -200,4 +200,12 @@ pub enum RecvError {
     },
     #[error("the ring from rank {rank} is corrupt ({why}); the job's shared memory was overwritten, restart the job")]
     Corrupt { rank: usize, why: String },
+    /// A collective's ranks passed different amounts of data: this rank expected `mine` bytes
+    /// from rank `rank`, which passed `theirs`; nothing of it was read.
+    #[error("rank {rank} passed {theirs} bytes to this collective operation, this rank expects {mine}: every rank must pass matching counts and datatypes; nothing was read")]
+    CollectiveMismatch {
+        rank: usize,
+        theirs: usize,
+        mine: usize,
+    },
 }

@@ -210,10 +210,10 @@ impl ShmGroup {
         s
     }
 
-    /// Publishes operation `s` and wakes the members asleep on it.
+    /// Publishes operation `s` with `len` bytes of data and wakes the members asleep on it.
     #[inline]
-    fn arrive(&self, s: u64) {
-        self.arrive_quietly(s);
+    fn arrive(&self, s: u64, len: usize) {
+        self.arrive_quietly(s, len);
         self.wake_others();
     }
 
@@ -221,9 +221,33 @@ impl ShmGroup {
     /// `owed`), which costs less once the store has left this core: a fence right behind it
     /// waits for every reader's copy of the line to go.
     #[inline]
-    fn arrive_quietly(&self, s: u64) {
+    fn arrive_quietly(&self, s: u64, len: usize) {
         let (l, slot) = self.at(self.me);
-        self.seg.coll_arrive(l, slot, s);
+        self.seg.coll_arrive(l, slot, s, len);
+    }
+
+    /// Whether every member in `who` (each has published operation `s`) published `len` bytes
+    /// with it, as this one expects: a member that passed a different count or datatype is the
+    /// program's error, said instead of reading bytes that member never wrote.
+    #[inline]
+    pub fn same_len(
+        &self,
+        s: u64,
+        len: usize,
+        mut who: impl Iterator<Item = usize>,
+    ) -> Result<(), RecvError> {
+        match who.find_map(|i| {
+            let (l, slot) = self.at(i);
+            let theirs = self.seg.coll_len(l, slot, s);
+            (theirs != len).then_some((l, theirs))
+        }) {
+            None => Ok(()),
+            Some((l, theirs)) => Err(RecvError::CollectiveMismatch {
+                rank: self.world.inner.l2g[l],
+                theirs,
+                mine: len,
+            }),
+        }
     }
 
     fn finish(&self, s: u64) {
@@ -376,7 +400,7 @@ impl ShmGroup {
     #[inline]
     pub fn barrier(&self) -> Result<(), RecvError> {
         let s = self.next();
-        self.arrive_quietly(s);
+        self.arrive_quietly(s, 0);
         // No `done`: a barrier reads no buffer.
         self.wait_arrived(s, 0..self.size(), true)
     }
@@ -390,12 +414,16 @@ impl ShmGroup {
         if self.me == root {
             self.wait_readers(s, coll_distance(buf.len()))?;
             self.seg.coll_write(l, slot, s, buf);
-            self.arrive(s);
+            self.arrive(s, buf.len());
         } else {
             self.wait_arrived(s, std::iter::once(root), false)?;
-            self.seg.coll_read(l, slot, s, buf);
+            let same = self.same_len(s, buf.len(), std::iter::once(root));
+            if same.is_ok() {
+                self.seg.coll_read(l, slot, s, buf);
+            }
             // The root may be at s + 2 already, waiting to write this buffer again.
             self.finish(s);
+            same?;
         }
         Ok(())
     }
@@ -427,9 +455,9 @@ impl ShmGroup {
         // others there; a contribution to one root must wake it now.
         let folds = root.is_none_or(|r| r == self.me);
         if root.is_some() {
-            self.arrive(s);
+            self.arrive(s, mine.len());
         } else {
-            self.arrive_quietly(s);
+            self.arrive_quietly(s, mine.len());
         }
         Ok(Contribution {
             s,
@@ -454,11 +482,14 @@ impl ShmGroup {
             // A root that kept its contribution did not publish it: only the others are waited
             // for.
             let kept = c.kept.is_some();
-            self.wait_arrived(
-                s,
-                (0..self.size()).filter(move |&i| !kept || i != me),
-                !c.root,
-            )?;
+            let published = (0..self.size()).filter(move |&i| !kept || i != me);
+            self.wait_arrived(s, published.clone(), !c.root)?;
+            if let Err(e) = self.same_len(s, len, published) {
+                if c.root {
+                    self.finish(s);
+                }
+                return Err(e.into());
+            }
             let mut each = |b: &mut [u8]| -> Result<(), E> {
                 for i in (0..self.size()).rev() {
                     match &c.kept {
@@ -498,13 +529,17 @@ impl ShmGroup {
         if self.me == root {
             self.wait_readers(s, coll_distance(len))?;
             self.seg.coll_write(l, slot, s, &all[..len]);
-            self.arrive(s);
+            self.arrive(s, len);
             out.copy_from_slice(&all[root * b..(root + 1) * b]);
         } else {
             self.wait_arrived(s, std::iter::once(root), false)?;
-            self.seg.coll_read_at(l, slot, s, len, self.me * b, out);
+            let same = self.same_len(s, len, std::iter::once(root));
+            if same.is_ok() {
+                self.seg.coll_read_at(l, slot, s, len, self.me * b, out);
+            }
             // The root may be at s + 2 already, waiting to write this buffer again.
             self.finish(s);
+            same?;
         }
         Ok(())
     }
@@ -521,9 +556,12 @@ impl ShmGroup {
         let (l, slot) = self.at(self.me);
         self.wait_readers(s, coll_distance(len))?;
         self.seg.coll_write(l, slot, s, mine);
-        self.arrive_quietly(s);
+        self.arrive_quietly(s, len);
         out[self.me * b..(self.me + 1) * b].copy_from_slice(&mine[self.me * b..(self.me + 1) * b]);
         self.wait_arrived(s, 0..n, true)?;
+        // Every member reads every other's buffer: its next arrival says it is done with this
+        // one, so a mismatch leaves nothing to undo.
+        self.same_len(s, len, (0..n).filter(|&i| i != self.me))?;
         for i in (0..n).filter(|&i| i != self.me) {
             let (li, si) = self.at(i);
             self.seg
@@ -564,7 +602,7 @@ impl ShmGroup {
         if !data.is_empty() {
             self.seg.coll_write(l, slot, s, data);
         }
-        self.arrive_quietly(s);
+        self.arrive_quietly(s, data.len());
     }
 
     /// Whether member `i` has published operation `s`.
@@ -635,22 +673,42 @@ impl ShmGroup {
     }
 
     /// Every member's `N` addresses (this member's `mine`; one or two), in member order,
-    /// through the slots.
-    fn trade<const N: usize>(&self, mine: [u64; N]) -> Result<Vec<[u64; N]>, RecvError> {
+    /// through the slots, with the length of the vector each member passed (`len` here): a
+    /// member that passed another length fails the call at every member alike (each sees every
+    /// length), before anyone reads a byte.
+    fn trade<const N: usize>(
+        &self,
+        mine: [u64; N],
+        len: usize,
+    ) -> Result<Vec<[u64; N]>, RecvError> {
         const { assert!(N <= 2) };
-        let mut bytes = [0u8; 16];
-        for (k, a) in mine.iter().enumerate() {
+        let mut bytes = [0u8; 24];
+        for (k, a) in mine.iter().chain([&(len as u64)]).enumerate() {
             bytes[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
         }
+        let word = |d: &[u8], k: usize| {
+            u64::from_le_bytes(d[k * 8..k * 8 + 8].try_into().expect("8 bytes"))
+        };
         let mut all = vec![[0u64; N]; self.size()];
-        let c = self.contribute(None, &bytes[..N * 8])?;
+        let mut other = None;
+        let c = self.contribute(None, &bytes[..N * 8 + 8])?;
         self.fold(c, |i, d| -> Result<(), RecvError> {
             for (k, a) in all[i].iter_mut().enumerate() {
-                *a = u64::from_le_bytes(d[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+                *a = word(d, k);
+            }
+            if word(d, N) as usize != len && other.is_none() {
+                other = Some((i, word(d, N) as usize));
             }
             Ok(())
         })?;
-        Ok(all)
+        match other {
+            None => Ok(all),
+            Some((i, theirs)) => Err(RecvError::CollectiveMismatch {
+                rank: self.world.inner.l2g[self.members[i].local as usize],
+                theirs,
+                mine: len,
+            }),
+        }
     }
 
     /// Copies `buf.len()` bytes from address `at` in member `q`'s memory into `buf`.
@@ -744,7 +802,7 @@ impl ShmGroup {
             "allreduce_cross: the contribution and the result are the same length, whole elements"
         );
         let recv = out.as_ptr() as u64;
-        let addrs = self.trade([send.map_or(recv, |b| b.as_ptr() as u64), recv])?;
+        let addrs = self.trade([send.map_or(recv, |b| b.as_ptr() as u64), recv], out.len())?;
         let rank = |i: usize| self.world.inner.l2g[self.members[i].local as usize];
         // Fold this member's slice; a failure is said to the others before it is returned.
         let folded = self.fold_own(send, out, &addrs, elem, &mut fold);
@@ -794,7 +852,7 @@ impl ShmGroup {
             "allgather_cross: a block per member, each the length of this member's"
         );
         let own = out[me * len..].as_ptr() as u64;
-        let addrs = self.trade([mine.map_or(own, |b| b.as_ptr() as u64)])?;
+        let addrs = self.trade([mine.map_or(own, |b| b.as_ptr() as u64)], len)?;
         if let Some(b) = mine {
             out[me * len..(me + 1) * len].copy_from_slice(b);
         }
