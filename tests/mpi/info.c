@@ -1,4 +1,6 @@
-/* Info objects (MPI-3.1 chapter 9): set, get, replace, delete, count, nth key, dup, free. */
+/* Info objects (MPI-3.1 chapter 9): set, get, replace, delete, count, nth key, dup, free; and
+ * MPI-4.0's MPI_Info_get_string (10.3: buflen says the value's length with its NUL, whether or
+ * not it fitted; a short buffer gets the value cut, NUL-terminated). */
 #include "check.h"
 #include <string.h>
 
@@ -19,6 +21,18 @@ int main(int argc, char **argv) {
     CHECK(flag && len == 3);
     OK(MPI_Info_get(info, "gamma", MPI_MAX_INFO_VAL - 1, v, &flag));
     CHECK(!flag);
+    int buflen = MPI_MAX_INFO_VAL;
+    OK(MPI_Info_get_string(info, "beta", &buflen, v, &flag));
+    CHECK(flag && buflen == 4 && strcmp(v, "two") == 0);
+    buflen = 3;
+    OK(MPI_Info_get_string(info, "beta", &buflen, v, &flag));
+    CHECK(flag && buflen == 4 && strcmp(v, "tw") == 0);
+    buflen = 0;
+    OK(MPI_Info_get_string(info, "alpha", &buflen, v, &flag));
+    CHECK(flag && buflen == 4);
+    buflen = 7;
+    OK(MPI_Info_get_string(info, "gamma", &buflen, v, &flag));
+    CHECK(!flag && buflen == 7);
     OK(MPI_Info_get_nthkey(info, 1, k));
     CHECK(strcmp(k, "beta") == 0);
     OK(MPI_Info_dup(info, &copy));

@@ -8,8 +8,9 @@
  * profiling interface).
  *
  * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, communicators, groups,
- * datatypes and the environment; functions not declared here are not implemented (see
- * docs/mpi.md for the list and why). Fortran is out of scope.
+ * datatypes and the environment (and a few MPI-4.0 functions: MPI_Info_get_string,
+ * MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md
+ * for the list and why). Fortran is out of scope.
  */
 #ifndef VOLLEY_MPI_H
 #define VOLLEY_MPI_H
@@ -423,6 +424,7 @@ P(int, Comm_size, (MPI_Comm comm, int *size)) \
 P(int, Comm_rank, (MPI_Comm comm, int *rank)) \
 P(int, Comm_dup, (MPI_Comm comm, MPI_Comm *newcomm)) \
 P(int, Comm_idup, (MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request)) \
+P(int, Comm_idup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request)) \
 P(int, Comm_split, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm)) \
 P(int, Comm_split_type, (MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm)) \
 P(int, Comm_create, (MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)) \
@@ -607,6 +609,7 @@ P(int, Info_create, (MPI_Info *info)) \
 P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \
 P(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag)) \
 P(int, Info_get_valuelen, (MPI_Info info, const char *key, int *valuelen, int *flag)) \
+P(int, Info_get_string, (MPI_Info info, const char *key, int *buflen, char *value, int *flag)) \
 P(int, Info_delete, (MPI_Info info, const char *key)) \
 P(int, Info_dup, (MPI_Info info, MPI_Info *newinfo)) \
 P(int, Info_free, (MPI_Info *info)) \

@@ -483,34 +483,12 @@ crate::mpi! {
     }
 
     fn MPI_Comm_idup / PMPI_Comm_idup(comm: H, newcomm: *mut H, request: *mut H) [comm] {
-        let c = rt()?.comm(comm)?;
-        if newcomm.is_null() {
-            return Err(fail(class::ARG, "the newcomm argument is a null pointer"));
-        }
-        // The copy callbacks run now (they may call MPI); their results go with the new
-        // communicator when it is made.
-        let copied = copied_attrs(comm)?;
-        let eh = rt()?.comm_slot(comm)?.errhandler;
-        let s = crate::nbc::starting(|| c.next_seq());
-        let out = crate::coll::P::new(newcomm);
-        let f = async move {
-            let remote = c.remote.as_ref().map(|(r, _)| r.clone());
-            let cid = agree_cid_a(&c, s).await?;
-            let group = c.group.clone();
-            let topo = c.topo.clone();
-            let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
-                let mut core = rt.make_comm_with(cid, group, remote)?;
-                core.topo = topo;
-                crate::state::ctx_take(cid, true);
-                let h = rt.add_comm(core, eh);
-                rt.comm_slot_mut(h)?.attrs = copied;
-                // SAFETY: the program's output argument, which MPI lets it read only once the
-                // request completed.
-                unsafe { put(out.get() as *mut H, h) }
-            });
-            Ok(Some(finish))
-        };
-        crate::p2p::start_nbc(Box::pin(f), comm, request)
+        idup(comm, newcomm, request)
+    }
+
+    fn MPI_Comm_idup_with_info / PMPI_Comm_idup_with_info(comm: H, _info: H, newcomm: *mut H, request: *mut H) [comm] {
+        // MPI-4.0; volley reads no communicator hints: an idup.
+        idup(comm, newcomm, request)
     }
 
     fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: H, _info: H, newcomm: *mut H) [comm] {
@@ -1060,6 +1038,39 @@ pub(crate) fn split_to(
     members.sort();
     let group: Arc<[usize]> = members.iter().map(|&(_, r)| c.group[r]).collect();
     install_topo(cid, group, comm, topo)
+}
+
+/// MPI_Comm_idup (and MPI_Comm_idup_with_info): the new communicator's context agreed by a
+/// non-blocking collective, made when its request completes.
+fn idup(comm: H, newcomm: *mut H, request: *mut H) -> R {
+    let c = rt()?.comm(comm)?;
+    if newcomm.is_null() {
+        return Err(fail(class::ARG, "the newcomm argument is a null pointer"));
+    }
+    // The copy callbacks run now (they may call MPI); their results go with the new
+    // communicator when it is made.
+    let copied = copied_attrs(comm)?;
+    let eh = rt()?.comm_slot(comm)?.errhandler;
+    let s = crate::nbc::starting(|| c.next_seq());
+    let out = crate::coll::P::new(newcomm);
+    let f = async move {
+        let remote = c.remote.as_ref().map(|(r, _)| r.clone());
+        let cid = agree_cid_a(&c, s).await?;
+        let group = c.group.clone();
+        let topo = c.topo.clone();
+        let finish: crate::nbc::Finish = Box::new(move |rt: &mut crate::state::Rt| {
+            let mut core = rt.make_comm_with(cid, group, remote)?;
+            core.topo = topo;
+            crate::state::ctx_take(cid, true);
+            let h = rt.add_comm(core, eh);
+            rt.comm_slot_mut(h)?.attrs = copied;
+            // SAFETY: the program's output argument, which MPI lets it read only once the
+            // request completed.
+            unsafe { put(out.get() as *mut H, h) }
+        });
+        Ok(Some(finish))
+    };
+    crate::p2p::start_nbc(Box::pin(f), comm, request)
 }
 
 /// MPI_Comm_dup (and MPI_Comm_dup_with_info).

@@ -88,6 +88,28 @@ crate::mpi! {
         Ok(())
     }
 
+    // MPI-4.0 (10.3), the successor of MPI_Info_get and MPI_Info_get_valuelen in one call:
+    // `buflen` in is the buffer's size; out, the value's length with its NUL, whether or not
+    // it fitted (the value is cut to buflen - 1 characters).
+    fn MPI_Info_get_string / PMPI_Info_get_string(info: H, k: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) {
+        let k = key(k)?;
+        let v = with(info, |i| Ok(i.iter().find(|e| e.0 == k).map(|e| e.1.clone())))?;
+        // SAFETY: the caller's arguments: buflen is readable and writable, value holds *buflen
+        // bytes.
+        unsafe {
+            put(flag, v.is_some() as c_int)?;
+            if let Some(v) = v {
+                let cap = get(buflen)?;
+                if cap > 0 {
+                    let mut n = 0;
+                    put_str(value, cap as usize, &mut n, &v)?;
+                }
+                put(buflen, v.len() as c_int + 1)?;
+            }
+        }
+        Ok(())
+    }
+
     fn MPI_Info_get_valuelen / PMPI_Info_get_valuelen(info: H, k: *const c_char, valuelen: *mut c_int, flag: *mut c_int) {
         let k = key(k)?;
         let v = with(info, |i| Ok(i.iter().find(|e| e.0 == k).map(|e| e.1.len())))?;
