@@ -316,6 +316,16 @@ fn collectives_at_every_size_class_and_rank_count() {
     }
 }
 
+/// Persistent collectives (MPI-4.0): started again and again with fresh buffer contents,
+/// started in different orders at different ranks (they match by their inits), mixed with
+/// other collectives, tested for inactive and freed; at 1, 3 and 4 ranks.
+#[test]
+fn persistent_collectives_restart_and_match_by_their_inits() {
+    for n in [1, 3, 4] {
+        passes("pcoll", n);
+    }
+}
+
 /// Broadcasts whose ranks pass different counts: every rank away from the root is told, by the
 /// blocking and the non-blocking call, and the communicator works on (at 2 ranks and at 4, where
 /// the broadcast goes through the segment's slots).

@@ -1458,6 +1458,59 @@ fn run(op: R<Nbc>) -> R {
     block_on(op?).map(|_| ())
 }
 
+/// A persistent collective's array argument (counts, displacements, datatypes), copied at its
+/// init: the program may free it after the init returns (mpi4py does, as MPICH and Open MPI
+/// let it). A null pointer, or an argument not significant at this rank (length 0), stays
+/// null.
+pub(crate) struct Kept<T>(Option<Vec<T>>);
+
+impl<T: Copy> Kept<T> {
+    pub(crate) fn of(p: *const T, n: usize) -> Kept<T> {
+        if p.is_null() || n == 0 {
+            return Kept(None);
+        }
+        // SAFETY: MPI: an array argument significant at this rank holds n elements.
+        Kept(Some(unsafe { std::slice::from_raw_parts(p, n) }.to_vec()))
+    }
+
+    pub(crate) fn ptr(&self) -> *const T {
+        self.0.as_ref().map_or(std::ptr::null(), |v| v.as_ptr())
+    }
+}
+
+/// How many entries a v or w collective's per-rank arrays have on `comm` (the remote group's
+/// size on an intercommunicator), and whether this rank is `root` (MPI_ROOT on an
+/// intercommunicator; None: every rank's arrays count).
+fn span(comm: H, root: Option<c_int>) -> R<(usize, bool)> {
+    let c = rt()?.comm(comm)?;
+    Ok(match &c.remote {
+        Some((r, _)) => (r.len(), root.is_none_or(|r| r == abi::ROOT)),
+        None => (c.size(), root.is_none_or(|r| r as usize == c.rank)),
+    })
+}
+
+/// The size of this rank's own group on `comm` (a reduce-scatter's counts are per member of
+/// the group the result is scattered over).
+fn local_size(comm: H) -> R<usize> {
+    Ok(rt()?.comm(comm)?.size())
+}
+
+/// MPI_Bcast_init and the other persistent collectives (MPI-4.0 section 6.13): a number
+/// reserved on the communicator now (the order of the inits is the order they match in), `op`
+/// run under it by each MPI_Start.
+pub(crate) fn persist(
+    comm: H,
+    request: *mut H,
+    op: impl Fn() -> R<Nbc> + Send + Sync + 'static,
+) -> R {
+    let seq = rt()?.comm(comm)?.persistent_seq();
+    let op = crate::p2p::CollStart {
+        seq,
+        op: std::sync::Arc::new(op),
+    };
+    crate::p2p::persistent_coll(op, comm, request)
+}
+
 /// Starts a non-blocking collective: its request (MPI_Ibarrier and the other I-calls).
 fn start(op: impl FnOnce() -> R<Nbc>, comm: H, request: *mut H) -> R {
     let f = crate::nbc::starting(op)?;
@@ -2839,6 +2892,226 @@ crate::mpi! {
     fn MPI_Iexscan / PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, request: *mut H) [comm] {
         alias::pair("MPI_Iexscan", sendbuf, recvbuf, count_ > 0, comm, None)?;
         start(|| scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true), comm, request)
+    }
+
+    // MPI-4.0's persistent collectives (section 6.13): each MPI_Start runs the non-blocking
+    // form with the arguments given here.
+    fn MPI_Barrier_init / PMPI_Barrier_init(comm: H, _info: H, request: *mut H) [comm] {
+        persist(comm, request, move || {
+            barrier_op(comm)
+        })
+    }
+
+    fn MPI_Bcast_init / PMPI_Bcast_init(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        let buffer = P::new(buffer);
+        persist(comm, request, move || {
+            let buffer = buffer.get();
+            bcast_op(buffer, count_, datatype, root, comm)
+        })
+    }
+
+    fn MPI_Reduce_init / PMPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Reduce_init", sendbuf, recvbuf, count_ > 0, comm, Some(root))?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false)
+        })
+    }
+
+    fn MPI_Allreduce_init / PMPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Allreduce_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true)
+        })
+    }
+
+    fn MPI_Gather_init / PMPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Gather_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, Some(root))?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
+        })
+    }
+
+    fn MPI_Scatter_init / PMPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Scatter_init", recvbuf, recvcount > 0, sendbuf, sendtype, |r| Ok(r as isize * sendcount as isize), comm, Some(root))?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
+        })
+    }
+
+    fn MPI_Allgather_init / PMPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::gathered("MPI_Allgather_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+        })
+    }
+
+    fn MPI_Alltoall_init / PMPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Alltoall_init", sendbuf, recvbuf, sendcount > 0, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+        })
+    }
+
+    fn MPI_Gatherv_init / PMPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        let (n, is_root) = span(comm, Some(root))?;
+        alias::gathered("MPI_Gatherv_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, Some(root))?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        let recvcounts = Kept::of(recvcounts, if is_root { n } else { 0 });
+        let displs = Kept::of(displs, if is_root { n } else { 0 });
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
+            gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
+        })
+    }
+
+    fn MPI_Scatterv_init / PMPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        let (n, is_root) = span(comm, Some(root))?;
+        alias::gathered("MPI_Scatterv_init", recvbuf, recvcount > 0, sendbuf, sendtype, |r| alias::nth(displs, r), comm, Some(root))?;
+        let sendbuf = P::new(sendbuf);
+        let sendcounts = Kept::of(sendcounts, if is_root { n } else { 0 });
+        let displs = Kept::of(displs, if is_root { n } else { 0 });
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let sendcounts = sendcounts.ptr();
+            let displs = displs.ptr();
+            let recvbuf = recvbuf.get();
+            scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
+        })
+    }
+
+    fn MPI_Allgatherv_init / PMPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
+        let (n, _) = span(comm, None)?;
+        alias::gathered("MPI_Allgatherv_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        let recvcounts = Kept::of(recvcounts, n);
+        let displs = Kept::of(displs, n);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
+            allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+        })
+    }
+
+    fn MPI_Alltoallv_init / PMPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
+        let (n, _) = span(comm, None)?;
+        alias::pair("MPI_Alltoallv_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let sendcounts = Kept::of(sendcounts, if in_place(sendbuf.get()) { 0 } else { n });
+        let sdispls = Kept::of(sdispls, if in_place(sendbuf.get()) { 0 } else { n });
+        let recvbuf = P::new(recvbuf);
+        let recvcounts = Kept::of(recvcounts, n);
+        let rdispls = Kept::of(rdispls, n);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let recvbuf = recvbuf.get();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+        })
+    }
+
+    fn MPI_Alltoallw_init / PMPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, _info: H, request: *mut H) [comm] {
+        let (n, _) = span(comm, None)?;
+        alias::pair("MPI_Alltoallw_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let sendcounts = Kept::of(sendcounts, if in_place(sendbuf.get()) { 0 } else { n });
+        let sdispls = Kept::of(sdispls, if in_place(sendbuf.get()) { 0 } else { n });
+        let sendtypes = Kept::of(sendtypes, if in_place(sendbuf.get()) { 0 } else { n });
+        let recvbuf = P::new(recvbuf);
+        let recvcounts = Kept::of(recvcounts, n);
+        let rdispls = Kept::of(rdispls, n);
+        let recvtypes = Kept::of(recvtypes, n);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let sendtypes = sendtypes.ptr();
+            let recvbuf = recvbuf.get();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            let recvtypes = recvtypes.ptr();
+            alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
+        })
+    }
+
+    fn MPI_Reduce_scatter_block_init / PMPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Reduce_scatter_block_init", sendbuf, recvbuf, recvcount > 0, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm)
+        })
+    }
+
+    fn MPI_Reduce_scatter_init / PMPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Reduce_scatter_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(recvcounts, comm)?, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        let recvcounts = Kept::of(recvcounts, local_size(comm)?);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            let recvcounts = recvcounts.ptr();
+            reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm)
+        })
+    }
+
+    fn MPI_Scan_init / PMPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Scan_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false)
+        })
+    }
+
+    fn MPI_Exscan_init / PMPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
+        alias::pair("MPI_Exscan_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
+        let sendbuf = P::new(sendbuf);
+        let recvbuf = P::new(recvbuf);
+        persist(comm, request, move || {
+            let sendbuf = sendbuf.get() as *const c_void;
+            let recvbuf = recvbuf.get();
+            scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true)
+        })
     }
 
 

@@ -87,15 +87,64 @@ impl Seq {
         }
     }
 
+    /// The number of the `n`-th persistent collective made on a communicator (MPI-4.0 section
+    /// 6.13): the members make them in the same order, which is the order they match in,
+    /// whatever order they are started in. Every start of one uses its number again: the
+    /// starts of one request are in order at each member, and each start's messages between
+    /// two members follow the last start's. Bit 8 of the kind keeps the numbers apart from
+    /// the other collectives' (no kind uses bits 6 to 15).
+    pub fn persistent(n: u32) -> Seq {
+        Seq::persistent_part(n, 0)
+    }
+
+    /// Part `k` (0 to 7) of persistent collective `n`: an operation that numbers two steps
+    /// (an intercommunicator's) takes parts 0 and 1.
+    fn persistent_part(n: u32, k: u32) -> Seq {
+        debug_assert!(k < 8);
+        Seq {
+            shift: ((n & 0x7ff) << 16) | (1 << 27) | PERSISTENT_KIND | (k << 9),
+            n: n | (3 << 30),
+        }
+    }
+
     /// The tag of collective kind `kind` for this collective.
     pub fn tag(self, kind: u32) -> u32 {
         kind | self.shift
     }
 }
 
+/// The kind bit of a persistent collective's tags (see [`Seq::persistent`]).
+const PERSISTENT_KIND: u32 = 1 << 8;
+
 thread_local! {
     /// Set while a non-blocking collective is being set up: it takes a non-blocking number.
     static STARTING: Cell<bool> = const { Cell::new(false) };
+    /// While a persistent collective is being started: the number its init reserved, and how
+    /// many numbers the start has taken.
+    static RESERVED: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+}
+
+/// The number the collective being set up takes, if it is a persistent one's start: its
+/// init's, then its further parts.
+pub fn take_reserved() -> Option<Seq> {
+    let (n, k) = RESERVED.get()?;
+    RESERVED.set(Some((n, k + 1)));
+    Some(Seq::persistent_part(n, k))
+}
+
+/// Whether the collective being set up is a persistent one's start: it runs as messages, not
+/// in the segment's slots, whose operations match in the order they start.
+pub fn is_persistent_start() -> bool {
+    RESERVED.get().is_some()
+}
+
+/// Sets up the non-blocking collective of a persistent request's start, numbered `s` (made by
+/// [`Seq::persistent`]).
+pub fn starting_persistent<T>(s: Seq, op: impl FnOnce() -> T) -> T {
+    let was = RESERVED.replace(Some((s.n & !(3 << 30), 0)));
+    let r = starting(op);
+    RESERVED.set(was);
+    r
 }
 
 /// Whether the collective being set up is non-blocking (see [`starting`]).

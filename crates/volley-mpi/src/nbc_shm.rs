@@ -62,7 +62,7 @@ pub fn ticket(
     count: usize,
     op: Option<Op>,
 ) -> Option<Ticket> {
-    if !crate::nbc::is_starting() || !c.shared {
+    if !crate::nbc::is_starting() || !c.shared || crate::nbc::is_persistent_start() {
         return None;
     }
     let sh = Shape {

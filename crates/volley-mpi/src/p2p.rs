@@ -149,6 +149,18 @@ pub struct More {
     /// A generalized request's callbacks (MPI_Grequest_start): done when the program calls
     /// MPI_Grequest_complete.
     pub greq: Option<Greq>,
+    /// A persistent collective's operation (MPI_Bcast_init and the like): inactive while `nbc`
+    /// is None and not `done`.
+    pub pcoll: Option<CollStart>,
+}
+
+/// What MPI_Start runs for a persistent collective (MPI-4.0 section 6.13): a new non-blocking
+/// collective with the arguments of the init call, under the number the init reserved (see
+/// `nbc::Seq::persistent`).
+#[derive(Clone)]
+pub struct CollStart {
+    pub seq: crate::nbc::Seq,
+    pub op: Arc<dyn Fn() -> R<crate::nbc::Nbc> + Send + Sync>,
 }
 
 pub type GreqQueryFn = unsafe extern "C" fn(*mut c_void, *mut Status) -> c_int;
@@ -228,6 +240,15 @@ impl Req {
 
     fn persistent(&self) -> Option<&Spec> {
         self.more.as_ref().and_then(|m| m.persistent.as_ref())
+    }
+
+    fn pcoll(&self) -> Option<&CollStart> {
+        self.more.as_ref().and_then(|m| m.pcoll.as_ref())
+    }
+
+    /// A persistent request of either kind: it goes inactive when collected, not away.
+    fn is_persistent(&self) -> bool {
+        self.persistent().is_some() || self.pcoll().is_some()
     }
 
     fn has_nbc(&self) -> bool {
@@ -863,7 +884,7 @@ pub fn progress_nbcs() {
 
 /// Starts a non-blocking collective (or MPI_Comm_idup) as a request: it goes as far as it can
 /// now, then every test and wait moves it on.
-pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
+pub fn start_nbc(f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
     if request.is_null() {
         return Err(fail(
             class::REQUEST,
@@ -875,18 +896,66 @@ pub fn start_nbc(mut f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
     req.done = false;
     let h = store(&mut rt, req)?;
     let (i, g) = req_at(h).expect("a stored request");
-    match crate::state::lend_to_callbacks(&mut rt, || crate::nbc::poll_once(&mut f)) {
+    launch_nbc(&mut rt, i, g, f);
+    drop(rt);
+    // SAFETY: the caller's output argument (checked not null above).
+    unsafe { put(request, h) }
+}
+
+/// Moves the collective of request (i, g), just started, as far as it goes now; a pending one
+/// is parked in the request for every test and wait to move on.
+fn launch_nbc(rt: &mut Rt, i: usize, g: u32, mut f: crate::nbc::Nbc) {
+    match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
                 r.m().nbc = Some(f);
                 rt.nbcs.push((i, g));
             }
         }
-        std::task::Poll::Ready(res) => finish_nbc(&mut rt, i, g, res),
+        std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
     }
-    drop(rt);
-    // SAFETY: the caller's output argument (checked not null above).
+}
+
+/// MPI_Bcast_init and the other persistent collectives: an inactive request that each
+/// MPI_Start runs `op` for.
+pub fn persistent_coll(op: CollStart, comm: H, request: *mut H) -> R {
+    let mut rt = rt()?;
+    let mut r = Req::finished(comm, Status::empty());
+    r.done = false;
+    r.active = false;
+    r.m().pcoll = Some(op);
+    let h = store(&mut rt, r)?;
+    // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
+}
+
+/// MPI_Start of request `h`: a point-to-point one starts its operation; a collective one
+/// (which must not hold the face's state while it starts, as its operation takes it) a new
+/// non-blocking collective in its slot.
+fn start_any(h: H) -> R {
+    let op = {
+        let mut rt = rt()?;
+        let (i, g) =
+            req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Start on MPI_REQUEST_NULL"))?;
+        let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+        match r.pcoll().cloned() {
+            None => return start(&mut rt, h),
+            Some(_) if r.active => {
+                return Err(fail(class::REQUEST, "MPI_Start on a persistent collective request that is still active: complete it with a wait or test first"));
+            }
+            Some(op) => op,
+        }
+    };
+    let f = crate::nbc::starting_persistent(op.seq, || (op.op)())?;
+    let mut rt = rt()?;
+    let (i, g) = req_at(h).expect("looked up");
+    let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
+    r.active = true;
+    r.done = false;
+    r.status = Status::empty();
+    r.m().err = None;
+    launch_nbc(&mut rt, i, g, f);
+    Ok(())
 }
 
 /// A request handle's slot.
@@ -995,7 +1064,11 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
         e.comm = Some(comm);
         e
     });
-    if let Some(m) = r.more.as_deref_mut().filter(|m| m.persistent.is_some()) {
+    if let Some(m) = r
+        .more
+        .as_deref_mut()
+        .filter(|m| m.persistent.is_some() || m.pcoll.is_some())
+    {
         rt.bsend_used -= m.bsend;
         m.bsend = 0;
         m.core_comm = None;
@@ -1414,16 +1487,14 @@ crate::mpi! {
     fn MPI_Start / PMPI_Start(request: *mut H) {
         // SAFETY: the caller's request.
         let h = unsafe { get(request)? };
-        let mut rt = rt()?;
-        start(&mut rt, h)
+        start_any(h)
     }
 
     fn MPI_Startall / PMPI_Startall(count: c_int, array_of_requests: *mut H) {
         // SAFETY: MPI: the array holds count requests.
         let hs = unsafe { crate::err::array(array_of_requests, count)? };
-        let mut rt = rt()?;
         for &h in hs {
-            start(&mut rt, h)?;
+            start_any(h)?;
         }
         Ok(())
     }
@@ -1543,7 +1614,7 @@ crate::mpi! {
         let mut rt = rt()?;
         let (i, g) = req_at(h).ok_or_else(|| fail(class::REQUEST, "MPI_Request_free on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-        if r.done || (r.persistent().is_some() && !r.active) {
+        if r.done || (r.is_persistent() && !r.active) {
             let r = rt.reqs.remove(i, g).expect("looked up");
             rt.bsend_used -= r.bsend();
             let freed = r.greq().and_then(|q| q.free());
@@ -1558,6 +1629,7 @@ crate::mpi! {
             // Completes in the background (MPI-3.1 section 3.7.3).
             if let Some(m) = r.more.as_deref_mut() {
                 m.persistent = None;
+                m.pcoll = None;
             }
             rt.orphans.push((i, g));
         }

@@ -90,6 +90,8 @@ pub struct CommCore {
     /// Blocking and non-blocking collectives started on this communicator (see `nbc::Seq`).
     pub coll_seq: std::sync::atomic::AtomicU32,
     pub nb_seq: std::sync::atomic::AtomicU32,
+    /// Persistent collectives made on this communicator (MPI_Bcast_init and the like).
+    pub p_seq: std::sync::atomic::AtomicU32,
     /// Its process topology (MPI_Cart_create and the others), kept by MPI_Comm_dup.
     pub topo: Option<Arc<crate::topo::Topo>>,
     /// Whether it is an intracommunicator of two or more ranks that all share this host's
@@ -119,11 +121,23 @@ impl CommCore {
     /// communicator's collectives in the same order): from the non-blocking count while one is
     /// being set up (`nbc::starting`), else from the blocking count.
     pub fn next_seq(&self) -> crate::nbc::Seq {
+        // A start of a persistent collective takes the number its init reserved.
+        if let Some(s) = crate::nbc::take_reserved() {
+            return s;
+        }
         let nb = crate::nbc::is_starting();
         let counter = if nb { &self.nb_seq } else { &self.coll_seq };
         crate::nbc::Seq::new(
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             nb,
+        )
+    }
+
+    /// The number of a persistent collective made now (see `nbc::Seq::persistent`).
+    pub fn persistent_seq(&self) -> crate::nbc::Seq {
+        crate::nbc::Seq::persistent(
+            self.p_seq
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         )
     }
 
@@ -546,6 +560,7 @@ impl Rt {
             remote,
             coll_seq: std::sync::atomic::AtomicU32::new(0),
             nb_seq: std::sync::atomic::AtomicU32::new(0),
+            p_seq: std::sync::atomic::AtomicU32::new(0),
             topo: None,
         })
     }
