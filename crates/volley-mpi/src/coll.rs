@@ -1495,6 +1495,21 @@ fn local_size(comm: H) -> R<usize> {
     Ok(rt()?.comm(comm)?.size())
 }
 
+/// The body of MPI_Bcast_init and the other persistent collectives: `$call` (the non-blocking
+/// form's operation) made at each start, with the buffer pointers `$buf` and the copied arrays
+/// `$kept` taken in (raw pointers are not `Send`, so they travel as `P` and `Kept`).
+macro_rules! persistent {
+    ($comm:ident, $request:ident, [$($buf:ident),*], [$($kept:ident),*], $call:expr) => {{
+        $( let $buf = $crate::coll::P::new($buf); )*
+        $crate::coll::persist($comm, $request, move || {
+            $( let $buf = $buf.get(); )*
+            $( let $kept = $kept.ptr(); )*
+            $call
+        })
+    }};
+}
+pub(crate) use persistent;
+
 /// MPI_Bcast_init and the other persistent collectives (MPI-4.0 section 6.13): a number
 /// reserved on the communicator now (the order of the inits is the order they match in), `op`
 /// run under it by each MPI_Start.
@@ -2897,221 +2912,112 @@ crate::mpi! {
     // MPI-4.0's persistent collectives (section 6.13): each MPI_Start runs the non-blocking
     // form with the arguments given here.
     fn MPI_Barrier_init / PMPI_Barrier_init(comm: H, _info: H, request: *mut H) [comm] {
-        persist(comm, request, move || {
-            barrier_op(comm)
-        })
+        persistent!(comm, request, [], [], barrier_op(comm))
     }
 
     fn MPI_Bcast_init / PMPI_Bcast_init(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
-        let buffer = P::new(buffer);
-        persist(comm, request, move || {
-            let buffer = buffer.get();
-            bcast_op(buffer, count_, datatype, root, comm)
-        })
+        persistent!(comm, request, [buffer], [], bcast_op(buffer, count_, datatype, root, comm))
     }
 
     fn MPI_Reduce_init / PMPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Reduce_init", sendbuf, recvbuf, count_ > 0, comm, Some(root))?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], reduce_op(sendbuf, recvbuf, count_, datatype, op, root, comm, false))
     }
 
     fn MPI_Allreduce_init / PMPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Allreduce_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], reduce_op(sendbuf, recvbuf, count_, datatype, op, 0, comm, true))
     }
 
     fn MPI_Gather_init / PMPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
         alias::gathered("MPI_Gather_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, Some(root))?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], gather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
     fn MPI_Scatter_init / PMPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
         alias::gathered("MPI_Scatter_init", recvbuf, recvcount > 0, sendbuf, sendtype, |r| Ok(r as isize * sendcount as isize), comm, Some(root))?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], scatter_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
     fn MPI_Allgather_init / PMPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::gathered("MPI_Allgather_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| Ok(r as isize * recvcount as isize), comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 
     fn MPI_Alltoall_init / PMPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Alltoall_init", sendbuf, recvbuf, sendcount > 0, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 
     fn MPI_Gatherv_init / PMPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
         let (n, is_root) = span(comm, Some(root))?;
         alias::gathered("MPI_Gatherv_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, Some(root))?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, if is_root { n } else { 0 });
         let displs = Kept::of(displs, if is_root { n } else { 0 });
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let displs = displs.ptr();
-            gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [recvcounts, displs], gatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
     }
 
     fn MPI_Scatterv_init / PMPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, root: c_int, comm: H, _info: H, request: *mut H) [comm] {
         let (n, is_root) = span(comm, Some(root))?;
         alias::gathered("MPI_Scatterv_init", recvbuf, recvcount > 0, sendbuf, sendtype, |r| alias::nth(displs, r), comm, Some(root))?;
-        let sendbuf = P::new(sendbuf);
         let sendcounts = Kept::of(sendcounts, if is_root { n } else { 0 });
         let displs = Kept::of(displs, if is_root { n } else { 0 });
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let sendcounts = sendcounts.ptr();
-            let displs = displs.ptr();
-            let recvbuf = recvbuf.get();
-            scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [sendcounts, displs], scatterv_op(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
     }
 
     fn MPI_Allgatherv_init / PMPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         let (n, _) = span(comm, None)?;
         alias::gathered("MPI_Allgatherv_init", sendbuf, sendcount > 0, recvbuf, recvtype, |r| alias::nth(displs, r), comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, n);
         let displs = Kept::of(displs, n);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let displs = displs.ptr();
-            allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [recvcounts, displs], allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
     }
 
     fn MPI_Alltoallv_init / PMPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         let (n, _) = span(comm, None)?;
         alias::pair("MPI_Alltoallv_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let sendcounts = Kept::of(sendcounts, if in_place(sendbuf.get()) { 0 } else { n });
-        let sdispls = Kept::of(sdispls, if in_place(sendbuf.get()) { 0 } else { n });
-        let recvbuf = P::new(recvbuf);
+        // An in-place call's send arrays are not read.
+        let ns = if in_place(sendbuf) { 0 } else { n };
+        let sendcounts = Kept::of(sendcounts, ns);
+        let sdispls = Kept::of(sdispls, ns);
         let recvcounts = Kept::of(recvcounts, n);
         let rdispls = Kept::of(rdispls, n);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let sendcounts = sendcounts.ptr();
-            let sdispls = sdispls.ptr();
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let rdispls = rdispls.ptr();
-            alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [sendcounts, sdispls, recvcounts, rdispls], alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
     }
 
     fn MPI_Alltoallw_init / PMPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const H, comm: H, _info: H, request: *mut H) [comm] {
         let (n, _) = span(comm, None)?;
         alias::pair("MPI_Alltoallw_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(sendcounts, comm)?, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let sendcounts = Kept::of(sendcounts, if in_place(sendbuf.get()) { 0 } else { n });
-        let sdispls = Kept::of(sdispls, if in_place(sendbuf.get()) { 0 } else { n });
-        let sendtypes = Kept::of(sendtypes, if in_place(sendbuf.get()) { 0 } else { n });
-        let recvbuf = P::new(recvbuf);
+        // An in-place call's send arrays are not read.
+        let ns = if in_place(sendbuf) { 0 } else { n };
+        let sendcounts = Kept::of(sendcounts, ns);
+        let sdispls = Kept::of(sdispls, ns);
+        let sendtypes = Kept::of(sendtypes, ns);
         let recvcounts = Kept::of(recvcounts, n);
         let rdispls = Kept::of(rdispls, n);
         let recvtypes = Kept::of(recvtypes, n);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let sendcounts = sendcounts.ptr();
-            let sdispls = sdispls.ptr();
-            let sendtypes = sendtypes.ptr();
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let rdispls = rdispls.ptr();
-            let recvtypes = recvtypes.ptr();
-            alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [sendcounts, sdispls, sendtypes, recvcounts, rdispls, recvtypes], alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
     }
 
     fn MPI_Reduce_scatter_block_init / PMPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Reduce_scatter_block_init", sendbuf, recvbuf, recvcount > 0, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], reduce_scatter_op(sendbuf, recvbuf, Err(recvcount), datatype, op, comm))
     }
 
     fn MPI_Reduce_scatter_init / PMPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Reduce_scatter_init", sendbuf, recvbuf, std::ptr::eq(sendbuf, recvbuf) && alias::any(recvcounts, comm)?, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, local_size(comm)?);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [recvcounts], reduce_scatter_op(sendbuf, recvbuf, Ok(recvcounts), datatype, op, comm))
     }
 
     fn MPI_Scan_init / PMPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Scan_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], scan_op(sendbuf, recvbuf, count_, datatype, op, comm, false))
     }
 
     fn MPI_Exscan_init / PMPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H, _info: H, request: *mut H) [comm] {
         alias::pair("MPI_Exscan_init", sendbuf, recvbuf, count_ > 0, comm, None)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], scan_op(sendbuf, recvbuf, count_, datatype, op, comm, true))
     }
 
 

@@ -920,11 +920,16 @@ fn launch_nbc(rt: &mut Rt, i: usize, g: u32, mut f: crate::nbc::Nbc) {
 /// MPI_Start runs `op` for.
 pub fn persistent_coll(op: CollStart, comm: H, request: *mut H) -> R {
     let mut rt = rt()?;
+    store_inactive(&mut rt, comm, |m| m.pcoll = Some(op), request)
+}
+
+/// Stores a persistent request not yet started (`set` says what it starts) at `request`.
+fn store_inactive(rt: &mut Rt, comm: H, set: impl FnOnce(&mut More), request: *mut H) -> R {
     let mut r = Req::finished(comm, Status::empty());
     r.done = false;
     r.active = false;
-    r.m().pcoll = Some(op);
-    let h = store(&mut rt, r)?;
+    set(r.m());
+    let h = store(rt, r)?;
     // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
 }
@@ -1319,13 +1324,7 @@ fn persistent(spec: Spec, request: *mut H) -> R {
     if spec.peer != abi::PROC_NULL && !(spec.send.is_none() && spec.peer == abi::ANY_SOURCE) {
         c.peer_world_rank(spec.peer)?;
     }
-    let mut r = Req::finished(spec.comm, Status::empty());
-    r.done = false;
-    r.active = false;
-    r.m().persistent = Some(spec);
-    let h = store(&mut rt, r)?;
-    // SAFETY: the caller's output argument.
-    unsafe { put(request, h) }
+    store_inactive(&mut rt, spec.comm, |m| m.persistent = Some(spec), request)
 }
 
 fn start(rt: &mut Rt, h: H) -> R {

@@ -16,7 +16,7 @@
 //! neighbours are one rank.
 
 use crate::abi::{self, class, H};
-use crate::coll::{exchange_a, persist, Kept, P, TAG_NEIGHBOR, TAG_NEIGHBOR_UP};
+use crate::coll::{exchange_a, persistent, Kept, P, TAG_NEIGHBOR, TAG_NEIGHBOR_UP};
 use crate::comm::{agree_cid, install_topo, split_to};
 use crate::dtype::{committed, TypeRef};
 use crate::err::{array, array_mut, fail, put, R};
@@ -945,79 +945,37 @@ mpi! {
 
     // MPI-4.0's persistent neighbourhood collectives, as coll.rs's.
     fn MPI_Neighbor_allgather_init / PMPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], allgather_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 
     fn MPI_Neighbor_allgatherv_init / PMPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         let (ins, _) = degrees(comm)?;
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, ins);
         let displs = Kept::of(displs, ins);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let displs = displs.ptr();
-            allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [recvcounts, displs], allgatherv_op(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
     }
 
     fn MPI_Neighbor_alltoall_init / PMPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: H, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
-        let sendbuf = P::new(sendbuf);
-        let recvbuf = P::new(recvbuf);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let recvbuf = recvbuf.get();
-            alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [], alltoall_op(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
     }
 
     fn MPI_Neighbor_alltoallv_init / PMPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: H, comm: H, _info: H, request: *mut H) [comm] {
         let (ins, outs) = degrees(comm)?;
-        let sendbuf = P::new(sendbuf);
         let sendcounts = Kept::of(sendcounts, outs);
         let sdispls = Kept::of(sdispls, outs);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, ins);
         let rdispls = Kept::of(rdispls, ins);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let sendcounts = sendcounts.ptr();
-            let sdispls = sdispls.ptr();
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let rdispls = rdispls.ptr();
-            alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [sendcounts, sdispls, recvcounts, rdispls], alltoallv_op(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
     }
 
     fn MPI_Neighbor_alltoallw_init / PMPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const abi::Aint, sendtypes: *const H, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const abi::Aint, recvtypes: *const H, comm: H, _info: H, request: *mut H) [comm] {
         let (ins, outs) = degrees(comm)?;
-        let sendbuf = P::new(sendbuf);
         let sendcounts = Kept::of(sendcounts, outs);
         let sdispls = Kept::of(sdispls, outs);
         let sendtypes = Kept::of(sendtypes, outs);
-        let recvbuf = P::new(recvbuf);
         let recvcounts = Kept::of(recvcounts, ins);
         let rdispls = Kept::of(rdispls, ins);
         let recvtypes = Kept::of(recvtypes, ins);
-        persist(comm, request, move || {
-            let sendbuf = sendbuf.get() as *const c_void;
-            let sendcounts = sendcounts.ptr();
-            let sdispls = sdispls.ptr();
-            let sendtypes = sendtypes.ptr();
-            let recvbuf = recvbuf.get();
-            let recvcounts = recvcounts.ptr();
-            let rdispls = rdispls.ptr();
-            let recvtypes = recvtypes.ptr();
-            alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
-        })
+        persistent!(comm, request, [sendbuf, recvbuf], [sendcounts, sdispls, sendtypes, recvcounts, rdispls, recvtypes], alltoallw_op(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
     }
 }
