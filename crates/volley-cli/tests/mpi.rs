@@ -127,6 +127,16 @@ fn matching_with_more_ranks_than_cores() {
     passes("matching", 9);
 }
 
+/// MPI_Isendrecv and MPI_Isendrecv_replace (MPI-4.0): rings small and large, several at once,
+/// a strided replace, MPI_PROC_NULL, with itself, and a freed request (at 1 rank every exchange
+/// is with itself; at 2 both neighbours are one rank).
+#[test]
+fn isendrecv_completes_both_halves_with_the_receives_status() {
+    for n in [1, 2, 3] {
+        passes("isendrecv", n);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

@@ -9,8 +9,9 @@
  *
  * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, communicators, groups,
  * datatypes and the environment (and from MPI-4.0 the persistent collectives,
- * MPI_Info_get_string and MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md
- * for the list and why). Fortran is out of scope.
+ * MPI_Isendrecv(_replace), MPI_Info_get_string and MPI_Comm_idup_with_info); functions not
+ * declared here are not implemented (see docs/mpi.md for the list and why). Fortran is out of
+ * scope.
  */
 #ifndef VOLLEY_MPI_H
 #define VOLLEY_MPI_H
@@ -387,6 +388,8 @@ P(int, Buffer_detach, (void *buffer_addr, int *size)) \
 P(int, Recv, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)) \
 P(int, Sendrecv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status)) \
 P(int, Sendrecv_replace, (void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm, MPI_Status *status)) \
+P(int, Isendrecv, (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Isendrecv_replace, (void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm, MPI_Request *request)) \
 P(int, Isend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
 P(int, Issend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
 P(int, Irsend, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \

@@ -132,14 +132,16 @@ pub struct Req {
 #[derive(Default)]
 pub struct More {
     pub core_comm: Option<Arc<CommCore>>,
-    /// A synchronous send's acknowledgement receive, until it arrives.
-    pub ack: Option<RequestId>,
+    /// A second core request the request also waits for, until it completes: a synchronous
+    /// send's acknowledgement receive, or the send of an MPI_Isendrecv (whose `core` is the
+    /// receive).
+    pub second: Option<RequestId>,
     pub err: Option<Fail>,
     /// A receive: where its data goes (a non-contiguous type is unpacked piece by piece).
     pub target: Option<Target>,
     /// A buffered send's copy of its data, lent to the core.
     pub stage: Vec<u8>,
-    /// A persistent request's operation; it is inactive while `core`, `ack` are None and not
+    /// A persistent request's operation; it is inactive while `core`, `second` are None and not
     /// `done`.
     pub persistent: Option<Spec>,
     /// Bytes a buffered send holds of the attached buffer.
@@ -226,8 +228,8 @@ impl Req {
         self.more.get_or_insert_with(Box::default)
     }
 
-    fn ack(&self) -> Option<RequestId> {
-        self.more.as_ref().and_then(|m| m.ack)
+    fn second(&self) -> Option<RequestId> {
+        self.more.as_ref().and_then(|m| m.second)
     }
 
     fn bsend(&self) -> usize {
@@ -436,7 +438,7 @@ fn start_send(
     status.set_bytes(bytes as u64);
     let mut more = spare_more(rt);
     more.core_comm = Some(c);
-    more.ack = ack;
+    more.second = ack;
     more.stage = stage;
     more.bsend = bsend;
     Ok(Req {
@@ -648,8 +650,8 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
         req.done = true;
         return;
     };
-    if more.ack == Some(id) {
-        more.ack = None;
+    if more.second == Some(id) {
+        more.second = None;
         if let Err(e) = r {
             more.err.get_or_insert(from_request(&e));
         }
@@ -687,7 +689,7 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
             }
         }
     }
-    if req.core.is_none() && more.ack.is_none() {
+    if req.core.is_none() && more.second.is_none() {
         req.done = true;
         if let Some(e) = &more.err {
             req.status.error = e.class;
@@ -774,7 +776,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
         }
         // A generalized request completes when the program says so: nothing to wait on here.
         nbc_pending |= r.greq().is_some();
-        for id in [r.core, r.ack()].into_iter().flatten() {
+        for id in [r.core, r.second()].into_iter().flatten() {
             sc.ids.push(Some(id));
             sc.owners.push((i, g, id));
         }
@@ -1420,18 +1422,17 @@ crate::mpi! {
     }
 
     fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: H, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: H, status: *mut Status) [comm] {
-        // The outgoing data is packed first, so the receive may land in the same buffer.
-        let packed = {
-            let rt = rt()?;
-            let t = committed(&rt, datatype)?;
-            let n = check_count(count)?;
-            let mut v = vec![0u8; n * t.size];
-            // SAFETY: MPI: buf holds count elements of the datatype.
-            unsafe { t.pack(buf as *const u8, n, &mut v) };
-            v
-        };
-        let len = c_int::try_from(packed.len()).map_err(|_| fail(class::COUNT, "message too large for MPI_Sendrecv_replace"))?;
-        sendrecv(packed.as_ptr() as *const c_void, len, 0x247, dest, sendtag, buf, count, datatype, source, recvtag, comm, status)
+        let (packed, len) = packed_to_replace(buf, count, datatype, "MPI_Sendrecv_replace")?;
+        sendrecv(packed.as_ptr() as *const c_void, len, BYTE, dest, sendtag, buf, count, datatype, source, recvtag, comm, status)
+    }
+
+    fn MPI_Isendrecv / PMPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: H, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: H, source: c_int, recvtag: c_int, comm: H, request: *mut H) [comm] {
+        isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, Vec::new(), request)
+    }
+
+    fn MPI_Isendrecv_replace / PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: H, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: H, request: *mut H) [comm] {
+        let (packed, len) = packed_to_replace(buf, count, datatype, "MPI_Isendrecv_replace")?;
+        isendrecv(packed.as_ptr() as *const c_void, len, BYTE, dest, sendtag, buf, count, datatype, source, recvtag, comm, packed, request)
     }
 
     fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
@@ -2034,4 +2035,89 @@ fn sendrecv(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// MPI_BYTE: the type a packed copy is sent as.
+const BYTE: H = 0x247;
+
+/// The outgoing data of a send-receive that replaces its buffer, packed first (so the receive
+/// may land in the same buffer), and its length as a count of bytes.
+fn packed_to_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: H,
+    call: &str,
+) -> R<(Vec<u8>, c_int)> {
+    let rt = rt()?;
+    let t = committed(&rt, datatype)?;
+    let n = check_count(count)?;
+    let mut v = vec![0u8; n * t.size];
+    // SAFETY: MPI: buf holds count elements of the datatype.
+    unsafe { t.pack(buf as *const u8, n, &mut v) };
+    let len = c_int::try_from(v.len())
+        .map_err(|_| fail(class::COUNT, format!("message too large for {call}")))?;
+    Ok((v, len))
+}
+
+/// MPI_Isendrecv (MPI-4.0 section 3.10): one request for a receive and a send, complete when
+/// both are, with the receive's status. The receive is the request's core part, the send its
+/// second; `stage` is the packed copy an MPI_Isendrecv_replace sends from, kept in the request
+/// until the send completes.
+#[allow(clippy::too_many_arguments)]
+fn isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: H,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: H,
+    source: c_int,
+    recvtag: c_int,
+    comm: H,
+    stage: Vec<u8>,
+    request: *mut H,
+) -> R {
+    if request.is_null() {
+        return Err(fail(
+            class::REQUEST,
+            "the request argument is a null pointer",
+        ));
+    }
+    let mut rt = rt()?;
+    let mut r = start_recv_eager(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?;
+    let s = start_send_eager(
+        &mut rt,
+        Mode::Standard,
+        sendbuf,
+        sendcount,
+        sendtype,
+        dest,
+        sendtag,
+        comm,
+    );
+    let s = match s {
+        Ok(s) => s,
+        Err(e) => {
+            // The receive is withdrawn, and forgotten once the core lets it go.
+            if let Some(id) = r.core {
+                rt.world.cancel(id);
+                let h = store(&mut rt, r)?;
+                let (i, g) = req_at(h).expect("stored");
+                rt.orphans.push((i, g));
+            }
+            return Err(e);
+        }
+    };
+    if let Some(id) = s.core {
+        let m = r.m();
+        m.second = Some(id);
+        m.stage = stage;
+        r.done = false;
+    }
+    recycle(&mut rt, s);
+    let h = store(&mut rt, r)?;
+    // SAFETY: the caller's output argument (checked not null above).
+    unsafe { put(request, h) }
 }
