@@ -137,6 +137,14 @@ fn isendrecv_completes_both_halves_with_the_receives_status() {
     }
 }
 
+/// MPI_Comm_split_type's MPI-4.0 types on one host (HW_UNGUIDED has no smaller level there).
+#[test]
+fn split_type_shared_and_hardware_guided_on_one_host() {
+    for n in [1, 3, 4] {
+        passes("split_type", n);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);
@@ -712,6 +720,26 @@ fn mpicc_show_prints_the_command() {
         .join("pkgconfig/volley-mpi.pc");
     let pc = std::fs::read_to_string(&pc).expect("volley mpicc writes pkgconfig/volley-mpi.pc");
     assert!(pc.contains("Libs:") && pc.contains("-lmpi"), "{pc}");
+}
+
+/// MPI_Comm_split_type with ranks on three hosts: MPI_COMM_TYPE_SHARED and HW_GUIDED by
+/// `mpi_shared_memory` give each host's two ranks, and HW_UNGUIDED splits the world by host.
+#[test]
+fn split_type_across_namespaces_splits_by_host() {
+    let s = Scratch::new("split-net");
+    let exe = build(&s.0, "split_type", false);
+    let h = Hosts::new(3, 1500);
+    let o = h.run(
+        6,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &[exe.to_str().expect("utf-8 path")],
+    );
+    let out = must(o, "split_type, 6 ranks on 3 hosts");
+    assert!(out.contains("split_type: ok"), "{out}");
+    assert!(
+        out.contains("unguided: 2"),
+        "HW_UNGUIDED did not split by host:\n{out}"
+    );
 }
 
 #[test]

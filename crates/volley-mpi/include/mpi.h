@@ -9,9 +9,9 @@
  *
  * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, communicators, groups,
  * datatypes and the environment (and from MPI-4.0 the persistent collectives,
- * MPI_Isendrecv(_replace), MPI_Info_get_string and MPI_Comm_idup_with_info); functions not
- * declared here are not implemented (see docs/mpi.md for the list and why). Fortran is out of
- * scope.
+ * MPI_Isendrecv(_replace), the hardware split types, MPI_Info_get_string and
+ * MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md for
+ * the list and why). Fortran is out of scope.
  */
 #ifndef VOLLEY_MPI_H
 #define VOLLEY_MPI_H
@@ -318,6 +318,8 @@ enum {
     MPI_COMBINER_RESIZED = 316,
 
     MPI_COMM_TYPE_SHARED = 1001,
+    MPI_COMM_TYPE_HW_UNGUIDED = 1002,
+    MPI_COMM_TYPE_HW_GUIDED = 1003,
 
     MPI_TAG_UB = 10001,
     MPI_IO = 10002,

@@ -87,6 +87,8 @@ pub const COMBINER_DARRAY: c_int = 312;
 pub const COMBINER_RESIZED: c_int = 316;
 
 pub const COMM_TYPE_SHARED: c_int = 1001;
+pub const COMM_TYPE_HW_UNGUIDED: c_int = 1002;
+pub const COMM_TYPE_HW_GUIDED: c_int = 1003;
 
 pub const TAG_UB: c_int = 10001;
 pub const HOST: c_int = 10003;

@@ -532,14 +532,8 @@ crate::mpi! {
         split(comm, color, key, newcomm)
     }
 
-    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: H, split_type: c_int, key: c_int, _info: H, newcomm: *mut H) [comm] {
-        let color = if split_type == abi::COMM_TYPE_SHARED {
-            rt()?.world.node_id() as c_int
-        } else if split_type == abi::UNDEFINED {
-            abi::UNDEFINED
-        } else {
-            return Err(fail(class::ARG, format!("split type {split_type}: volley's MPI knows MPI_COMM_TYPE_SHARED (the ranks of one host) and MPI_UNDEFINED")));
-        };
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: H, split_type: c_int, key: c_int, info: H, newcomm: *mut H) [comm] {
+        let color = split_color(comm, split_type, info)?;
         split(comm, color, key, newcomm)
     }
 
@@ -1228,6 +1222,48 @@ fn delete_attr_call(comm: H, keyval: c_int) -> R {
     delete_attr(comm, k, v)?;
     rt()?.comm_slot_mut(comm)?.attrs.retain(|a| a.0 != keyval);
     Ok(())
+}
+
+/// The one hardware resource volley's MPI knows ranks to share: a host (its shared memory).
+const HW_SHARED_MEMORY: &str = "mpi_shared_memory";
+
+/// This rank's colour in MPI_Comm_split_type (MPI-4.0 section 7.4.2): its host for
+/// MPI_COMM_TYPE_SHARED; for MPI_COMM_TYPE_HW_GUIDED its host when the info's
+/// `mpi_hw_resource_type` is `mpi_shared_memory` (the value every MPI knows), else none (the
+/// rank gets MPI_COMM_NULL, as the standard says for a missing key or a resource the
+/// implementation does not know); for MPI_COMM_TYPE_HW_UNGUIDED its host when the communicator
+/// spans several hosts (the next level down, said in the info's `mpi_hw_resource_type`), else
+/// none (a communicator inside one host has no smaller level volley knows: MPI_COMM_NULL).
+/// Every member computes the same answer from the communicator's membership.
+fn split_color(comm: H, split_type: c_int, info: H) -> R<c_int> {
+    let here = || -> R<c_int> { Ok(rt()?.world.node_id() as c_int) };
+    match split_type {
+        abi::COMM_TYPE_SHARED => here(),
+        abi::UNDEFINED => Ok(abi::UNDEFINED),
+        abi::COMM_TYPE_HW_GUIDED => {
+            match crate::info::value(info, "mpi_hw_resource_type")? {
+                Some(v) if v == HW_SHARED_MEMORY => here(),
+                _ => Ok(abi::UNDEFINED),
+            }
+        }
+        abi::COMM_TYPE_HW_UNGUIDED => {
+            let spans = {
+                let rt = rt()?;
+                let c = rt.comm(comm)?;
+                if c.is_inter() {
+                    return Err(fail(class::COMM, "MPI_Comm_split_type takes an intracommunicator"));
+                }
+                let mut members = (0..c.size()).map(|r| c.peer_world_rank(r as c_int));
+                members.try_fold(false, |far, w| Ok::<_, crate::err::Fail>(far || !rt.world.on_this_host(w?)))?
+            };
+            if !spans {
+                return Ok(abi::UNDEFINED);
+            }
+            crate::info::set(info, "mpi_hw_resource_type", HW_SHARED_MEMORY)?;
+            here()
+        }
+        _ => Err(fail(class::ARG, format!("split type {split_type}: volley's MPI knows MPI_COMM_TYPE_SHARED (the ranks of one host), MPI_COMM_TYPE_HW_GUIDED (with mpi_hw_resource_type mpi_shared_memory), MPI_COMM_TYPE_HW_UNGUIDED and MPI_UNDEFINED"))),
+    }
 }
 
 #[cfg(test)]

@@ -171,6 +171,28 @@ crate::mpi! {
 }
 
 /// MPI_Info_create.
+/// The value of `k` in info object `h` (None for MPI_INFO_NULL or a key not there).
+pub(crate) fn value(h: H, k: &str) -> R<Option<String>> {
+    if h == abi::INFO_NULL {
+        return Ok(None);
+    }
+    with(h, |i| Ok(i.iter().find(|e| e.0 == k).map(|e| e.1.clone())))
+}
+
+/// Sets `k` to `v` in info object `h` (nothing for MPI_INFO_NULL).
+pub(crate) fn set(h: H, k: &str, v: &str) -> R {
+    if h == abi::INFO_NULL {
+        return Ok(());
+    }
+    with(h, |i| {
+        match i.iter_mut().find(|e| e.0 == k) {
+            Some(e) => e.1 = v.to_owned(),
+            None => i.push((k.to_owned(), v.to_owned())),
+        }
+        Ok(())
+    })
+}
+
 pub(crate) fn create(info: *mut H) -> R {
     store(Info::new(), info)
 }
