@@ -1,11 +1,32 @@
 /* Info objects (MPI-3.1 chapter 9): set, get, replace, delete, count, nth key, dup, free; and
  * MPI-4.0's MPI_Info_get_string (10.3: buflen says the value's length with its NUL, whether or
- * not it fitted; a short buffer gets the value cut, NUL-terminated). */
+ * not it fitted; a short buffer gets the value cut, NUL-terminated) and its rule that info
+ * objects may be made and used before MPI_Init and after MPI_Finalize (11.2.1), the handles
+ * staying good across both. */
 #include "check.h"
 #include <string.h>
 
 int main(int argc, char **argv) {
+    /* Before MPI_Init: made, set, duplicated, one of them freed. Checked once MPI runs. */
+    MPI_Info early, early_copy, gone;
+    int before = MPI_Info_create(&early) == MPI_SUCCESS && MPI_Info_create(&gone) == MPI_SUCCESS &&
+                 MPI_Info_set(early, "made", "before init") == MPI_SUCCESS &&
+                 MPI_Info_dup(early, &early_copy) == MPI_SUCCESS &&
+                 MPI_Info_set(early_copy, "copy", "yes") == MPI_SUCCESS &&
+                 MPI_Info_free(&gone) == MPI_SUCCESS && gone == MPI_INFO_NULL;
     MPI_Init(&argc, &argv);
+    CHECK(before);
+    {
+        char v[MPI_MAX_INFO_VAL];
+        int flag = 0, n = -1;
+        OK(MPI_Info_get(early, "made", MPI_MAX_INFO_VAL - 1, v, &flag));
+        CHECK(flag && strcmp(v, "before init") == 0);
+        OK(MPI_Info_get(early, "copy", MPI_MAX_INFO_VAL - 1, v, &flag));
+        CHECK(!flag);
+        OK(MPI_Info_get_nkeys(early_copy, &n));
+        CHECK(n == 2);
+        OK(MPI_Info_set(early, "seen", "while running"));
+    }
     MPI_Info info, copy;
     OK(MPI_Info_create(&info));
     OK(MPI_Info_set(info, "alpha", "1"));
@@ -49,5 +70,17 @@ int main(int argc, char **argv) {
     OK(MPI_Info_free(&copy));
     CHECK(info == MPI_INFO_NULL && copy == MPI_INFO_NULL);
     pass("info");
+    /* After MPI_Finalize: the early objects still hold what they were given, and can be changed
+     * and freed. (No MPI_Abort now: a failure is the exit code.) */
+    flag = 0;
+    n = -1;
+    if (MPI_Info_get(early, "seen", MPI_MAX_INFO_VAL - 1, v, &flag) != MPI_SUCCESS || !flag ||
+        strcmp(v, "while running") != 0 || MPI_Info_delete(early, "made") != MPI_SUCCESS ||
+        MPI_Info_get_nkeys(early, &n) != MPI_SUCCESS || n != 1 ||
+        MPI_Info_free(&early) != MPI_SUCCESS || MPI_Info_free(&early_copy) != MPI_SUCCESS ||
+        early != MPI_INFO_NULL) {
+        fprintf(stderr, "FAILED: info objects after MPI_Finalize\n");
+        return 1;
+    }
     return 0;
 }

@@ -46,7 +46,6 @@ fn init(required: c_int) -> R<c_int> {
         ops: Vec::new(),
         errhandlers: Vec::new(),
         keyvals: Vec::new(),
-        infos: Vec::new(),
         type_names: Vec::new(),
         type_attrs: Vec::new(),
         bsend_buf: None,

@@ -1,13 +1,30 @@
 //! Info objects (MPI-3.1 section 9): ordered (key, value) strings. volley's MPI reads no hints
 //! yet; the objects still behave as the standard says, for programs that pass them around.
+//!
+//! They live in a table of their own, not in the face's state: MPI-4.0 (section 11.2.1) lets a
+//! program use them before MPI_Init and after MPI_Finalize, and a handle made before MPI_Init
+//! stays good through it.
 
 use crate::abi::{self, class, H};
 use crate::err::{c_str, fail, get, put, put_str, R};
-use crate::state::{handle, index, rt, KIND_INFO};
+use crate::state::{handle, index, KIND_INFO};
 use std::ffi::c_char;
 use std::os::raw::c_int;
+use volley_sys::{Exclusive, ExclusiveGuard};
 
 pub type Info = Vec<(String, String)>;
+
+/// Every info object the program made and has not freed, by handle index.
+static INFOS: Exclusive<Vec<Option<Info>>> = Exclusive::new(Vec::new());
+
+fn infos() -> R<ExclusiveGuard<'static, Vec<Option<Info>>>> {
+    INFOS.try_borrow_mut().ok_or_else(|| {
+        fail(
+            class::OTHER,
+            "two threads are inside MPI's info functions at once: volley's MPI provides MPI_THREAD_SERIALIZED at most",
+        )
+    })
+}
 
 fn key(k: *const c_char) -> R<String> {
     // SAFETY: MPI: a C string.
@@ -25,30 +42,24 @@ fn key(k: *const c_char) -> R<String> {
 }
 
 fn with<T>(h: H, f: impl FnOnce(&mut Info) -> R<T>) -> R<T> {
-    let mut rt = rt()?;
     if h == abi::INFO_ENV {
         let mut env = Info::new();
         return f(&mut env);
     }
     let i = index(KIND_INFO, h)
         .ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle")))?;
-    let info = rt
-        .infos
-        .get_mut(i)
-        .and_then(|s| s.as_mut())
-        .ok_or_else(|| {
-            fail(
-                class::INFO,
-                format!("{h:#x} is not an info handle (freed?)"),
-            )
-        })?;
+    let mut all = infos()?;
+    let info = all.get_mut(i).and_then(|s| s.as_mut()).ok_or_else(|| {
+        fail(
+            class::INFO,
+            format!("{h:#x} is not an info handle (freed?)"),
+        )
+    })?;
     f(info)
 }
 
 fn store(info: Info, out: *mut H) -> R {
-    let mut rt = rt()?;
-    let i = crate::state::vacant(&mut rt.infos, info);
-    drop(rt);
+    let i = crate::state::vacant(&mut *infos()?, info);
     // SAFETY: the caller's output argument.
     unsafe { put(out, handle(KIND_INFO, i)) }
 }
@@ -144,9 +155,8 @@ crate::mpi! {
         // SAFETY: the caller's in-out argument.
         let h = unsafe { get(info)? };
         {
-            let mut rt = rt()?;
             let i = index(KIND_INFO, h).ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle made by MPI_Info_create or MPI_Info_dup")))?;
-            rt.infos.get_mut(i).and_then(|s| s.take()).ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle (freed already?)")))?;
+            infos()?.get_mut(i).and_then(|s| s.take()).ok_or_else(|| fail(class::INFO, format!("{h:#x} is not an info handle (freed already?)")))?;
         }
         // SAFETY: the caller's in-out argument.
         unsafe { put(info, abi::INFO_NULL) }

@@ -293,7 +293,6 @@ pub struct Rt {
     pub ops: Vec<Option<UserOp>>,
     pub errhandlers: Vec<Option<ErrFn>>,
     pub keyvals: Vec<Option<Keyval>>,
-    pub infos: Vec<Option<crate::info::Info>>,
     /// Names the program gave predefined datatypes.
     pub type_names: Vec<(H, String)>,
     /// Datatype attributes (MPI_Type_set_attr): (datatype, keyval, value).
