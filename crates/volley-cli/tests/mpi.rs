@@ -145,6 +145,33 @@ fn split_type_shared_and_hardware_guided_on_one_host() {
     }
 }
 
+/// MPI_T on volley and MPICH (the program is a tool that knows no MPI in particular); on volley,
+/// a setting given in the environment reads back as a control variable with its origin, and
+/// the counters that are performance variables move with traffic.
+#[test]
+fn mpi_t_lists_and_reads_volleys_settings_and_counters() {
+    let env = [("VOLLEY_EAGER_BYTES", "12345")];
+    for n in [1, 3] {
+        passes_with("mpi_t", n, &["VOLLEY_EAGER_BYTES"], &env);
+    }
+    let s = Scratch::new("mpi_t-values");
+    let exe = build(&s.0, "mpi_t", false);
+    let out = must(
+        launch_with(&exe, 2, false, &["VOLLEY_EAGER_BYTES"], &env),
+        "mpi_t on volley",
+    );
+    assert!(
+        out.contains("cvar VOLLEY_EAGER_BYTES = 12345 (environment)"),
+        "{out}"
+    );
+    let moved: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("counters moved: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no counters line:\n{out}"));
+    assert!(moved > 0, "no counter moved with traffic:\n{out}");
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

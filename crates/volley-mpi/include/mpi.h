@@ -7,10 +7,10 @@
  * nothing from the library but its functions. Every MPI_ function has its PMPI_ twin (the
  * profiling interface).
  *
- * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, communicators, groups,
- * datatypes and the environment (and from MPI-4.0 the persistent collectives,
- * MPI_Isendrecv(_replace), the hardware split types, MPI_Info_get_string and
- * MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md for
+ * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, collectives,
+ * communicators, groups, datatypes, the environment and the tool interface MPI_T (and from
+ * MPI-4.0 the persistent collectives, MPI_Isendrecv(_replace), the hardware split types,
+ * MPI_Info_get_string and MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md for
  * the list and why). Fortran is out of scope.
  */
 #ifndef VOLLEY_MPI_H
@@ -250,6 +250,25 @@ enum {
     MPI_ERR_ERRHANDLER = 61,
     /* The fault-tolerance proposal's class: the peer an operation needs has failed. */
     MPIX_ERR_PROC_FAILED = 75,
+    /* The tool information interface's classes (MPI-3.1 14.3.9), the MPI-5.0 ABI's values. */
+    MPI_T_ERR_CANNOT_INIT = 1000,
+    MPI_T_ERR_NOT_ACCESSIBLE = 1001,
+    MPI_T_ERR_NOT_INITIALIZED = 1002,
+    MPI_T_ERR_NOT_SUPPORTED = 1003,
+    MPI_T_ERR_MEMORY = 1004,
+    MPI_T_ERR_INVALID = 1005,
+    MPI_T_ERR_INVALID_INDEX = 1006,
+    MPI_T_ERR_INVALID_ITEM = 1007,
+    MPI_T_ERR_INVALID_SESSION = 1008,
+    MPI_T_ERR_INVALID_HANDLE = 1009,
+    MPI_T_ERR_INVALID_NAME = 1010,
+    MPI_T_ERR_OUT_OF_HANDLES = 1011,
+    MPI_T_ERR_OUT_OF_SESSIONS = 1012,
+    MPI_T_ERR_CVAR_SET_NOT_NOW = 1013,
+    MPI_T_ERR_CVAR_SET_NEVER = 1014,
+    MPI_T_ERR_PVAR_NO_WRITE = 1015,
+    MPI_T_ERR_PVAR_NO_STARTSTOP = 1016,
+    MPI_T_ERR_PVAR_NO_ATOMIC = 1017,
     MPI_ERR_LASTCODE = 0x3fff
 };
 
@@ -356,6 +375,64 @@ typedef MPI_Comm_copy_attr_function MPI_Copy_function;
 typedef MPI_Comm_delete_attr_function MPI_Delete_function;
 
 /* The functions. Each is also declared as PMPI_ below. */
+/* MPI_T, the tool information interface (MPI-3.1 chapter 14): volley's settings as control
+ * variables, its counters as performance variables (docs/mpi.md). */
+typedef struct MPI_T_enum_t *MPI_T_enum;
+typedef struct MPI_T_cvar_handle_t *MPI_T_cvar_handle;
+typedef struct MPI_T_pvar_handle_t *MPI_T_pvar_handle;
+typedef struct MPI_T_pvar_session_t *MPI_T_pvar_session;
+#define MPI_T_ENUM_NULL         ((MPI_T_enum)0)
+#define MPI_T_CVAR_HANDLE_NULL  ((MPI_T_cvar_handle)0)
+#define MPI_T_PVAR_SESSION_NULL ((MPI_T_pvar_session)0)
+#define MPI_T_PVAR_HANDLE_NULL  ((MPI_T_pvar_handle)0)
+#define MPI_T_PVAR_ALL_HANDLES  ((MPI_T_pvar_handle)1)
+enum {
+    MPI_T_VERBOSITY_USER_BASIC,
+    MPI_T_VERBOSITY_USER_DETAIL,
+    MPI_T_VERBOSITY_USER_ALL,
+    MPI_T_VERBOSITY_TUNER_BASIC,
+    MPI_T_VERBOSITY_TUNER_DETAIL,
+    MPI_T_VERBOSITY_TUNER_ALL,
+    MPI_T_VERBOSITY_MPIDEV_BASIC,
+    MPI_T_VERBOSITY_MPIDEV_DETAIL,
+    MPI_T_VERBOSITY_MPIDEV_ALL
+};
+enum {
+    MPI_T_BIND_NO_OBJECT,
+    MPI_T_BIND_MPI_COMM,
+    MPI_T_BIND_MPI_DATATYPE,
+    MPI_T_BIND_MPI_ERRHANDLER,
+    MPI_T_BIND_MPI_FILE,
+    MPI_T_BIND_MPI_GROUP,
+    MPI_T_BIND_MPI_OP,
+    MPI_T_BIND_MPI_REQUEST,
+    MPI_T_BIND_MPI_SESSION,
+    MPI_T_BIND_MPI_WIN,
+    MPI_T_BIND_MPI_MESSAGE,
+    MPI_T_BIND_MPI_INFO
+};
+enum {
+    MPI_T_SCOPE_CONSTANT,
+    MPI_T_SCOPE_READONLY,
+    MPI_T_SCOPE_LOCAL,
+    MPI_T_SCOPE_GROUP,
+    MPI_T_SCOPE_GROUP_EQ,
+    MPI_T_SCOPE_ALL,
+    MPI_T_SCOPE_ALL_EQ
+};
+enum {
+    MPI_T_PVAR_CLASS_STATE,
+    MPI_T_PVAR_CLASS_LEVEL,
+    MPI_T_PVAR_CLASS_SIZE,
+    MPI_T_PVAR_CLASS_PERCENTAGE,
+    MPI_T_PVAR_CLASS_HIGHWATERMARK,
+    MPI_T_PVAR_CLASS_LOWWATERMARK,
+    MPI_T_PVAR_CLASS_COUNTER,
+    MPI_T_PVAR_CLASS_AGGREGATE,
+    MPI_T_PVAR_CLASS_TIMER,
+    MPI_T_PVAR_CLASS_GENERIC
+};
+
 #define VOLLEY_MPI_FUNCTIONS(P) \
 P(int, Init, (int *argc, char ***argv)) \
 P(int, Init_thread, (int *argc, char ***argv, int required, int *provided)) \
@@ -641,7 +718,38 @@ P(int, Info_delete, (MPI_Info info, const char *key)) \
 P(int, Info_dup, (MPI_Info info, MPI_Info *newinfo)) \
 P(int, Info_free, (MPI_Info *info)) \
 P(int, Info_get_nkeys, (MPI_Info info, int *nkeys)) \
-P(int, Info_get_nthkey, (MPI_Info info, int n, char *key))
+P(int, Info_get_nthkey, (MPI_Info info, int n, char *key)) \
+P(int, T_init_thread, (int required, int *provided)) \
+P(int, T_finalize, (void)) \
+P(int, T_enum_get_info, (MPI_T_enum enumtype, int *num, char *name, int *name_len)) \
+P(int, T_enum_get_item, (MPI_T_enum enumtype, int index, int *value, char *name, int *name_len)) \
+P(int, T_cvar_get_num, (int *num_cvar)) \
+P(int, T_cvar_get_info, (int cvar_index, char *name, int *name_len, int *verbosity, MPI_Datatype *datatype, MPI_T_enum *enumtype, char *desc, int *desc_len, int *binding, int *scope)) \
+P(int, T_cvar_get_index, (const char *name, int *cvar_index)) \
+P(int, T_cvar_handle_alloc, (int cvar_index, void *obj_handle, MPI_T_cvar_handle *handle, int *count)) \
+P(int, T_cvar_handle_free, (MPI_T_cvar_handle *handle)) \
+P(int, T_cvar_read, (MPI_T_cvar_handle handle, void *buf)) \
+P(int, T_cvar_write, (MPI_T_cvar_handle handle, const void *buf)) \
+P(int, T_pvar_get_num, (int *num_pvar)) \
+P(int, T_pvar_get_info, (int pvar_index, char *name, int *name_len, int *verbosity, int *var_class, MPI_Datatype *datatype, MPI_T_enum *enumtype, char *desc, int *desc_len, int *binding, int *readonly, int *continuous, int *atomic)) \
+P(int, T_pvar_get_index, (const char *name, int var_class, int *pvar_index)) \
+P(int, T_pvar_session_create, (MPI_T_pvar_session *session)) \
+P(int, T_pvar_session_free, (MPI_T_pvar_session *session)) \
+P(int, T_pvar_handle_alloc, (MPI_T_pvar_session session, int pvar_index, void *obj_handle, MPI_T_pvar_handle *handle, int *count)) \
+P(int, T_pvar_handle_free, (MPI_T_pvar_session session, MPI_T_pvar_handle *handle)) \
+P(int, T_pvar_start, (MPI_T_pvar_session session, MPI_T_pvar_handle handle)) \
+P(int, T_pvar_stop, (MPI_T_pvar_session session, MPI_T_pvar_handle handle)) \
+P(int, T_pvar_read, (MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)) \
+P(int, T_pvar_write, (MPI_T_pvar_session session, MPI_T_pvar_handle handle, const void *buf)) \
+P(int, T_pvar_reset, (MPI_T_pvar_session session, MPI_T_pvar_handle handle)) \
+P(int, T_pvar_readreset, (MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)) \
+P(int, T_category_get_num, (int *num_cat)) \
+P(int, T_category_get_info, (int cat_index, char *name, int *name_len, char *desc, int *desc_len, int *num_cvars, int *num_pvars, int *num_categories)) \
+P(int, T_category_get_index, (const char *name, int *cat_index)) \
+P(int, T_category_get_cvars, (int cat_index, int len, int indices[])) \
+P(int, T_category_get_pvars, (int cat_index, int len, int indices[])) \
+P(int, T_category_get_categories, (int cat_index, int len, int indices[])) \
+P(int, T_category_changed, (int *stamp))
 
 #define VOLLEY_DECLARE_MPI(ret, name, args) ret MPI_##name args; ret PMPI_##name args;
 VOLLEY_MPI_FUNCTIONS(VOLLEY_DECLARE_MPI)

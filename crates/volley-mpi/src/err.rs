@@ -126,6 +126,10 @@ pub fn class_of(code: c_int) -> Option<c_int> {
         let known = (code - FIRST_ADDED_CLASS) < added().classes.len() as c_int;
         return known.then_some(code);
     }
+    if (crate::tool::terr::FIRST..=crate::tool::terr::LAST).contains(&code) {
+        // MPI_T's classes (no slot of volley's codes has these low bytes).
+        return Some(code);
+    }
     let c = code & 0xff;
     let slot = code >> 8;
     if slot as usize > SLOTS || describe(c).is_none() {
@@ -168,6 +172,9 @@ pub fn describe(class: c_int) -> Option<&'static str> {
         61 => "invalid error handler",
         75 => "a process the operation needs has failed (MPIX_ERR_PROC_FAILED)",
         c if (20..=60).contains(&c) => "error (file, RMA, info or spawn class)",
+        c if (crate::tool::terr::FIRST..=crate::tool::terr::LAST).contains(&c) => {
+            return crate::tool::describe(c)
+        }
         _ => return None,
     })
 }

@@ -40,6 +40,7 @@ mod p2p;
 mod removed;
 mod scratch;
 mod state;
+mod tool;
 mod topo;
 
 pub use err::Fail;
