@@ -8,14 +8,27 @@
 
 int main(int argc, char **argv) {
     /* Before MPI_Init: made, set, duplicated, one of them freed. Checked once MPI runs. */
-    MPI_Info early, early_copy, gone;
+    MPI_Info early, early_copy, gone, env;
+    int env_made = MPI_Info_create_env(argc, argv, &env) == MPI_SUCCESS;
+    const char *command = argv[0];
     int before = MPI_Info_create(&early) == MPI_SUCCESS && MPI_Info_create(&gone) == MPI_SUCCESS &&
                  MPI_Info_set(early, "made", "before init") == MPI_SUCCESS &&
                  MPI_Info_dup(early, &early_copy) == MPI_SUCCESS &&
                  MPI_Info_set(early_copy, "copy", "yes") == MPI_SUCCESS &&
                  MPI_Info_free(&gone) == MPI_SUCCESS && gone == MPI_INFO_NULL;
     MPI_Init(&argc, &argv);
-    CHECK(before);
+    CHECK(before && env_made);
+    {
+        /* MPI_Info_create_env (MPI-4.0 11.2.1), made before MPI_Init: where the keys are there,
+         * the command is this program and maxprocs the number of processes started. */
+        char v[MPI_MAX_INFO_VAL];
+        int flag = 0;
+        OK(MPI_Info_get(env, "command", MPI_MAX_INFO_VAL - 1, v, &flag));
+        CHECK(!flag || strcmp(v, command) == 0);
+        OK(MPI_Info_get(env, "maxprocs", MPI_MAX_INFO_VAL - 1, v, &flag));
+        CHECK(!flag || atoi(v) == world_size());
+        OK(MPI_Info_free(&env));
+    }
     {
         char v[MPI_MAX_INFO_VAL];
         int flag = 0, n = -1;

@@ -172,6 +172,16 @@ fn mpi_t_lists_and_reads_volleys_settings_and_counters() {
     assert!(moved > 0, "no counter moved with traffic:\n{out}");
 }
 
+/// MPI-4.0's sessions: MPI started by MPI_Session_init alone, and beside MPI_Init (the world
+/// model ending before the last session does).
+#[test]
+fn sessions_with_and_without_the_world_model() {
+    for n in [1, 3] {
+        passes("session", n);
+        passes_with("session", n, &["world"], &[]);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

@@ -9,9 +9,9 @@
  *
  * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, collectives,
  * communicators, groups, datatypes, the environment and the tool interface MPI_T (and from
- * MPI-4.0 the persistent collectives, MPI_Isendrecv(_replace), the hardware split types,
- * MPI_Info_get_string and MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md for
- * the list and why). Fortran is out of scope.
+ * MPI-4.0 sessions, the persistent collectives, MPI_Isendrecv(_replace), the hardware split
+ * types, MPI_Info_get_string and MPI_Comm_idup_with_info); functions not declared here are not
+ * implemented (see docs/mpi.md for the list and why). Fortran is out of scope.
  */
 #ifndef VOLLEY_MPI_H
 #define VOLLEY_MPI_H
@@ -289,6 +289,8 @@ enum {
 #define MPI_MAX_LIBRARY_VERSION_STRING 8192
 #define MPI_MAX_OBJECT_NAME            128
 #define MPI_MAX_PROCESSOR_NAME         256
+#define MPI_MAX_PSET_NAME_LEN          512
+#define MPI_MAX_STRINGTAG_LEN          1024
 
 enum {
     MPI_ANY_SOURCE = -1,
@@ -357,6 +359,7 @@ typedef int (MPI_Grequest_free_function)(void *extra_state);
 typedef int (MPI_Grequest_cancel_function)(void *extra_state, int complete);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
 typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
+typedef void (MPI_Session_errhandler_function)(MPI_Session *, int *, ...);
 /* MPI-1's name for it (MPI_Errhandler_create, removed in MPI-3.0 and kept as MPICH keeps it). */
 typedef MPI_Comm_errhandler_function MPI_Handler_function;
 
@@ -710,6 +713,7 @@ P(MPI_Errhandler, Errhandler_f2c, (MPI_Fint errhandler)) \
 P(MPI_Fint, Message_c2f, (MPI_Message message)) \
 P(MPI_Message, Message_f2c, (MPI_Fint message)) \
 P(int, Info_create, (MPI_Info *info)) \
+P(int, Info_create_env, (int argc, char *argv[], MPI_Info *info)) \
 P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \
 P(int, Info_get, (MPI_Info info, const char *key, int valuelen, char *value, int *flag)) \
 P(int, Info_get_valuelen, (MPI_Info info, const char *key, int *valuelen, int *flag)) \
@@ -719,6 +723,18 @@ P(int, Info_dup, (MPI_Info info, MPI_Info *newinfo)) \
 P(int, Info_free, (MPI_Info *info)) \
 P(int, Info_get_nkeys, (MPI_Info info, int *nkeys)) \
 P(int, Info_get_nthkey, (MPI_Info info, int n, char *key)) \
+P(int, Session_init, (MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session)) \
+P(int, Session_finalize, (MPI_Session *session)) \
+P(int, Session_get_info, (MPI_Session session, MPI_Info *info_used)) \
+P(int, Session_get_num_psets, (MPI_Session session, MPI_Info info, int *npset_names)) \
+P(int, Session_get_nth_pset, (MPI_Session session, MPI_Info info, int n, int *pset_len, char *pset_name)) \
+P(int, Session_get_pset_info, (MPI_Session session, const char *pset_name, MPI_Info *info)) \
+P(int, Group_from_session_pset, (MPI_Session session, const char *pset_name, MPI_Group *newgroup)) \
+P(int, Comm_create_from_group, (MPI_Group group, const char *stringtag, MPI_Info info, MPI_Errhandler errhandler, MPI_Comm *newcomm)) \
+P(int, Session_create_errhandler, (MPI_Session_errhandler_function *session_errhandler_fn, MPI_Errhandler *errhandler)) \
+P(int, Session_set_errhandler, (MPI_Session session, MPI_Errhandler errhandler)) \
+P(int, Session_get_errhandler, (MPI_Session session, MPI_Errhandler *errhandler)) \
+P(int, Session_call_errhandler, (MPI_Session session, int errorcode)) \
 P(int, T_init_thread, (int required, int *provided)) \
 P(int, T_finalize, (void)) \
 P(int, T_enum_get_info, (MPI_T_enum enumtype, int *num, char *name, int *name_len)) \

@@ -197,6 +197,7 @@ pub mod class {
     pub const KEYVAL: c_int = 36;
     pub const NO_MEM: c_int = 39;
     pub const NOT_SAME: c_int = 40;
+    pub const SESSION: c_int = 54;
     pub const UNSUPPORTED_OPERATION: c_int = 58;
     pub const ERRHANDLER: c_int = 61;
     pub const PROC_FAILED: c_int = 75;

@@ -52,6 +52,9 @@ pub const TAG_ICREATE: u32 = (1 << 30) | (1 << 28);
 pub const TAG_INTER: u32 = (1 << 30) | 15;
 /// MPI_Comm_create_group: this bit and 20 bits of the program's tag.
 pub const TAG_CREATE_GROUP: u32 = (1 << 30) | (1 << 29);
+/// MPI_Comm_create_from_group (on MPI_COMM_WORLD's context): these bits and 20 bits of a hash of
+/// the program's string tag.
+pub const TAG_CREATE_FROM_GROUP: u32 = (1 << 30) | (1 << 29) | (1 << 28);
 
 /// The program's memory, lent to a collective until it completes (MPI's rule for
 /// non-blocking operations), as a future may hold it.

@@ -111,7 +111,7 @@ async fn agree_rounds(parent: &CommCore, s: Seq, key: (u32, u32)) -> R<u32> {
 /// of them) only: MPI_Comm_create_group, which the rest of the parent does not call. Linear, to
 /// and from the first member, on the parent's collective context with a tag made of the
 /// program's (so concurrent calls with different tags keep apart).
-fn agree_cid_among(parent: &CommCore, members: &[usize], tag: u32) -> R<u32> {
+pub(crate) fn agree_cid_among(parent: &CommCore, members: &[usize], tag: u32) -> R<u32> {
     let mine: [u64; CTX_WORDS] = contexts().unpledged();
     let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
     let leader = members[0];
@@ -224,7 +224,7 @@ fn agree_inter(c: &CommCore, extra: u32) -> R<(u32, u32)> {
 
 /// Makes the communicator of `group` with context `cid` and stores it; its handle. Copies the
 /// parent's error handler.
-fn install(cid: u32, group: Arc<[usize]>, parent: H) -> R<H> {
+pub(crate) fn install(cid: u32, group: Arc<[usize]>, parent: H) -> R<H> {
     install_topo(cid, group, parent, None)
 }
 

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-/// Joins the job and builds the face's state: MPI_COMM_WORLD (context 0) and MPI_COMM_SELF
-/// (context 1).
+/// MPI_Init and MPI_Init_thread: the world model starts, on the runtime a session started
+/// already or on a new one.
 fn init(required: c_int) -> R<c_int> {
-    match state::PHASE.load(Ordering::Acquire) {
+    match state::WORLD_MODEL.load(Ordering::Acquire) {
         0 => {}
         state::PHASE_RUNNING => {
             return Err(fail(
@@ -27,6 +27,28 @@ fn init(required: c_int) -> R<c_int> {
                 "MPI cannot be initialised again after MPI_Finalize",
             ))
         }
+    }
+    let provided = if state::PHASE.load(Ordering::Acquire) == state::PHASE_RUNNING {
+        // A session started the runtime: the world model joins it.
+        let mut rt = rt()?;
+        rt.thread_level = required.clamp(abi::THREAD_SINGLE, abi::THREAD_SERIALIZED);
+        rt.main_thread = std::thread::current().id();
+        rt.thread_level
+    } else {
+        start(required)?
+    };
+    state::WORLD_MODEL.store(state::PHASE_RUNNING, Ordering::Release);
+    Ok(provided)
+}
+
+/// Joins the job and builds the face's state: MPI_COMM_WORLD (context 0) and MPI_COMM_SELF
+/// (context 1). Once per process: by MPI_Init or the first MPI_Session_init.
+pub(crate) fn start(required: c_int) -> R<c_int> {
+    if state::PHASE.load(Ordering::Acquire) != 0 {
+        return Err(fail(
+            class::OTHER,
+            "volley's MPI cannot start again once MPI_Finalize and the last MPI_Session_finalize have ended it",
+        ));
     }
     volley::collectives::check_env().map_err(|e| crate::err::fatal("MPI_Init", &e))?;
     let world = volley::World::init()
@@ -45,6 +67,7 @@ fn init(required: c_int) -> R<c_int> {
         msgs: Slab::default(),
         ops: Vec::new(),
         errhandlers: Vec::new(),
+        sessions: Vec::new(),
         keyvals: Vec::new(),
         type_names: Vec::new(),
         type_attrs: Vec::new(),
@@ -68,6 +91,24 @@ fn init(required: c_int) -> R<c_int> {
     ATTRS[ATTR_UNIVERSE].store(rt.world.size() as c_int, Ordering::Relaxed);
     state::install(rt);
     Ok(provided)
+}
+
+/// Takes the runtime down unless a session still uses it (MPI_Finalize, and the last
+/// MPI_Session_finalize after it or without MPI_Init).
+pub(crate) fn stop_unless_sessions() -> R {
+    {
+        let mut rt = rt()?;
+        if rt.sessions.iter().any(Option::is_some)
+            || state::WORLD_MODEL.load(Ordering::Acquire) == state::PHASE_RUNNING
+        {
+            return Ok(());
+        }
+        // Buffered sends and requests the program freed finish first.
+        crate::p2p::finish_all(&mut rt);
+    }
+    // Closing the world sends what is queued and tells the peers this rank is done.
+    drop(state::uninstall());
+    Ok(())
 }
 
 /// The values the predefined attributes point to (MPI_Comm_get_attr hands out their addresses).
@@ -164,18 +205,21 @@ crate::mpi! {
     }
 
     fn MPI_Initialized / PMPI_Initialized(flag: *mut c_int) {
-        let f = state::PHASE.load(Ordering::Acquire) != 0;
+        let f = state::WORLD_MODEL.load(Ordering::Acquire) != 0;
         // SAFETY: the caller's output argument.
         unsafe { put(flag, f as c_int) }
     }
 
     fn MPI_Finalized / PMPI_Finalized(flag: *mut c_int) {
-        let f = state::PHASE.load(Ordering::Acquire) == state::PHASE_FINALIZED;
+        let f = state::WORLD_MODEL.load(Ordering::Acquire) == state::PHASE_FINALIZED;
         // SAFETY: the caller's output argument.
         unsafe { put(flag, f as c_int) }
     }
 
     fn MPI_Finalize / PMPI_Finalize() {
+        if state::WORLD_MODEL.load(Ordering::Acquire) != state::PHASE_RUNNING {
+            return Err(fail(class::OTHER, "MPI_Finalize without MPI_Init, or twice"));
+        }
         // MPI_COMM_SELF's attributes are deleted first, as if it were freed, then
         // MPI_COMM_WORLD's; each in the reverse order they were set (MPI-3.1 section 8.7.1).
         for comm in [abi::COMM_SELF, abi::COMM_WORLD] {
@@ -184,14 +228,8 @@ crate::mpi! {
                 crate::comm::delete_attr(comm, k, v)?;
             }
         }
-        {
-            let mut rt = rt()?;
-            // Buffered sends and requests the program freed finish first.
-            crate::p2p::finish_all(&mut rt);
-        }
-        // Closing the world sends what is queued and tells the peers this rank is done.
-        drop(state::uninstall());
-        Ok(())
+        state::WORLD_MODEL.store(state::PHASE_FINALIZED, Ordering::Release);
+        stop_unless_sessions()
     }
 
     fn MPI_Query_thread / PMPI_Query_thread(provided: *mut c_int) {

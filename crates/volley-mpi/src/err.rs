@@ -168,6 +168,7 @@ pub fn describe(class: c_int) -> Option<&'static str> {
         36 => "invalid keyval",
         39 => "out of memory",
         40 => "collective arguments not identical on all processes",
+        54 => "invalid session",
         58 => "operation not supported by volley's MPI",
         61 => "invalid error handler",
         75 => "a process the operation needs has failed (MPIX_ERR_PROC_FAILED)",
@@ -251,7 +252,7 @@ pub fn running() -> R {
         PHASE_RUNNING => Ok(()),
         0 => Err(fail(
             class::OTHER,
-            "MPI is not initialised: call MPI_Init first",
+            "MPI is not initialised: call MPI_Init (or MPI_Session_init) first",
         )),
         _ => Err(fail(
             class::OTHER,

@@ -162,6 +162,40 @@ crate::mpi! {
         unsafe { put(info, abi::INFO_NULL) }
     }
 
+    fn MPI_Info_create_env / PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut H) {
+        // MPI-4.0 11.2.1: what the program was started with, the same before MPI_Init, while it
+        // runs and after MPI_Finalize: the command and its arguments, how many processes the
+        // launcher started (from its environment, so the same at every moment), the host and the
+        // working directory.
+        let mut pairs: Info = Vec::new();
+        let args: Vec<String> = (0..argc.max(0) as usize)
+            .map_while(|i| {
+                // SAFETY: MPI: argv holds argc pointers (when not null).
+                let p = unsafe { if argv.is_null() { std::ptr::null_mut() } else { *argv.add(i) } };
+                // SAFETY: each a C string.
+                (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+            })
+            .collect();
+        if let Some((command, rest)) = args.split_first() {
+            pairs.push(("command".into(), command.clone()));
+            if !rest.is_empty() {
+                pairs.push(("argv".into(), rest.join(" ")));
+            }
+        }
+        let size = [volley::launch::ENV_SIZE, "PMI_SIZE", "SLURM_NTASKS"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+            .unwrap_or(1);
+        pairs.push(("maxprocs".into(), size.to_string()));
+        if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+            pairs.push(("host".into(), h.trim().to_string()));
+        }
+        if let Ok(d) = std::env::current_dir() {
+            pairs.push(("wdir".into(), d.to_string_lossy().into_owned()));
+        }
+        store(pairs, info)
+    }
+
     fn MPI_Info_get_nkeys / PMPI_Info_get_nkeys(info: H, nkeys: *mut c_int) {
         let n = with(info, |i| Ok(i.len()))?;
         // SAFETY: the caller's output argument.

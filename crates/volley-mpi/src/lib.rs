@@ -39,6 +39,7 @@ mod nbc_shm;
 mod p2p;
 mod removed;
 mod scratch;
+mod session;
 mod state;
 mod tool;
 mod topo;

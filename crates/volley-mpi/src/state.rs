@@ -21,8 +21,13 @@ use volley_sys::{Exclusive, ExclusiveGuard};
 
 pub const PHASE_RUNNING: u8 = 1;
 pub const PHASE_FINALIZED: u8 = 2;
-/// 0 before MPI_Init, then PHASE_RUNNING, then PHASE_FINALIZED.
+/// The runtime (the face's state): 0 before MPI_Init or the first MPI_Session_init, then
+/// PHASE_RUNNING, then PHASE_FINALIZED once MPI_Finalize or the last MPI_Session_finalize,
+/// whichever is later, took it down.
 pub static PHASE: AtomicU8 = AtomicU8::new(0);
+/// The world model (MPI-4.0 11.4): 0 before MPI_Init, PHASE_RUNNING after it, PHASE_FINALIZED
+/// after MPI_Finalize (what MPI_Initialized and MPI_Finalized say; sessions do not count).
+pub static WORLD_MODEL: AtomicU8 = AtomicU8::new(0);
 
 static RT: Exclusive<Option<Rt>> = Exclusive::new(None);
 
@@ -34,6 +39,7 @@ pub const KIND_OP: usize = 5;
 pub const KIND_ERRH: usize = 6;
 pub const KIND_MSG: usize = 7;
 pub const KIND_INFO: usize = 8;
+pub const KIND_SESSION: usize = 9;
 
 /// Objects of one kind a process can hold at once.
 pub const MAX_OBJECTS: usize = 1 << 20;
@@ -292,6 +298,8 @@ pub struct Rt {
     pub msgs: Slab<Msg>,
     pub ops: Vec<Option<UserOp>>,
     pub errhandlers: Vec<Option<ErrFn>>,
+    /// Live sessions (MPI_Session_init): each one's error handler.
+    pub sessions: Vec<Option<H>>,
     pub keyvals: Vec<Option<Keyval>>,
     /// Names the program gave predefined datatypes.
     pub type_names: Vec<(H, String)>,
@@ -410,17 +418,34 @@ pub enum Handler {
 /// The error handler in force on `comm` (errors outside any communicator, and before MPI_Init,
 /// use MPI_COMM_WORLD's, which is fatal by default).
 pub fn errhandler_of(comm: H) -> Handler {
+    // (MPI_Session_init passes its error handler, and may run before the state exists.)
+    match comm {
+        abi::ERRORS_RETURN => return Handler::Return,
+        abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => return Handler::Fatal,
+        _ => {}
+    }
     let Some(g) = RT.try_borrow_mut() else {
         return Handler::Fatal;
     };
     let Some(rt) = g.as_ref() else {
         return Handler::Fatal;
     };
-    let h = rt
-        .comm_slot(comm)
-        .or_else(|_| rt.comm_slot(abi::COMM_WORLD))
-        .map(|s| s.errhandler)
-        .unwrap_or(abi::ERRORS_ARE_FATAL);
+    // A session's error handler for the session functions, an error handler itself for
+    // MPI_Session_init (which has no session yet), else the communicator's.
+    let h = if let Some(i) = index(KIND_SESSION, comm) {
+        rt.sessions
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or(abi::ERRORS_ARE_FATAL)
+    } else if index(KIND_ERRH, comm).is_some() {
+        comm
+    } else {
+        rt.comm_slot(comm)
+            .or_else(|_| rt.comm_slot(abi::COMM_WORLD))
+            .map(|s| s.errhandler)
+            .unwrap_or(abi::ERRORS_ARE_FATAL)
+    };
     match h {
         abi::ERRORS_RETURN => Handler::Return,
         abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => Handler::Fatal,
