@@ -1,6 +1,7 @@
 /* The Fortran named datatypes used from C (MPI-3.1 3.2.2, 5.9.2, 17.2.5): sizes and names,
  * point-to-point round trips, reductions (sums, complex products, logical operators, MAXLOC on
- * the pair types) and MPI_Type_match_size (17.1.9). */
+ * the pair types) and MPI_Type_match_size (17.1.9); and a status handed to Fortran and back
+ * (MPI_Status_c2f and MPI_Status_f2c, 17.2.5). */
 #include "check.h"
 #include <string.h>
 
@@ -239,6 +240,23 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
         CHECK(MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &t) != MPI_SUCCESS);
         CHECK(MPI_Type_match_size(MPI_TYPECLASS_INTEGER, 3, &t) != MPI_SUCCESS);
+    }
+    {
+        /* A status to Fortran and back: source and tag at MPI_F_SOURCE and MPI_F_TAG, and the
+         * count and cancellation as they were. */
+        int me = world_rank(), peer = (me + 1) % world_size(), from = (me + world_size() - 1) % world_size();
+        double out[3] = {1, 2, 3}, in[3];
+        MPI_Status st, back;
+        OK(MPI_Sendrecv(out, 3, MPI_DOUBLE, peer, 40 + me, in, 3, MPI_DOUBLE, from, MPI_ANY_TAG,
+                        MPI_COMM_WORLD, &st));
+        MPI_Fint f[MPI_F_STATUS_SIZE];
+        OK(MPI_Status_c2f(&st, f));
+        CHECK(f[MPI_F_SOURCE] == from && f[MPI_F_TAG] == 40 + from);
+        OK(MPI_Status_f2c(f, &back));
+        int count = -1, cancelled = -1;
+        OK(MPI_Get_count(&back, MPI_DOUBLE, &count));
+        OK(MPI_Test_cancelled(&back, &cancelled));
+        CHECK(back.MPI_SOURCE == from && back.MPI_TAG == 40 + from && count == 3 && !cancelled);
     }
     pass("fortran_types");
     return 0;

@@ -39,6 +39,9 @@ typedef struct {
     int internal[5];
 } MPI_Status;
 
+/* A status as Fortran holds it (MPI_Status_c2f, MPI_Status_f2c): MPI_F_STATUS_SIZE integers. */
+enum { MPI_F_SOURCE = 0, MPI_F_TAG = 1, MPI_F_ERROR = 2, MPI_F_STATUS_SIZE = 8 };
+
 /* Handles: opaque, pointer-sized. */
 typedef struct MPI_ABI_Op *MPI_Op;
 typedef struct MPI_ABI_Comm *MPI_Comm;
@@ -712,6 +715,10 @@ P(MPI_Fint, Errhandler_c2f, (MPI_Errhandler errhandler)) \
 P(MPI_Errhandler, Errhandler_f2c, (MPI_Fint errhandler)) \
 P(MPI_Fint, Message_c2f, (MPI_Message message)) \
 P(MPI_Message, Message_f2c, (MPI_Fint message)) \
+P(MPI_Fint, Session_c2f, (MPI_Session session)) \
+P(MPI_Session, Session_f2c, (MPI_Fint session)) \
+P(int, Status_c2f, (const MPI_Status *c_status, MPI_Fint *f_status)) \
+P(int, Status_f2c, (const MPI_Fint *f_status, MPI_Status *c_status)) \
 P(int, Info_create, (MPI_Info *info)) \
 P(int, Info_create_env, (int argc, char *argv[], MPI_Info *info)) \
 P(int, Info_set, (MPI_Info info, const char *key, const char *value)) \

@@ -423,4 +423,31 @@ fortran_handles! {
     MPI_Info_c2f PMPI_Info_c2f MPI_Info_f2c PMPI_Info_f2c,
     MPI_Errhandler_c2f PMPI_Errhandler_c2f MPI_Errhandler_f2c PMPI_Errhandler_f2c,
     MPI_Message_c2f PMPI_Message_c2f MPI_Message_f2c PMPI_Message_f2c,
+    MPI_Session_c2f PMPI_Session_c2f MPI_Session_f2c PMPI_Session_f2c,
+}
+
+/// Fortran's status: MPI_F_STATUS_SIZE integers, the C status's fields in their order
+/// (MPI_F_SOURCE 0, MPI_F_TAG 1, MPI_F_ERROR 2, then the hidden ones).
+const F_STATUS_SIZE: usize = 8;
+const _: () = assert!(std::mem::size_of::<abi::Status>() == F_STATUS_SIZE * 4);
+
+crate::mpi! {
+    fn MPI_Status_c2f / PMPI_Status_c2f(c_status: *const abi::Status, f_status: *mut c_int) {
+        if c_status.is_null() || f_status.is_null() {
+            return Err(fail(class::ARG, "MPI_Status_c2f needs a status (not MPI_STATUS_IGNORE) and a Fortran status array"));
+        }
+        // SAFETY: MPI: c_status is a status, f_status holds MPI_F_STATUS_SIZE integers; both
+        // checked not null. The status is eight C ints (asserted above).
+        unsafe { std::ptr::copy_nonoverlapping(c_status as *const c_int, f_status, F_STATUS_SIZE) };
+        Ok(())
+    }
+
+    fn MPI_Status_f2c / PMPI_Status_f2c(f_status: *const c_int, c_status: *mut abi::Status) {
+        if c_status.is_null() || f_status.is_null() {
+            return Err(fail(class::ARG, "MPI_Status_f2c needs a Fortran status array and a status (not MPI_STATUS_IGNORE)"));
+        }
+        // SAFETY: as in MPI_Status_c2f, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(f_status, c_status as *mut c_int, F_STATUS_SIZE) };
+        Ok(())
+    }
 }
