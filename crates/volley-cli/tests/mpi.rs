@@ -182,6 +182,16 @@ fn sessions_with_and_without_the_world_model() {
     }
 }
 
+/// MPI-4.0's partitioned communication: rounds with partitions marked ready in every way and
+/// watched arriving, init-order matching, and wildcard receives that leave partitioned
+/// messages alone.
+#[test]
+fn partitioned_sends_and_receives() {
+    for n in [2, 3] {
+        passes("partitioned", n);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

@@ -9,9 +9,10 @@
  *
  * MPI_VERSION says what volley implements: MPI-3.1's point-to-point, collectives,
  * communicators, groups, datatypes, the environment and the tool interface MPI_T (and from
- * MPI-4.0 sessions, the persistent collectives, MPI_Isendrecv(_replace), the hardware split
- * types, MPI_Info_get_string and MPI_Comm_idup_with_info); functions not declared here are not
- * implemented (see docs/mpi.md for the list and why). Fortran is out of scope.
+ * MPI-4.0 sessions, partitioned communication, the persistent collectives,
+ * MPI_Isendrecv(_replace), the hardware split types, MPI_Info_get_string and
+ * MPI_Comm_idup_with_info); functions not declared here are not implemented (see docs/mpi.md
+ * for the list and why). Fortran is out of scope.
  */
 #ifndef VOLLEY_MPI_H
 #define VOLLEY_MPI_H
@@ -485,6 +486,12 @@ P(int, Ssend_init, (const void *buf, int count, MPI_Datatype datatype, int dest,
 P(int, Rsend_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
 P(int, Bsend_init, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)) \
 P(int, Recv_init, (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)) \
+P(int, Psend_init, (const void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request)) \
+P(int, Precv_init, (void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request)) \
+P(int, Pready, (int partition, MPI_Request request)) \
+P(int, Pready_range, (int partition_low, int partition_high, MPI_Request request)) \
+P(int, Pready_list, (int length, const int array_of_partitions[], MPI_Request request)) \
+P(int, Parrived, (MPI_Request request, int partition, int *flag)) \
 P(int, Start, (MPI_Request *request)) \
 P(int, Startall, (int count, MPI_Request array_of_requests[])) \
 P(int, Wait, (MPI_Request *request, MPI_Status *status)) \

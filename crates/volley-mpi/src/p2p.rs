@@ -21,7 +21,7 @@ use crate::state::{gen_handle, gen_index, rt, CommCore, Rt, KIND_MSG, KIND_REQ, 
 use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::sync::Arc;
-use volley::{RawBuf, RawBufMut, RecvError, RequestError, RequestId};
+use volley::{RawBuf, RawBufMut, RecvError, RequestError, RequestId, APART_TAG};
 
 /// The synchronous-send flag in the core's tag.
 pub const SYNC: u32 = volley::SYNC_TAG;
@@ -154,6 +154,23 @@ pub struct More {
     /// A persistent collective's operation (MPI_Bcast_init and the like): inactive while `nbc`
     /// is None and not `done`.
     pub pcoll: Option<CollStart>,
+    /// A partitioned request's partitions (MPI_Psend_init, MPI_Precv_init).
+    pub part: Option<Part>,
+}
+
+/// A partitioned request (MPI-4.0 chapter 4): its persistent operation (in `More::persistent`)
+/// moves the whole buffer as one message, in the matching space of partitioned messages
+/// (`APART_TAG`); a send starts it once MPI_Pready has marked every partition of the round.
+#[derive(Clone)]
+pub struct Part {
+    pub partitions: usize,
+    /// The program's tag (the message's tag also carries the init's number, see `part_tag`).
+    pub tag: c_int,
+    /// A send's partitions marked ready in this round.
+    pub ready: Vec<bool>,
+    pub nready: usize,
+    /// A send's round has begun (MPI_Start) and its message is not yet started.
+    pub armed: bool,
 }
 
 /// What MPI_Start runs for a persistent collective (MPI-4.0 section 6.13): a new non-blocking
@@ -320,7 +337,7 @@ fn source_of(c: &CommCore, source: c_int) -> R<Option<usize>> {
 fn status_of(c: &CommCore, st: &volley::Status, bytes: usize) -> Status {
     Status::of(
         c.peer_rank(st.source),
-        (st.tag & !SYNC) as c_int,
+        (st.tag & !(SYNC | APART_TAG)) as c_int,
         bytes as u64,
     )
 }
@@ -346,7 +363,7 @@ fn start_send_eager(
             ));
         }
     }
-    start_send(rt, mode, buf, count, dtype, dest, tag, comm, None)
+    start_send(rt, mode, buf, count, dtype, dest, tag, comm, None, false)
 }
 
 /// Starts a send by the full path (MPI_Isend and its modes once the eager path declined; the
@@ -362,13 +379,15 @@ fn start_send(
     tag: c_int,
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
+    apart: bool,
 ) -> R<Req> {
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
     };
     let n = check_count(count)?;
-    let tag = check_tag(tag, false)?.expect("not any");
+    // A partitioned send's message is in the matching space of partitioned receives only.
+    let tag = check_tag(tag, false)?.expect("not any") | if apart { APART_TAG } else { 0 };
     if dest == abi::PROC_NULL {
         return Ok(Req::finished(comm, Status::proc_null()));
     }
@@ -542,7 +561,7 @@ fn eager_recv(
         .map(|st| {
             (
                 c.peer_rank(st.source),
-                (st.tag & !SYNC) as c_int,
+                (st.tag & !(SYNC | APART_TAG)) as c_int,
                 st.len as u64,
             )
         }))
@@ -563,7 +582,7 @@ fn start_recv_eager(
     if let Some((from, got, bytes)) = eager_recv(rt, buf, count, dtype, source, tag, comm)? {
         return Ok(Req::finished(comm, Status::of(from, got, bytes)));
     }
-    start_recv(rt, buf, count, dtype, source, tag, comm, None)
+    start_recv(rt, buf, count, dtype, source, tag, comm, None, false)
 }
 
 /// Posts a receive by the full path (MPI_Irecv once the eager path declined; MPI_Recv of a
@@ -578,13 +597,14 @@ fn start_recv(
     tag: c_int,
     comm: H,
     held: Option<&(Arc<CommCore>, TypeRef)>,
+    apart: bool,
 ) -> R<Req> {
     let (c, t) = match held {
         Some((c, t)) => (c.clone(), t.clone()),
         None => (rt.comm(comm)?, committed(rt, dtype)?),
     };
     let n = check_count(count)?;
-    let tag = check_tag(tag, true)?;
+    let tag = check_tag(tag, true)?.map(|t| t | if apart { APART_TAG } else { 0 });
     if source == abi::PROC_NULL {
         return Ok(Req::finished(comm, Status::proc_null()));
     }
@@ -687,6 +707,10 @@ fn settle(req: &mut Req, id: RequestId, r: Result<volley::Status, RequestError>)
             (Err(e), _) => {
                 more.err = Some(from_request(&e));
             }
+        }
+        if let (Some(p), true) = (&more.part, req.status.source >= 0) {
+            // A partitioned message's tag carries its init's number: the program's is kept.
+            req.status.tag = p.tag;
         }
     }
     if req.core.is_none() && more.second.is_none() {
@@ -1023,17 +1047,26 @@ fn check_stored(rt: &mut Rt, i: usize, g: u32) -> R<H> {
 fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bool) -> R {
     loop {
         reap_orphans(rt);
-        let (mut done, mut active) = (0, 0);
+        let (mut done, mut active, mut unready) = (0, 0, 0);
         for &h in hs {
             let Some((i, g)) = req_at(h) else { continue };
             let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
             if r.active {
                 active += 1;
                 done += r.done as usize;
+                unready += r
+                    .more
+                    .as_ref()
+                    .and_then(|m| m.part.as_ref())
+                    .is_some_and(|p| p.armed) as usize;
             }
         }
         if enough(done, active) {
             return Ok(());
+        }
+        if block && unready > 0 && !enough(active - unready, active) {
+            // Only MPI_Pready moves such a send, and the program is waiting instead.
+            return Err(fail(class::REQUEST, "a wait on a partitioned send whose partitions are not all marked ready (MPI_Pready): it cannot complete"));
         }
         let pending = advance(rt, &mut hs.iter().filter_map(|&h| req_at(h)), block);
         if !block || !pending {
@@ -1269,7 +1302,9 @@ fn mode_send(
     comm: H,
 ) -> R {
     let mut rt = rt()?;
-    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm, None)?;
+    let r = start_send(
+        &mut rt, mode, buf, count, datatype, dest, tag, comm, None, false,
+    )?;
     if mode == Mode::Buffered {
         // The data is copied: the send completes in the background.
         let h = store(&mut rt, r)?;
@@ -1299,7 +1334,9 @@ fn isend_mode(
             return unsafe { put(request, h) };
         }
     }
-    let r = start_send(&mut rt, mode, buf, count, datatype, dest, tag, comm, None)?;
+    let r = start_send(
+        &mut rt, mode, buf, count, datatype, dest, tag, comm, None, false,
+    )?;
     let h = if mode == Mode::Buffered {
         // Complete for the program at once; the data goes on from the buffered copy.
         let st = r.status;
@@ -1312,6 +1349,155 @@ fn isend_mode(
     };
     // SAFETY: the caller's output argument.
     unsafe { put(request, h) }
+}
+
+/// MPI_Psend_init (`send`) and MPI_Precv_init: a persistent request for `partitions` x `count`
+/// elements, partitioned (see `Part`).
+#[allow(clippy::too_many_arguments)]
+fn partitioned(
+    send: Option<Mode>,
+    buf: *mut c_void,
+    partitions: c_int,
+    count: i64,
+    dtype: H,
+    peer: c_int,
+    tag: c_int,
+    comm: H,
+    request: *mut H,
+) -> R {
+    if partitions < 1 {
+        return Err(fail(
+            class::ARG,
+            format!("{partitions} partitions: a partitioned operation has at least one"),
+        ));
+    }
+    if count < 0 {
+        return Err(fail(class::COUNT, format!("count {count} is negative")));
+    }
+    let total = (partitions as i64)
+        .checked_mul(count)
+        .and_then(|t| c_int::try_from(t).ok())
+        .ok_or_else(|| {
+            fail(
+                class::COUNT,
+                format!("{partitions} partitions of {count} elements: volley's MPI counts a message's elements in an int (at most 2^31 - 1)"),
+            )
+        })?;
+    if peer == abi::ANY_SOURCE || tag == abi::ANY_TAG {
+        return Err(fail(
+            if peer == abi::ANY_SOURCE { class::RANK } else { class::TAG },
+            "a partitioned receive names its source and tag: MPI_ANY_SOURCE and MPI_ANY_TAG are not allowed (MPI-4.0 4.2.2)",
+        ));
+    }
+    let mut rt = rt()?;
+    let c = rt.comm(comm)?;
+    let t = committed(&rt, dtype)?;
+    check_tag(tag, false)?;
+    if peer != abi::PROC_NULL {
+        c.peer_world_rank(peer)?;
+    }
+    // Partitioned operations match in the order of their inits (MPI-4.0 4.2.1), whatever order
+    // they start in: the k-th init towards one peer with one tag on one communicator matches
+    // the k-th at the other end, its number carried in the message's tag.
+    let k = {
+        let n = rt
+            .part_inits
+            .entry((comm, peer, tag, send.is_some()))
+            .or_insert(0);
+        *n += 1;
+        *n - 1
+    };
+    let spec = Spec {
+        send,
+        buf: Ptr(buf as *mut u8),
+        count: total,
+        dtype,
+        peer,
+        tag: part_tag(tag, k),
+        comm,
+        held: Some((c, t)),
+    };
+    let part = Part {
+        tag,
+        partitions: partitions as usize,
+        ready: vec![
+            false;
+            if send.is_some() {
+                partitions as usize
+            } else {
+                0
+            }
+        ],
+        nready: 0,
+        armed: false,
+    };
+    store_inactive(
+        &mut rt,
+        comm,
+        |m| {
+            m.persistent = Some(spec);
+            m.part = Some(part);
+        },
+        request,
+    )
+}
+
+/// The tag of the `k`-th partitioned operation (counted from 0) with program tag `tag` between
+/// two ranks on a communicator, in the partitioned matching space (`APART_TAG` is added at the
+/// send and the receive): a tag below 2^20 with k modulo 512 in bits 20-28, so that up to 512
+/// such operations alive at once match in their inits' order; a larger tag as it is less its
+/// bit 29, with bit 29 set (those match in the order they start, and two tags 2^29 apart meet).
+fn part_tag(tag: c_int, k: usize) -> c_int {
+    if tag < 1 << 20 {
+        ((k % 512) << 20) as c_int | tag
+    } else {
+        (1 << 29) | (tag & ((1 << 29) - 1))
+    }
+}
+
+/// MPI_Pready and its range and list forms: marks `parts` of partitioned send `request` ready;
+/// the message leaves when the last partition of the round is.
+fn pready(request: H, parts: &[c_int]) -> R {
+    let mut rt = rt()?;
+    let (i, g) =
+        req_at(request).ok_or_else(|| fail(class::REQUEST, "MPI_Pready on MPI_REQUEST_NULL"))?;
+    let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
+    let spec = r.persistent().cloned();
+    let p = match (r.more.as_mut().and_then(|m| m.part.as_mut()), &spec) {
+        (Some(p), Some(s)) if s.send.is_some() => p,
+        _ => return Err(fail(class::REQUEST, "MPI_Pready needs a partitioned send request (MPI_Psend_init); a receive learns of its partitions with MPI_Parrived")),
+    };
+    if !p.armed {
+        return Err(fail(class::REQUEST, "MPI_Pready on a partitioned send that is not started (MPI_Start) or whose partitions are all ready already"));
+    }
+    for &k in parts {
+        if !(0..p.partitions as c_int).contains(&k) {
+            return Err(fail(
+                class::ARG,
+                format!(
+                    "partition {k} of a send of {} (0 to {})",
+                    p.partitions,
+                    p.partitions - 1
+                ),
+            ));
+        }
+        if p.ready[k as usize] {
+            return Err(fail(
+                class::ARG,
+                format!("partition {k} is marked ready twice in one round (MPI_Pready)"),
+            ));
+        }
+    }
+    for &k in parts {
+        if !std::mem::replace(&mut p.ready[k as usize], true) {
+            p.nready += 1;
+        }
+    }
+    if p.nready < p.partitions {
+        return Ok(());
+    }
+    let part = p.clone();
+    begin(&mut rt, i, g, spec.expect("checked"), Some(part))
 }
 
 fn persistent(spec: Spec, request: *mut H) -> R {
@@ -1336,6 +1522,25 @@ fn start(rt: &mut Rt, h: H) -> R {
     if r.active {
         return Err(fail(class::REQUEST, "MPI_Start on a persistent request that is still active: complete it with a wait or test first"));
     }
+    let part = r.more.as_ref().and_then(|m| m.part.clone());
+    if let (Some(mut p), Some(_)) = (part.clone(), spec.send) {
+        // A partitioned send's round begins; its message leaves once every partition is ready.
+        p.ready.iter_mut().for_each(|x| *x = false);
+        p.nready = 0;
+        p.armed = true;
+        r.active = true;
+        r.done = false;
+        r.status = Status::empty();
+        r.m().part = Some(p);
+        return Ok(());
+    }
+    begin(rt, i, g, spec, part)
+}
+
+/// Starts persistent request (i, g)'s operation now: `spec`'s send or receive, partitioned when
+/// `part` says so.
+fn begin(rt: &mut Rt, i: usize, g: u32, spec: Spec, part: Option<Part>) -> R {
+    let apart = part.is_some();
     let mut new = match spec.send {
         Some(mode) => start_send(
             rt,
@@ -1347,6 +1552,7 @@ fn start(rt: &mut Rt, h: H) -> R {
             spec.tag,
             spec.comm,
             spec.held.as_ref(),
+            apart,
         )?,
         None => start_recv(
             rt,
@@ -1357,9 +1563,14 @@ fn start(rt: &mut Rt, h: H) -> R {
             spec.tag,
             spec.comm,
             spec.held.as_ref(),
+            apart,
         )?,
     };
     new.m().persistent = Some(spec);
+    new.m().part = part.map(|mut p| {
+        p.armed = false;
+        p
+    });
     let old = std::mem::replace(rt.reqs.get_mut(i, g).expect("looked up"), new);
     recycle(rt, old);
     Ok(())
@@ -1456,7 +1667,7 @@ crate::mpi! {
         let h = match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
             Some(fields) => store_finished(&mut rt, comm, fields)?,
             None => {
-                let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None)?;
+                let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
                 store(&mut rt, r)?
             }
         };
@@ -1482,6 +1693,55 @@ crate::mpi! {
 
     fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
         persistent(Spec { send: None, buf: Ptr(buf as *mut u8), count, dtype: datatype, peer: source, tag, comm, held: None }, request)
+    }
+
+    fn MPI_Psend_init / PMPI_Psend_init(buf: *const c_void, partitions: c_int, count: i64, datatype: H, dest: c_int, tag: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        partitioned(Some(Mode::Standard), buf as *mut c_void, partitions, count, datatype, dest, tag, comm, request)
+    }
+
+    fn MPI_Precv_init / PMPI_Precv_init(buf: *mut c_void, partitions: c_int, count: i64, datatype: H, source: c_int, tag: c_int, comm: H, _info: H, request: *mut H) [comm] {
+        partitioned(None, buf, partitions, count, datatype, source, tag, comm, request)
+    }
+
+    fn MPI_Pready / PMPI_Pready(partition: c_int, request: H) {
+        pready(request, &[partition])
+    }
+
+    fn MPI_Pready_range / PMPI_Pready_range(partition_low: c_int, partition_high: c_int, request: H) {
+        if partition_low > partition_high {
+            return Err(fail(class::ARG, format!("MPI_Pready_range from partition {partition_low} to {partition_high}: the low end is above the high end")));
+        }
+        let all: Vec<c_int> = (partition_low..=partition_high).collect();
+        pready(request, &all)
+    }
+
+    fn MPI_Pready_list / PMPI_Pready_list(length: c_int, array_of_partitions: *const c_int, request: H) {
+        // SAFETY: MPI: the array holds length partitions.
+        let list = unsafe { crate::err::array(array_of_partitions, length)? };
+        pready(request, list)
+    }
+
+    fn MPI_Parrived / PMPI_Parrived(request: H, partition: c_int, flag: *mut c_int) {
+        let mut rt = rt()?;
+        let (i, g) = req_at(request).ok_or_else(|| fail(class::REQUEST, "MPI_Parrived on MPI_REQUEST_NULL"))?;
+        let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
+        let parts = match (r.more.as_ref().and_then(|m| m.part.as_ref()), r.persistent().map(|s| s.send.is_none())) {
+            (Some(p), Some(true)) => p.partitions,
+            _ => return Err(fail(class::REQUEST, "MPI_Parrived needs a partitioned receive request (MPI_Precv_init)")),
+        };
+        if !(0..parts as c_int).contains(&partition) {
+            return Err(fail(class::ARG, format!("partition {partition} of a receive of {parts} (0 to {})", parts - 1)));
+        }
+        // The message moves whole: every partition arrives when it has. An inactive request's
+        // partitions arrived in its last round.
+        let arrived = if r.active {
+            drive(&mut rt, &[request], false, |d, a| d >= a)?;
+            rt.reqs.get_mut(i, g).is_none_or(|r| r.done)
+        } else {
+            true
+        };
+        // SAFETY: the caller's output argument.
+        unsafe { put(flag, arrived as c_int) }
     }
 
     fn MPI_Start / PMPI_Start(request: *mut H) {

@@ -316,6 +316,9 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
+    /// Partitioned inits so far, by (communicator, peer, tag, send): the number of the next
+    /// (see `p2p::part_tag`).
+    pub part_inits: std::collections::HashMap<(H, c_int, c_int, bool), usize>,
 }
 
 /// The face's state, borrowed for one MPI call.
@@ -542,6 +545,8 @@ impl Rt {
         let ep = open(port_of(cid))?;
         let coll = open(port_of(cid) + 1)?;
         ep.set_tag_ignore(crate::p2p::SYNC);
+        // Partitioned messages are for partitioned receives only: no wildcard takes them.
+        ep.set_tag_apart(true);
         // Both contexts are received by envelope only: their unexpected messages may be drained
         // out of a full ring from the start (a large send followed by a barrier must not stop the
         // barrier's message behind it).

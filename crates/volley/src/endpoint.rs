@@ -26,6 +26,8 @@ pub struct Endpoint {
     pub(crate) matched: AtomicBool,
     /// Tag bits this endpoint's matched receives ignore (see [`crate::Pattern::ignore`]).
     pub(crate) tag_ignore: std::sync::atomic::AtomicU32,
+    /// Whether this endpoint's any-tag receives and probes leave out [`crate::APART_TAG`].
+    pub(crate) tag_apart: AtomicBool,
 }
 
 impl AsRawFd for Endpoint {
@@ -103,6 +105,13 @@ impl Endpoint {
     /// as sent, flags included.
     pub fn set_tag_ignore(&self, mask: u32) {
         self.tag_ignore.store(mask, Ordering::Relaxed);
+    }
+
+    /// Makes this endpoint's any-tag receives and probes leave out messages tagged with
+    /// [`crate::APART_TAG`]: those are taken only by a receive that names their tag (a matching
+    /// space of their own, as MPI's partitioned messages need).
+    pub fn set_tag_apart(&self, apart: bool) {
+        self.tag_apart.store(apart, Ordering::Relaxed);
     }
 
     /// The default destination set by [`Endpoint::target`], if any: (rank, port).

@@ -244,7 +244,9 @@ impl Endpoint {
             }
         }
         self.use_matching();
-        Ok(Pattern::new(self.port, source, tag).ignoring(self.tag_ignore.load(Ordering::Relaxed)))
+        Ok(Pattern::new(self.port, source, tag)
+            .ignoring(self.tag_ignore.load(Ordering::Relaxed))
+            .keeping_apart(self.tag_apart.load(Ordering::Relaxed)))
     }
 }
 

@@ -31,6 +31,12 @@
 /// acknowledge.
 pub const SYNC_TAG: u32 = 1 << 31;
 
+/// The tag bit that puts a message in a matching space of its own on its context: a receive
+/// or probe for any tag, on an endpoint that keeps the space apart ([`Pattern::apart`], through
+/// [`crate::Endpoint::set_tag_apart`]), does not take it; only a receive naming its tag, the
+/// bit included, does (MPI's partitioned messages match partitioned receives only).
+pub const APART_TAG: u32 = 1 << 30;
+
 /// What a receive accepts: one context, a source or any, a tag or any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Pattern {
@@ -43,6 +49,8 @@ pub struct Pattern {
     /// Bits of a message's tag that matching ignores: a face keeps flags of its own there (the
     /// MPI face marks synchronous sends with one). 0 for Directed-Point ports.
     pub ignore: u32,
+    /// Whether an any-tag pattern leaves out messages whose tag carries [`APART_TAG`].
+    pub apart: bool,
 }
 
 impl Pattern {
@@ -53,6 +61,7 @@ impl Pattern {
             source,
             tag,
             ignore: 0,
+            apart: false,
         }
     }
 
@@ -63,6 +72,7 @@ impl Pattern {
     pub fn covers(&self, other: &Pattern) -> bool {
         self.context == other.context
             && self.ignore == other.ignore
+            && self.apart == other.apart
             && self.source == other.source
             && (self.tag.is_none() || self.tag == other.tag)
     }
@@ -70,6 +80,13 @@ impl Pattern {
     /// This pattern, ignoring the tag bits in `mask` (see [`Pattern::ignore`]).
     pub fn ignoring(mut self, mask: u32) -> Pattern {
         self.ignore = mask;
+        self
+    }
+
+    /// This pattern, leaving messages tagged with [`APART_TAG`] out of an any-tag match when
+    /// `apart`.
+    pub fn keeping_apart(mut self, apart: bool) -> Pattern {
+        self.apart = apart;
         self
     }
 
@@ -82,7 +99,10 @@ impl Pattern {
     /// checked by where the matcher looks).
     #[inline]
     pub fn accepts_tag(&self, tag: u32) -> bool {
-        self.tag.is_none_or(|t| t == tag & !self.ignore)
+        match self.tag {
+            Some(t) => t == tag & !self.ignore,
+            None => !self.apart || tag & APART_TAG == 0,
+        }
     }
 
     /// Whether a message from job rank `src` with `tag`, in this pattern's context, is accepted.
@@ -99,13 +119,14 @@ impl Pattern {
             Some(t) => t as u128,
             None => 1 << 32,
         };
-        // Bits 0-31 context, 32-64 tag or any, 65 starts only, 66-97 the ignored tag bits; bit
-        // 127 keeps these keys apart from the Directed-Point keys the engine builds (which stay
-        // below 2^127).
+        // Bits 0-31 context, 32-64 tag or any, 65 starts only, 66-97 the ignored tag bits, 98
+        // whether the apart space is left out; bit 127 keeps these keys apart from the
+        // Directed-Point keys the engine builds (which stay below 2^127).
         (self.context as u128)
             | (tag << 32)
             | ((starts_only as u128) << 65)
             | ((self.ignore as u128) << 66)
+            | ((self.apart as u128) << 98)
             | (1 << 127)
     }
 }
@@ -123,6 +144,23 @@ pub struct Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_apart_tag_is_taken_by_its_exact_receive_only() {
+        let any = Pattern::new(7, None, None).keeping_apart(true);
+        assert!(any.accepts_from(0, 9) && !any.accepts_from(0, 9 | APART_TAG));
+        let exact = Pattern::new(7, None, Some(9 | APART_TAG)).keeping_apart(true);
+        assert!(exact.accepts_from(0, 9 | APART_TAG) && !exact.accepts_from(0, 9));
+        assert!(!Pattern::new(7, None, Some(9))
+            .keeping_apart(true)
+            .accepts_from(0, 9 | APART_TAG));
+        // An endpoint that keeps no space apart takes every tag with a wildcard, as before.
+        assert!(Pattern::new(7, None, None).accepts_from(0, 9 | APART_TAG));
+        assert_ne!(
+            any.scan_key(false),
+            Pattern::new(7, None, None).scan_key(false)
+        );
+    }
 
     #[test]
     fn wildcards_accept_what_they_should() {

@@ -400,6 +400,7 @@ impl World {
             best_effort: AtomicBool::new(false),
             matched: AtomicBool::new(false),
             tag_ignore: std::sync::atomic::AtomicU32::new(0),
+            tag_apart: AtomicBool::new(false),
         })
     }
 
