@@ -2,8 +2,9 @@
  * of 8 partitions received as 4, over three rounds of one pair of persistent requests, the
  * partitions marked ready in reverse by MPI_Pready, MPI_Pready_range and MPI_Pready_list and
  * watched arriving with MPI_Parrived; two operations with one tag matching in the order of their
- * inits although they start in the other order; and a wildcard receive that does not take a
- * partitioned message. */
+ * inits although they start in the other order; a wildcard receive that does not take a
+ * partitioned message; and partitioned operations on a communicator made after another that
+ * carried some was freed (its matching order starts afresh, as at every member). */
 #include "check.h"
 #include <string.h>
 
@@ -127,6 +128,39 @@ int main(int argc, char **argv) {
         CHECK(same(buf, N, 300));
         OK(MPI_Request_free(&r));
     }
+
+    /* A duplicate of MPI_COMM_SELF carries a partitioned message from each rank to itself and is
+     * freed; a duplicate of MPI_COMM_WORLD made next (which may reuse its handle) carries one
+     * round the ring: its first init towards each peer is the first there. */
+    MPI_Comm self, ring;
+    OK(MPI_Comm_dup(MPI_COMM_SELF, &self));
+    OK(MPI_Psend_init(buf, 2, N / 2, MPI_INT, 0, 5, self, MPI_INFO_NULL, &a));
+    OK(MPI_Precv_init(other, 2, N / 2, MPI_INT, 0, 5, self, MPI_INFO_NULL, &b));
+    fill(buf, N, 400 + rank);
+    OK(MPI_Start(&b));
+    OK(MPI_Start(&a));
+    OK(MPI_Pready_range(0, 1, a));
+    OK(MPI_Wait(&b, MPI_STATUS_IGNORE));
+    OK(MPI_Wait(&a, MPI_STATUS_IGNORE));
+    CHECK(same(other, N, 400 + rank));
+    OK(MPI_Request_free(&a));
+    OK(MPI_Request_free(&b));
+    OK(MPI_Comm_free(&self));
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &ring));
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    OK(MPI_Psend_init(buf, 2, N / 2, MPI_INT, next, 5, ring, MPI_INFO_NULL, &a));
+    OK(MPI_Precv_init(other, 2, N / 2, MPI_INT, prev, 5, ring, MPI_INFO_NULL, &b));
+    fill(buf, N, 500 + rank);
+    OK(MPI_Start(&b));
+    OK(MPI_Start(&a));
+    OK(MPI_Pready(1, a));
+    OK(MPI_Pready(0, a));
+    OK(MPI_Wait(&b, MPI_STATUS_IGNORE));
+    OK(MPI_Wait(&a, MPI_STATUS_IGNORE));
+    CHECK(same(other, N, 500 + prev));
+    OK(MPI_Request_free(&a));
+    OK(MPI_Request_free(&b));
+    OK(MPI_Comm_free(&ring));
 
     free(buf);
     free(other);

@@ -76,7 +76,6 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         orphans: Vec::new(),
         scratch: Default::default(),
         nbcs: Vec::new(),
-        part_inits: Default::default(),
     };
     let all: Arc<[usize]> = (0..rt.world.size()).collect();
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);

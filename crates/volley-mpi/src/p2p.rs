@@ -1401,8 +1401,9 @@ fn partitioned(
     // the k-th at the other end, its number carried in the message's tag.
     let k = {
         let n = rt
+            .comm_slot_mut(comm)?
             .part_inits
-            .entry((comm, peer, tag, send.is_some()))
+            .entry((peer, tag, send.is_some()))
             .or_insert(0);
         *n += 1;
         *n - 1

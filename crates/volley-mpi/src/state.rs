@@ -200,6 +200,10 @@ pub struct CommSlot {
     pub errhandler: H,
     /// (keyval, value) of the attributes set on it.
     pub attrs: Vec<(c_int, usize)>,
+    /// Partitioned inits on it so far, by (peer, tag, send): the number of the next (see
+    /// `p2p::part_tag`). Kept with the handle, so a communicator that reuses a freed one's
+    /// handle starts counting afresh, as its peers do.
+    pub part_inits: std::collections::HashMap<(c_int, c_int, bool), usize>,
 }
 
 pub type ErrFn = unsafe extern "C" fn(*mut H, *mut c_int, ...);
@@ -316,9 +320,6 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
-    /// Partitioned inits so far, by (communicator, peer, tag, send): the number of the next
-    /// (see `p2p::part_tag`).
-    pub part_inits: std::collections::HashMap<(H, c_int, c_int, bool), usize>,
 }
 
 /// The face's state, borrowed for one MPI call.
@@ -492,6 +493,7 @@ impl Rt {
             name: String::new(),
             errhandler,
             attrs: Vec::new(),
+            part_inits: Default::default(),
         };
         handle(KIND_COMM, vacant(&mut self.comms, slot))
     }
