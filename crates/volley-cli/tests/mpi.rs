@@ -192,6 +192,15 @@ fn partitioned_sends_and_receives() {
     }
 }
 
+/// One-sided communication: windows of every flavor, fences, locks, accumulates and atomics,
+/// post-start-complete-wait, shared-memory queries and dynamic windows.
+#[test]
+fn one_sided_windows() {
+    for n in [1, 3] {
+        passes("rma", n);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

@@ -342,6 +342,22 @@ enum {
     MPI_COMBINER_DARRAY = 312,
     MPI_COMBINER_RESIZED = 316,
 
+    /* One-sided communication (MPI-3.1 chapter 11): assertions, lock types, memory models and
+     * window flavors. */
+    MPI_MODE_NOCHECK = 1024,
+    MPI_MODE_NOPRECEDE = 2048,
+    MPI_MODE_NOPUT = 4096,
+    MPI_MODE_NOSTORE = 8192,
+    MPI_MODE_NOSUCCEED = 16384,
+    MPI_LOCK_SHARED = 21,
+    MPI_LOCK_EXCLUSIVE = 22,
+    MPI_WIN_UNIFIED = 31,
+    MPI_WIN_SEPARATE = 32,
+    MPI_WIN_FLAVOR_ALLOCATE = 41,
+    MPI_WIN_FLAVOR_CREATE = 42,
+    MPI_WIN_FLAVOR_DYNAMIC = 43,
+    MPI_WIN_FLAVOR_SHARED = 44,
+
     MPI_COMM_TYPE_SHARED = 1001,
     MPI_COMM_TYPE_HW_UNGUIDED = 1002,
     MPI_COMM_TYPE_HW_GUIDED = 1003,
@@ -352,7 +368,14 @@ enum {
     MPI_WTIME_IS_GLOBAL = 10004,
     MPI_APPNUM = 10005,
     MPI_LASTUSEDCODE = 10006,
-    MPI_UNIVERSE_SIZE = 10007
+    MPI_UNIVERSE_SIZE = 10007,
+
+    /* A window's predefined attributes. */
+    MPI_WIN_BASE = 20001,
+    MPI_WIN_DISP_UNIT = 20002,
+    MPI_WIN_SIZE = 20003,
+    MPI_WIN_CREATE_FLAVOR = 20004,
+    MPI_WIN_MODEL = 20005
 };
 
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
@@ -378,10 +401,19 @@ typedef int (MPI_Type_delete_attr_function)(MPI_Datatype, int, void *, void *);
 #define MPI_TYPE_NULL_COPY_FN   ((MPI_Type_copy_attr_function *)0x0)
 #define MPI_TYPE_DUP_FN         ((MPI_Type_copy_attr_function *)0x1)
 #define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0x0)
+typedef int (MPI_Win_copy_attr_function)(MPI_Win, int, void *, void *, void *, int *);
+typedef int (MPI_Win_delete_attr_function)(MPI_Win, int, void *, void *);
+#define MPI_WIN_NULL_COPY_FN    ((MPI_Win_copy_attr_function *)0x0)
+#define MPI_WIN_DUP_FN          ((MPI_Win_copy_attr_function *)0x1)
+#define MPI_WIN_NULL_DELETE_FN  ((MPI_Win_delete_attr_function *)0x0)
+typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);
+typedef MPI_Win_errhandler_function MPI_Win_errhandler_fn;
 typedef MPI_Comm_copy_attr_function MPI_Copy_function;
 typedef MPI_Comm_delete_attr_function MPI_Delete_function;
 
 /* The functions. Each is also declared as PMPI_ below. */
+/* One-sided communication (MPI-3.1 chapter 11, MPI_Win_create to MPI_Win_sync): windows whose
+ * ranks share one machine (docs/mpi.md says how they work and what is left out). */
 /* MPI_T, the tool information interface (MPI-3.1 chapter 14): volley's settings as control
  * variables, its counters as performance variables (docs/mpi.md). */
 typedef struct MPI_T_enum_t *MPI_T_enum;
@@ -749,6 +781,55 @@ P(int, Session_create_errhandler, (MPI_Session_errhandler_function *session_errh
 P(int, Session_set_errhandler, (MPI_Session session, MPI_Errhandler errhandler)) \
 P(int, Session_get_errhandler, (MPI_Session session, MPI_Errhandler *errhandler)) \
 P(int, Session_call_errhandler, (MPI_Session session, int errorcode)) \
+P(int, Win_create, (void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win *win)) \
+P(int, Win_allocate, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, MPI_Win *win)) \
+P(int, Win_allocate_shared, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, MPI_Win *win)) \
+P(int, Win_shared_query, (MPI_Win win, int rank, MPI_Aint *size, int *disp_unit, void *baseptr)) \
+P(int, Win_create_dynamic, (MPI_Info info, MPI_Comm comm, MPI_Win *win)) \
+P(int, Win_attach, (MPI_Win win, void *base, MPI_Aint size)) \
+P(int, Win_detach, (MPI_Win win, const void *base)) \
+P(int, Win_free, (MPI_Win *win)) \
+P(int, Win_get_group, (MPI_Win win, MPI_Group *group)) \
+P(int, Win_set_info, (MPI_Win win, MPI_Info info)) \
+P(int, Win_get_info, (MPI_Win win, MPI_Info *info_used)) \
+P(int, Win_set_name, (MPI_Win win, const char *win_name)) \
+P(int, Win_get_name, (MPI_Win win, char *win_name, int *resultlen)) \
+P(int, Win_create_keyval, (MPI_Win_copy_attr_function *win_copy_attr_fn, MPI_Win_delete_attr_function *win_delete_attr_fn, int *win_keyval, void *extra_state)) \
+P(int, Win_free_keyval, (int *win_keyval)) \
+P(int, Win_set_attr, (MPI_Win win, int win_keyval, void *attribute_val)) \
+P(int, Win_get_attr, (MPI_Win win, int win_keyval, void *attribute_val, int *flag)) \
+P(int, Win_delete_attr, (MPI_Win win, int win_keyval)) \
+P(int, Win_create_errhandler, (MPI_Win_errhandler_function *win_errhandler_fn, MPI_Errhandler *errhandler)) \
+P(int, Win_set_errhandler, (MPI_Win win, MPI_Errhandler errhandler)) \
+P(int, Win_get_errhandler, (MPI_Win win, MPI_Errhandler *errhandler)) \
+P(int, Win_call_errhandler, (MPI_Win win, int errorcode)) \
+P(MPI_Fint, Win_c2f, (MPI_Win win)) \
+P(MPI_Win, Win_f2c, (MPI_Fint win)) \
+P(int, Put, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)) \
+P(int, Get, (void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)) \
+P(int, Accumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)) \
+P(int, Get_accumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)) \
+P(int, Fetch_and_op, (const void *origin_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Op op, MPI_Win win)) \
+P(int, Compare_and_swap, (const void *origin_addr, const void *compare_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win)) \
+P(int, Rput, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)) \
+P(int, Rget, (void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)) \
+P(int, Raccumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)) \
+P(int, Rget_accumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)) \
+P(int, Win_fence, (int assert, MPI_Win win)) \
+P(int, Win_post, (MPI_Group group, int assert, MPI_Win win)) \
+P(int, Win_start, (MPI_Group group, int assert, MPI_Win win)) \
+P(int, Win_complete, (MPI_Win win)) \
+P(int, Win_wait, (MPI_Win win)) \
+P(int, Win_test, (MPI_Win win, int *flag)) \
+P(int, Win_lock, (int lock_type, int rank, int assert, MPI_Win win)) \
+P(int, Win_unlock, (int rank, MPI_Win win)) \
+P(int, Win_lock_all, (int assert, MPI_Win win)) \
+P(int, Win_unlock_all, (MPI_Win win)) \
+P(int, Win_flush, (int rank, MPI_Win win)) \
+P(int, Win_flush_all, (MPI_Win win)) \
+P(int, Win_flush_local, (int rank, MPI_Win win)) \
+P(int, Win_flush_local_all, (MPI_Win win)) \
+P(int, Win_sync, (MPI_Win win)) \
 P(int, T_init_thread, (int required, int *provided)) \
 P(int, T_finalize, (void)) \
 P(int, T_enum_get_info, (MPI_T_enum enumtype, int *num, char *name, int *name_len)) \

@@ -76,6 +76,7 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         orphans: Vec::new(),
         scratch: Default::default(),
         nbcs: Vec::new(),
+        wins: Vec::new(),
     };
     let all: Arc<[usize]> = (0..rt.world.size()).collect();
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);
@@ -424,6 +425,7 @@ fortran_handles! {
     MPI_Errhandler_c2f PMPI_Errhandler_c2f MPI_Errhandler_f2c PMPI_Errhandler_f2c,
     MPI_Message_c2f PMPI_Message_c2f MPI_Message_f2c PMPI_Message_f2c,
     MPI_Session_c2f PMPI_Session_c2f MPI_Session_f2c PMPI_Session_f2c,
+    MPI_Win_c2f PMPI_Win_c2f MPI_Win_f2c PMPI_Win_f2c,
 }
 
 /// Fortran's status: MPI_F_STATUS_SIZE integers, the C status's fields in their order

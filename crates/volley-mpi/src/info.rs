@@ -237,6 +237,11 @@ pub(crate) fn set(h: H, k: &str, v: &str) -> R {
     })
 }
 
+/// The key-value pairs of info object `h`, in order.
+pub(crate) fn pairs(h: H) -> R<Info> {
+    with(h, |i| Ok(i.clone()))
+}
+
 pub(crate) fn create(info: *mut H) -> R {
     store(Info::new(), info)
 }

@@ -43,6 +43,7 @@ mod session;
 mod state;
 mod tool;
 mod topo;
+mod win;
 
 pub use err::Fail;
 

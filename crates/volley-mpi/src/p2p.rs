@@ -1023,6 +1023,22 @@ fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64
     check_stored(rt, i, g)
 }
 
+/// A request already complete (an operation done at its call, MPI_Rput and the like), stored
+/// at `request`.
+pub(crate) fn completed_request(comm: H, request: *mut H) -> R {
+    if request.is_null() {
+        return Err(fail(
+            class::REQUEST,
+            "the request argument is a null pointer",
+        ));
+    }
+    let mut rt = rt()?;
+    let h = store(&mut rt, Req::finished(comm, Status::empty()))?;
+    drop(rt);
+    // SAFETY: the caller's output argument (checked not null above).
+    unsafe { put(request, h) }
+}
+
 /// Stores a request; its handle.
 fn store(rt: &mut Rt, r: Req) -> R<H> {
     let (i, g) = rt.reqs.insert(r);

@@ -40,6 +40,7 @@ pub const KIND_ERRH: usize = 6;
 pub const KIND_MSG: usize = 7;
 pub const KIND_INFO: usize = 8;
 pub const KIND_SESSION: usize = 9;
+pub const KIND_WIN: usize = 10;
 
 /// Objects of one kind a process can hold at once.
 pub const MAX_OBJECTS: usize = 1 << 20;
@@ -320,6 +321,8 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
+    /// Windows (one-sided communication, see `win`).
+    pub wins: Vec<Option<Box<crate::win::Win>>>,
 }
 
 /// The face's state, borrowed for one MPI call.
@@ -444,6 +447,8 @@ pub fn errhandler_of(comm: H) -> Handler {
             .unwrap_or(abi::ERRORS_ARE_FATAL)
     } else if index(KIND_ERRH, comm).is_some() {
         comm
+    } else if index(KIND_WIN, comm).is_some() {
+        crate::win::errhandler(rt, comm)
     } else {
         rt.comm_slot(comm)
             .or_else(|_| rt.comm_slot(abi::COMM_WORLD))
