@@ -1093,15 +1093,18 @@ pub fn apply(op: Op, t: &Dtype, dtype_h: H, count: usize, input: &[u8], inout: &
                         (LongDouble, abi::LXOR) => LdOp::Lxor,
                         _ => return Err(unsupported()),
                     };
-                    // SAFETY: both buffers hold `count` packed elements of the type, which is
-                    // what the C function reads and writes (by memcpy: no alignment needed).
+                    // The basic elements in the buffers (a derived type holds several per
+                    // element: counted from the length, as the other kinds' loops do).
+                    let per = match b {
+                        LongDouble => 16,
+                        LongDoubleComplex => 32,
+                        _ => 16 + 4,
+                    };
+                    let n = inout.len().min(input.len()) / per;
+                    // SAFETY: both buffers hold `n` packed basic elements, which is what the C
+                    // function reads and writes (by memcpy: no alignment needed).
                     let r = unsafe {
-                        volley_long_double_op(
-                            code as c_int,
-                            input.as_ptr(),
-                            inout.as_mut_ptr(),
-                            count,
-                        )
+                        volley_long_double_op(code as c_int, input.as_ptr(), inout.as_mut_ptr(), n)
                     };
                     if r != 0 {
                         return Err(unsupported());

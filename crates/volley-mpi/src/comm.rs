@@ -509,11 +509,11 @@ crate::mpi! {
 
     fn MPI_Keyval_create / PMPI_Keyval_create(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
         // MPI-1's name of MPI_Comm_create_keyval (deprecated, still used).
-        create_keyval(copy_fn, delete_fn, keyval, extra_state)
+        create_keyval(copy_fn, delete_fn, keyval, extra_state, crate::state::KeyvalKind::Comm)
     }
 
     fn MPI_Keyval_free / PMPI_Keyval_free(keyval: *mut c_int) {
-        free_keyval(keyval)
+        free_keyval(keyval, crate::state::KeyvalKind::Comm)
     }
 
     fn MPI_Attr_put / PMPI_Attr_put(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
@@ -743,11 +743,11 @@ crate::mpi! {
     }
 
     fn MPI_Comm_create_keyval / PMPI_Comm_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
-        create_keyval(copy_fn, delete_fn, keyval, extra_state)
+        create_keyval(copy_fn, delete_fn, keyval, extra_state, crate::state::KeyvalKind::Comm)
     }
 
     fn MPI_Comm_free_keyval / PMPI_Comm_free_keyval(keyval: *mut c_int) {
-        free_keyval(keyval)
+        free_keyval(keyval, crate::state::KeyvalKind::Comm)
     }
 
     fn MPI_Comm_set_attr / PMPI_Comm_set_attr(comm: H, keyval: c_int, attribute_val: *mut c_void) [comm] {
@@ -1103,12 +1103,14 @@ pub(crate) fn create_keyval(
     delete_fn: usize,
     keyval: *mut c_int,
     extra_state: *mut c_void,
+    kind: crate::state::KeyvalKind,
 ) -> R {
     let mut rt = rt()?;
     rt.keyvals.push(Some(Keyval {
         copy: copy_fn,
         delete: delete_fn,
         extra: extra_state as usize,
+        kind,
     }));
     let k = rt.keyvals.len() as c_int;
     // SAFETY: the caller's output argument.
@@ -1116,24 +1118,12 @@ pub(crate) fn create_keyval(
 }
 
 /// MPI_Comm_free_keyval (and MPI_Keyval_free).
-pub(crate) fn free_keyval(keyval: *mut c_int) -> R {
+pub(crate) fn free_keyval(keyval: *mut c_int, kind: crate::state::KeyvalKind) -> R {
     // SAFETY: the caller's in-out argument.
     let k = unsafe { get(keyval)? };
-    let mut rt = rt()?;
-    let slot = rt
-        .keyvals
-        .get_mut((k - 1) as usize)
-        .filter(|s| s.is_some())
-        .ok_or_else(|| {
-            fail(
-                class::KEYVAL,
-                format!("{k} is not a keyval made by MPI_Comm_create_keyval"),
-            )
-        })?;
     // Attributes already set with it keep working until deleted (MPI-3.1 section 6.7.2):
-    // the callbacks stay known; only new uses are refused.
-    let _ = slot;
-    drop(rt);
+    // the callbacks stay known.
+    rt()?.keyval(k, kind, true)?;
     // SAFETY: the caller's in-out argument.
     unsafe { put(keyval, abi::KEYVAL_INVALID) }
 }
@@ -1148,18 +1138,7 @@ fn set_attr(comm: H, keyval: c_int, attribute_val: *mut c_void) -> R {
     }
     let old = {
         let rt = rt()?;
-        if rt
-            .keyvals
-            .get((keyval - 1) as usize)
-            .copied()
-            .flatten()
-            .is_none()
-        {
-            return Err(fail(
-                class::KEYVAL,
-                format!("{keyval} is not a keyval made by MPI_Comm_create_keyval"),
-            ));
-        }
+        rt.keyval(keyval, crate::state::KeyvalKind::Comm, true)?;
         rt.comm_slot(comm)?
             .attrs
             .iter()
@@ -1183,9 +1162,7 @@ fn get_attr(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int
     let v = match crate::env::predefined_attr(keyval) {
         Some(p) => Some(p as usize),
         None => {
-            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
-            }
+            rt.keyval(keyval, crate::state::KeyvalKind::Comm, false)?;
             rt.comm_slot(comm)?
                 .attrs
                 .iter()
@@ -1205,6 +1182,7 @@ fn get_attr(comm: H, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int
 
 /// MPI_Comm_delete_attr (and MPI-1's MPI_Attr_delete).
 fn delete_attr_call(comm: H, keyval: c_int) -> R {
+    rt()?.keyval(keyval, crate::state::KeyvalKind::Comm, false)?;
     let old = {
         rt()?
             .comm_slot(comm)?

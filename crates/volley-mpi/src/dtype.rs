@@ -1141,20 +1141,18 @@ crate::mpi! {
     }
 
     fn MPI_Type_create_keyval / PMPI_Type_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
-        crate::comm::create_keyval(copy_fn, delete_fn, keyval, extra_state)
+        crate::comm::create_keyval(copy_fn, delete_fn, keyval, extra_state, state::KeyvalKind::Type)
     }
 
     fn MPI_Type_free_keyval / PMPI_Type_free_keyval(keyval: *mut c_int) {
-        crate::comm::free_keyval(keyval)
+        crate::comm::free_keyval(keyval, state::KeyvalKind::Type)
     }
 
     fn MPI_Type_set_attr / PMPI_Type_set_attr(datatype: H, keyval: c_int, attribute_val: *mut c_void) {
         let old = {
             let rt = rt()?;
             lookup(&rt, datatype)?;
-            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).copied().flatten().is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval made by MPI_Type_create_keyval")));
-            }
+            rt.keyval(keyval, state::KeyvalKind::Type, true)?;
             rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).copied()
         };
         // A value set again is deleted first, as MPI_Type_delete_attr would.
@@ -1171,9 +1169,7 @@ crate::mpi! {
         let v = {
             let rt = rt()?;
             lookup(&rt, datatype)?;
-            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
-            }
+            rt.keyval(keyval, state::KeyvalKind::Type, false)?;
             rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).map(|a| a.2)
         };
         // SAFETY: MPI: attribute_val points to a void*, flag to an int.
@@ -1190,6 +1186,7 @@ crate::mpi! {
         let old = {
             let rt = rt()?;
             lookup(&rt, datatype)?;
+            rt.keyval(keyval, state::KeyvalKind::Type, false)?;
             rt.type_attrs.iter().find(|a| a.0 == datatype && a.1 == keyval).copied()
         };
         let Some((_, k, v)) = old else {

@@ -228,6 +228,56 @@ pub struct Keyval {
     pub copy: usize,
     pub delete: usize,
     pub extra: usize,
+    /// The kind of object it was made for (MPI_Comm_, MPI_Type_ or MPI_Win_create_keyval): a
+    /// keyval used with another kind is an error (MPI-3.1 6.7.2).
+    pub kind: KeyvalKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum KeyvalKind {
+    Comm,
+    Type,
+    Win,
+}
+
+impl KeyvalKind {
+    fn noun(self) -> &'static str {
+        match self {
+            KeyvalKind::Comm => "communicators (MPI_Comm_create_keyval)",
+            KeyvalKind::Type => "datatypes (MPI_Type_create_keyval)",
+            KeyvalKind::Win => "windows (MPI_Win_create_keyval)",
+        }
+    }
+}
+
+impl Rt {
+    /// Keyval `k`, made for objects of `kind` (freed ones too: attributes set with a keyval
+    /// outlive its MPI_*_free_keyval). `live`: refuse a freed one.
+    pub fn keyval(&self, k: c_int, kind: KeyvalKind, live: bool) -> R<Keyval> {
+        let slot = if k > 0 {
+            self.keyvals.get((k - 1) as usize)
+        } else {
+            None
+        };
+        let kv = match slot {
+            Some(Some(kv)) => *kv,
+            Some(None) if !live => {
+                return Err(fail(class::KEYVAL, format!("keyval {k} was freed")));
+            }
+            _ => return Err(fail(class::KEYVAL, format!("{k} is not a keyval"))),
+        };
+        if kv.kind != kind {
+            return Err(fail(
+                class::KEYVAL,
+                format!(
+                    "keyval {k} was made for {}, not {}",
+                    kv.kind.noun(),
+                    kind.noun()
+                ),
+            ));
+        }
+        Ok(kv)
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -20,7 +20,7 @@
 use crate::abi::{self, class, Aint, H};
 use crate::dtype::{committed, Dtype, TypeRef};
 use crate::err::{c_str, fail, fail_code, get, put, put_str, R};
-use crate::state::{handle, index, rt, KIND_WIN};
+use crate::state::{handle, index, rt, KeyvalKind, KIND_WIN};
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::raw::{c_char, c_int};
@@ -49,6 +49,7 @@ const FLAVOR_CREATE: c_int = 42;
 const FLAVOR_DYNAMIC: c_int = 43;
 const FLAVOR_SHARED: c_int = 44;
 const MODE_NOCHECK: c_int = 1024;
+const MODE_NOSUCCEED: c_int = 16384;
 const MODES: c_int = 1024 | 2048 | 4096 | 8192 | 16384;
 
 pub const ATTR_BASE: c_int = 20001;
@@ -114,6 +115,8 @@ pub struct Win {
     /// by MPI_Win_lock_all.
     locks: Vec<c_int>,
     lock_all: bool,
+    /// The fence epoch: none, a fence called (an epoch may begin), or RMA calls made since.
+    fence: Fence,
     /// Targets of the access epoch MPI_Win_start opened; origins of the exposure epoch
     /// MPI_Win_post opened and whether each has completed.
     access: Option<Vec<usize>>,
@@ -121,6 +124,13 @@ pub struct Win {
     /// Packed data, reused by every operation.
     a: Vec<u8>,
     b: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fence {
+    None,
+    Issued,
+    Active,
 }
 
 /// The window `h` names.
@@ -138,13 +148,22 @@ fn with<T>(h: H, f: impl FnOnce(&mut Win) -> R<T>) -> R<T> {
     f(w)
 }
 
-/// The error handler of window `h` (MPI_ERRORS_ARE_FATAL when it is not one).
+/// The error handler of window `h` (MPI_ERRORS_ARE_FATAL when it is not one). A window whose
+/// handler the program never set defers to MPI_COMM_WORLD's at the time of the error, as MPICH
+/// does (a program that sets MPI_ERRORS_RETURN on the world gets its window errors back too).
 pub fn errhandler(rt: &crate::state::Rt, h: H) -> H {
-    index(KIND_WIN, h)
+    match index(KIND_WIN, h)
         .and_then(|i| rt.wins.get(i))
         .and_then(|w| w.as_ref())
         .map(|w| w.errhandler)
-        .unwrap_or(abi::ERRORS_ARE_FATAL)
+    {
+        Some(abi::ERRHANDLER_NULL) => rt
+            .comm_slot(abi::COMM_WORLD)
+            .map(|s| s.errhandler)
+            .unwrap_or(abi::ERRORS_ARE_FATAL),
+        Some(e) => e,
+        None => abi::ERRORS_ARE_FATAL,
+    }
 }
 
 /// An MPI return code of an internal call, as a failure.
@@ -382,31 +401,59 @@ fn make_on(
         disp_unit,
         model: MODEL_UNIFIED,
         name: String::new(),
-        errhandler: abi::ERRORS_ARE_FATAL,
+        errhandler: abi::ERRHANDLER_NULL,
         attrs: Vec::new(),
         info: Vec::new(),
         attached: Vec::new(),
         locks: vec![0; n],
         lock_all: false,
+        fence: Fence::None,
         access: None,
         exposure: None,
         a: Vec::new(),
         b: Vec::new(),
     };
-    w.info = info_pairs(info)?;
+    w.info = HINTS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    set_hints(&mut w.info, info_pairs(info)?);
     let mut rt = rt()?;
-    // A window takes its communicator's error handler (MPI-3.1 8.3.2 leaves it to MPI_Win's
-    // own, which starts as MPI_ERRORS_ARE_FATAL; MPICH and Open MPI do that).
     let i = crate::state::vacant(&mut rt.wins, Box::new(w));
     Ok((handle(KIND_WIN, i), my_base))
 }
 
-/// The key-value pairs of info object `h`.
+/// The hints a window knows (MPI-3.1 11.2.1, MPI-4.0 12.2.7) and their defaults: MPI_Win_get_info
+/// reports these, with the values the program set; other keys are ignored, as MPI allows. volley
+/// works the same whatever they say (every operation completes at its call, the shared flavor's
+/// memory is contiguous either way).
+const HINTS: [(&str, &str); 6] = [
+    ("no_locks", "false"),
+    ("accumulate_ordering", "rar,raw,war,waw"),
+    ("accumulate_ops", "same_op_no_op"),
+    ("same_size", "false"),
+    ("same_disp_unit", "false"),
+    ("alloc_shared_noncontig", "false"),
+];
+
+/// The key-value pairs of info object `h` that are window hints.
 fn info_pairs(h: H) -> R<Vec<(String, String)>> {
     if h == abi::INFO_NULL {
         return Ok(Vec::new());
     }
-    crate::info::pairs(h)
+    Ok(crate::info::pairs(h)?
+        .into_iter()
+        .filter(|(k, _)| HINTS.iter().any(|d| d.0 == k))
+        .collect())
+}
+
+/// Sets the hints `pairs` among `info`.
+fn set_hints(info: &mut [(String, String)], pairs: Vec<(String, String)>) {
+    for (k, v) in pairs {
+        if let Some(e) = info.iter_mut().find(|e| e.0 == k) {
+            e.1 = v;
+        }
+    }
 }
 
 impl Win {
@@ -428,6 +475,25 @@ impl Win {
             ));
         }
         Ok(Some(r as usize))
+    }
+
+    /// Target `r` of an RMA operation: a rank of the window in an access epoch of this rank
+    /// (MPI-3.1 11.5: a fence epoch, MPI_Win_start's group, or a lock), else MPI_ERR_RMA_SYNC.
+    fn access(&mut self, r: c_int) -> R<Option<usize>> {
+        let Some(t) = self.target(r)? else {
+            return Ok(None);
+        };
+        if self.fence != Fence::None {
+            self.fence = Fence::Active;
+            return Ok(Some(t));
+        }
+        if self.locks[t] != 0 || self.access.as_ref().is_some_and(|a| a.contains(&t)) {
+            return Ok(Some(t));
+        }
+        Err(fail(
+            ERR_RMA_SYNC,
+            format!("an RMA operation on target {t} outside an access epoch to it (open one with MPI_Win_fence, MPI_Win_start or MPI_Win_lock)"),
+        ))
     }
 
     /// The byte offset in target `r`'s memory of displacement `disp`, checked for `count`
@@ -623,7 +689,7 @@ fn put_op(
     let (ot, on) = typed(otype, ocount)?;
     let (tt, tn) = typed(ttype, tcount)?;
     with(win, |w| {
-        let Some(r) = w.target(target)? else {
+        let Some(r) = w.access(target)? else {
             return Ok(());
         };
         same_size(on * ot.size, tn * tt.size, "MPI_Put")?;
@@ -650,7 +716,7 @@ fn get_op(
     let (ot, on) = typed(otype, ocount)?;
     let (tt, tn) = typed(ttype, tcount)?;
     with(win, |w| {
-        let Some(r) = w.target(target)? else {
+        let Some(r) = w.access(target)? else {
             return Ok(());
         };
         same_size(on * ot.size, tn * tt.size, "MPI_Get")?;
@@ -694,6 +760,11 @@ fn accumulate(
         }
         None => None,
     };
+    if tn == 0 || tt.size == 0 {
+        // No element to combine (the operation's table is not consulted, as for a reduction
+        // of none): only the target must be a rank of the window.
+        return with(win, |w| w.access(target).map(|_| ()));
+    }
     // A predefined operation, MPI_REPLACE or MPI_NO_OP (MPI-3.1 11.3.4), defined on the
     // target's basic type.
     let aop = match crate::coll::op_for(op, &tt, ttype, tn)? {
@@ -706,7 +777,7 @@ fn accumulate(
         }
     };
     with(win, |w| {
-        let Some(r) = w.target(target)? else {
+        let Some(r) = w.access(target)? else {
             return Ok(());
         };
         if op != abi::NO_OP {
@@ -716,11 +787,6 @@ fn accumulate(
             same_size(rn * rt_.size, tn * tt.size, "MPI_Get_accumulate's result")?;
         }
         let off = w.offset(r, disp, &tt, tn)?;
-        if tn == 0 {
-            // No element to combine (the operation's table is not consulted, as for a
-            // reduction of none).
-            return Ok(());
-        }
         pack_origin(w, addr, &ot, on);
         w.atomically(r, |w| {
             let a = std::mem::take(&mut w.a);
@@ -760,14 +826,20 @@ fn compare_and_swap(
     win: H,
 ) -> R {
     let (t, _) = typed(dtype, 1)?;
-    if dtype >= abi::DATATYPE_END || !t.contig {
+    use crate::dtype::Basic::*;
+    if dtype >= abi::DATATYPE_END
+        || !matches!(
+            t.basic,
+            Some(I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64 | Byte | Bool)
+        )
+    {
         return Err(fail(
             class::TYPE,
-            "MPI_Compare_and_swap takes a predefined integer, logical or byte datatype",
+            "MPI_Compare_and_swap takes a predefined integer, logical or byte datatype (MPI-3.1 11.3.4)",
         ));
     }
     with(win, |w| {
-        let Some(r) = w.target(target)? else {
+        let Some(r) = w.access(target)? else {
             return Ok(());
         };
         let off = w.offset(r, disp, &t, 1)?;
@@ -875,6 +947,11 @@ fn lock(kind: c_int, rank: c_int, assert: c_int, win: H) -> R {
                 format!("target {r} is locked by this rank already"),
             ));
         }
+        if w.fence == Fence::Active || w.access.is_some() {
+            return Err(fail(ERR_RMA_SYNC, "MPI_Win_lock inside an active-target epoch (MPI_Win_fence with RMA calls since, or MPI_Win_start): end it first"));
+        }
+        // A fence with no RMA call after it opened no epoch: the lock's begins.
+        w.fence = Fence::None;
         if assert & MODE_NOCHECK == 0 {
             let word = w.word(r, 0);
             if kind == LOCK_EXCLUSIVE {
@@ -1029,6 +1106,11 @@ crate::mpi! {
                 return Err(fail(ERR_RMA_SYNC, "MPI_Win_free with an epoch still open (a lock, or MPI_Win_start or MPI_Win_post not yet ended)"));
             }
             Ok((w.comm, w.attrs.clone()))
+        })
+        .map_err(|mut f| {
+            // The window's error handler decides.
+            f.comm = Some(h);
+            f
         })?;
         // Every rank's operations on this rank's memory have completed (they complete at the
         // call): after the barrier nobody touches the memory again.
@@ -1059,10 +1141,7 @@ crate::mpi! {
     fn MPI_Win_set_info / PMPI_Win_set_info(win: H, info: H) [win] {
         let pairs = info_pairs(info)?;
         with(win, |w| {
-            for (k, v) in pairs {
-                w.info.retain(|e| e.0 != k);
-                w.info.push((k, v));
-            }
+            set_hints(&mut w.info, pairs);
             Ok(())
         })
     }
@@ -1094,11 +1173,11 @@ crate::mpi! {
     }
 
     fn MPI_Win_create_keyval / PMPI_Win_create_keyval(copy_fn: usize, delete_fn: usize, keyval: *mut c_int, extra_state: *mut c_void) {
-        crate::comm::create_keyval(copy_fn, delete_fn, keyval, extra_state)
+        crate::comm::create_keyval(copy_fn, delete_fn, keyval, extra_state, KeyvalKind::Win)
     }
 
     fn MPI_Win_free_keyval / PMPI_Win_free_keyval(keyval: *mut c_int) {
-        crate::comm::free_keyval(keyval)
+        crate::comm::free_keyval(keyval, KeyvalKind::Win)
     }
 
     fn MPI_Win_set_attr / PMPI_Win_set_attr(win: H, keyval: c_int, attribute_val: *mut c_void) [win] {
@@ -1107,9 +1186,7 @@ crate::mpi! {
         }
         let old = {
             let rt = rt()?;
-            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).copied().flatten().is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval made by MPI_Win_create_keyval")));
-            }
+            rt.keyval(keyval, KeyvalKind::Win, true)?;
             drop(rt);
             with(win, |w| Ok(w.attrs.iter().find(|a| a.0 == keyval).copied()))?
         };
@@ -1136,9 +1213,7 @@ crate::mpi! {
         })?;
         if v.is_none() && !(ATTR_BASE..=ATTR_MODEL).contains(&keyval) {
             let rt = rt()?;
-            if keyval <= 0 || rt.keyvals.get((keyval - 1) as usize).is_none() {
-                return Err(fail(class::KEYVAL, format!("{keyval} is not a keyval")));
-            }
+            rt.keyval(keyval, KeyvalKind::Win, false)?;
         }
         // SAFETY: MPI: attribute_val points to a void*, flag to an int.
         unsafe {
@@ -1151,6 +1226,7 @@ crate::mpi! {
     }
 
     fn MPI_Win_delete_attr / PMPI_Win_delete_attr(win: H, keyval: c_int) [win] {
+        rt()?.keyval(keyval, KeyvalKind::Win, false)?;
         let old = with(win, |w| Ok(w.attrs.iter().find(|a| a.0 == keyval).copied()))?;
         let Some((k, v)) = old else {
             return Err(fail(class::KEYVAL, format!("no attribute with keyval {keyval} is set on the window")));
@@ -1189,6 +1265,7 @@ crate::mpi! {
 
     fn MPI_Win_get_errhandler / PMPI_Win_get_errhandler(win: H, errhandler: *mut H) [win] {
         let h = with(win, |w| Ok(w.errhandler))?;
+        let h = if h == abi::ERRHANDLER_NULL { abi::ERRORS_ARE_FATAL } else { h };
         // SAFETY: the caller's output argument.
         unsafe { put(errhandler, h) }
     }
@@ -1257,7 +1334,13 @@ crate::mpi! {
 
     fn MPI_Win_fence / PMPI_Win_fence(assert: c_int, win: H) [win] {
         check_assert(assert)?;
-        let c = comm_of(win)?;
+        let c = with(win, |w| {
+            if w.locks.iter().any(|&k| k != 0) || w.access.is_some() || w.exposure.is_some() {
+                return Err(fail(ERR_RMA_SYNC, "MPI_Win_fence while a lock or a post-start-complete-wait epoch is open on the window"));
+            }
+            w.fence = if assert & MODE_NOSUCCEED != 0 { Fence::None } else { Fence::Issued };
+            Ok(w.comm)
+        })?;
         fence(Ordering::SeqCst);
         // SAFETY: an internal call on the window's communicator.
         ok(unsafe { crate::coll::PMPI_Barrier(c) }, "the fence's barrier")?;
@@ -1288,9 +1371,10 @@ crate::mpi! {
         check_assert(assert)?;
         let targets = window_ranks(group, win)?;
         let c = with(win, |w| {
-            if w.access.is_some() {
-                return Err(fail(ERR_RMA_SYNC, "MPI_Win_start while an access epoch is open (MPI_Win_complete ends it)"));
+            if w.access.is_some() || w.fence == Fence::Active || w.locks.iter().any(|&k| k != 0) {
+                return Err(fail(ERR_RMA_SYNC, "MPI_Win_start while an access epoch is open (MPI_Win_complete, a fence or an unlock ends it)"));
             }
+            w.fence = Fence::None;
             w.access = Some(targets.clone());
             Ok(w.comm)
         })?;
