@@ -634,8 +634,8 @@ impl Win {
     }
 }
 
-/// Spins until `f` says yes, giving the CPU away now and then (and moving MPI's other work on:
-/// a lock holder may be waiting for this rank's messages).
+/// Spins until `f` says yes (a short wait: an accumulate lock), giving the CPU away every 64
+/// tries.
 fn spin(mut f: impl FnMut() -> bool) {
     let mut n = 0u32;
     while !f() {
@@ -937,9 +937,9 @@ fn lock(kind: c_int, rank: c_int, assert: c_int, win: H) -> R {
             format!("lock type {kind}: MPI_LOCK_SHARED or MPI_LOCK_EXCLUSIVE"),
         ));
     }
-    with(win, |w| {
+    let word = with(win, |w| {
         let Some(r) = w.target(rank)? else {
-            return Ok(());
+            return Ok(None);
         };
         if w.locks[r] != 0 {
             return Err(fail(
@@ -953,28 +953,52 @@ fn lock(kind: c_int, rank: c_int, assert: c_int, win: H) -> R {
         // A fence with no RMA call after it opened no epoch: the lock's begins.
         w.fence = Fence::None;
         if assert & MODE_NOCHECK == 0 {
-            let word = w.word(r, 0);
-            if kind == LOCK_EXCLUSIVE {
-                spin(|| {
-                    word.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                });
-            } else {
-                spin(|| {
-                    let v = word.load(Ordering::Relaxed);
-                    v & WRITER == 0
-                        && word
-                            .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
-                            .is_ok()
-                });
-            }
             w.locks[r] = kind;
+            Ok(Some(w.word(r, 0) as *const AtomicU32 as usize))
         } else {
             // No conflicting lock can exist (the program asserts it): nothing to take.
             w.locks[r] = -kind;
+            Ok(None)
         }
-        Ok(())
-    })
+    })?;
+    let Some(word) = word else {
+        return Ok(());
+    };
+    // SAFETY: the lock word lies in the window's control block, mapped for as long as the
+    // window lives; only this thread could free it (MPI is used by one thread at a time), and
+    // it is here. The face's state is not held while waiting, so MPI's other work moves on.
+    let word = unsafe { &*(word as *const AtomicU32) };
+    if kind == LOCK_EXCLUSIVE {
+        wait_for(|| {
+            word.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        });
+    } else {
+        wait_for(|| {
+            let v = word.load(Ordering::Relaxed);
+            v & WRITER == 0
+                && word
+                    .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        });
+    }
+    Ok(())
+}
+
+/// Spins until `f` says yes, as `spin` does, and moves MPI's other work on (non-blocking
+/// collectives in flight, the engine's progress) every 64 tries: the holder of a lock this rank
+/// waits for may be waiting for this rank's messages.
+fn wait_for(mut f: impl FnMut() -> bool) {
+    let mut n = 0u32;
+    while !f() {
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(64) {
+            crate::p2p::progress_nbcs();
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 fn unlock(rank: c_int, win: H) -> R {
