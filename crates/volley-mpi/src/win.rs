@@ -569,57 +569,15 @@ impl Win {
         })
     }
 
-    /// Copies `src` into target `r` at byte `off`, where `count` elements of the contiguous
-    /// type `t` are (one memmove or one process_vm_writev).
-    fn copy_to(&self, r: usize, off: isize, t: &Dtype, count: usize, src: &[u8]) -> R {
-        self.check_attached(r, off, t, count)?;
-        if let Some(p) = self.local(r, off) {
-            // SAFETY: the target range was checked (offset, check_attached) and is mapped
-            // here; a window's memory may overlap the origin buffer at this rank (memmove).
-            unsafe { std::ptr::copy(src.as_ptr(), p, src.len()) };
-            return Ok(());
-        }
-        let p = &self.peers[r];
-        let at = (p.base as i64 + off as i64) as u64;
-        volley_sys::process_vm_write(p.pid, src, at).map_err(|e| {
-            fail(
-                ERR_RMA_RANGE,
-                format!(
-                    "reaching {} bytes at {at:#x} in the target's memory (process {}): {e}",
-                    src.len(),
-                    p.pid
-                ),
-            )
-        })
-    }
-
-    /// Copies target `r`'s bytes at `off` (count elements of the contiguous type `t`) into
-    /// `dst`.
-    fn copy_from(&self, r: usize, off: isize, t: &Dtype, count: usize, dst: &mut [u8]) -> R {
-        self.check_attached(r, off, t, count)?;
-        if let Some(p) = self.local(r, off) {
-            // SAFETY: as in `copy_to`, the other way.
-            unsafe { std::ptr::copy(p, dst.as_mut_ptr(), dst.len()) };
-            return Ok(());
-        }
-        let p = &self.peers[r];
-        let at = (p.base as i64 + off as i64) as u64;
-        volley_sys::process_vm_read(p.pid, dst, at).map_err(|e| {
-            fail(
-                ERR_RMA_RANGE,
-                format!(
-                    "reaching {} bytes at {at:#x} in the target's memory (process {}): {e}",
-                    dst.len(),
-                    p.pid
-                ),
-            )
-        })
-    }
-
     /// Reads count elements of `t` at byte `off` of target `r` into `out`, packed.
     fn read(&self, r: usize, off: isize, t: &Dtype, count: usize, out: &mut Vec<u8>) -> R {
         out.clear();
         out.resize(count * t.size, 0);
+        self.read_into(r, off, t, count, out)
+    }
+
+    /// `read` into `out`, which holds count * t.size bytes.
+    fn read_into(&self, r: usize, off: isize, t: &Dtype, count: usize, out: &mut [u8]) -> R {
         self.check_attached(r, off, t, count)?;
         if let Some(p) = self.local(r, off) {
             // SAFETY: as in `write`.
@@ -741,12 +699,12 @@ fn put_op(
         };
         same_size(on * ot.size, tn * tt.size, "MPI_Put")?;
         let off = w.offset(r, disp, &tt, tn)?;
-        if ot.contig && tt.contig {
-            // Both sides are bytes in a row: one copy, no packing.
+        if ot.contig {
+            // The origin's bytes in a row are its packed form: no copy before the target's.
             let len = on * ot.size;
             // SAFETY: MPI: the origin buffer holds on elements, len bytes in a row.
             let src = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-            return w.copy_to(r, off, &tt, tn, src);
+            return w.write(r, off, &tt, tn, src);
         }
         pack_origin(w, addr, &ot, on);
         let a = std::mem::take(&mut w.a);
@@ -775,12 +733,12 @@ fn get_op(
         };
         same_size(on * ot.size, tn * tt.size, "MPI_Get")?;
         let off = w.offset(r, disp, &tt, tn)?;
-        if ot.contig && tt.contig {
+        if ot.contig {
             let len = on * ot.size;
             // SAFETY: MPI: the origin buffer holds on elements, len bytes in a row, and is the
             // program's to write until the operation completes (at this call).
             let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
-            return w.copy_from(r, off, &tt, tn, dst);
+            return w.read_into(r, off, &tt, tn, dst);
         }
         let mut b = std::mem::take(&mut w.b);
         let res = w.read(r, off, &tt, tn, &mut b);
