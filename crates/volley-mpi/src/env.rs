@@ -77,6 +77,7 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         scratch: Default::default(),
         nbcs: Vec::new(),
         wins: Vec::new(),
+        io: Default::default(),
     };
     let all: Arc<[usize]> = (0..rt.world.size()).collect();
     let me: Arc<[usize]> = Arc::from(vec![rt.world.rank()]);
@@ -319,21 +320,7 @@ crate::mpi! {
         {
             rt()?.comm_slot(comm)?;
         }
-        let class = crate::err::class_of(errorcode).unwrap_or(class::OTHER);
-        match state::errhandler_of(comm) {
-            state::Handler::Return => Ok(()),
-            state::Handler::User(f) => {
-                let mut c = comm;
-                let mut e = errorcode;
-                // SAFETY: the program's handler, called as MPI defines.
-                unsafe { f(&mut c, &mut e) };
-                Ok(())
-            }
-            state::Handler::Fatal => crate::err::fatal(
-                "MPI_Comm_call_errhandler",
-                &crate::err::string_of(errorcode).unwrap_or_else(|| format!("error class {class}")),
-            ),
-        }
+        crate::err::call_errhandler("MPI_Comm_call_errhandler", comm, errorcode)
     }
 }
 
@@ -426,6 +413,7 @@ fortran_handles! {
     MPI_Message_c2f PMPI_Message_c2f MPI_Message_f2c PMPI_Message_f2c,
     MPI_Session_c2f PMPI_Session_c2f MPI_Session_f2c PMPI_Session_f2c,
     MPI_Win_c2f PMPI_Win_c2f MPI_Win_f2c PMPI_Win_f2c,
+    MPI_File_c2f PMPI_File_c2f MPI_File_f2c PMPI_File_f2c,
 }
 
 /// Fortran's status: MPI_F_STATUS_SIZE integers, the C status's fields in their order

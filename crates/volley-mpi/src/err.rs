@@ -239,9 +239,34 @@ fn raise_code(name: &str, comm: H, code: c_int, msg: String) -> c_int {
             // SAFETY: a function the program registered with MPI_Comm_create_errhandler, called
             // as MPI defines (a pointer to the communicator and to the code).
             unsafe { f(&mut c, &mut e) };
-            code
+            // The code the handler leaves is the one returned, as MPICH does (a handler that
+            // sets MPI_SUCCESS makes the call succeed).
+            e
         }
         state::Handler::Fatal => fatal(name, &msg),
+    }
+}
+
+/// MPI_Comm_call_errhandler and its kin for windows, files and sessions: calls the handler in
+/// force on `h` with `errorcode` (one that returns, or MPI_ERRORS_RETURN, makes the call succeed).
+pub fn call_errhandler(name: &str, h: H, errorcode: c_int) -> R {
+    match state::errhandler_of(h) {
+        state::Handler::Return => Ok(()),
+        state::Handler::User(f) => {
+            let mut c = h;
+            let mut e = errorcode;
+            // SAFETY: the program's handler, called as MPI defines (a pointer to the object and
+            // to the code).
+            unsafe { f(&mut c, &mut e) };
+            Ok(())
+        }
+        state::Handler::Fatal => {
+            let class = class_of(errorcode).unwrap_or(class::OTHER);
+            fatal(
+                name,
+                &string_of(errorcode).unwrap_or_else(|| format!("error class {class}")),
+            )
+        }
     }
 }
 

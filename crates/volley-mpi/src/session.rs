@@ -225,21 +225,7 @@ crate::mpi! {
 
     fn MPI_Session_call_errhandler / PMPI_Session_call_errhandler(session: H, errorcode: c_int) [session] {
         live(session)?;
-        let class = crate::err::class_of(errorcode).unwrap_or(class::OTHER);
-        match crate::state::errhandler_of(session) {
-            crate::state::Handler::Return => Ok(()),
-            crate::state::Handler::User(f) => {
-                let mut s = session;
-                let mut e = errorcode;
-                // SAFETY: the program's handler, called as MPI defines.
-                unsafe { f(&mut s, &mut e) };
-                Ok(())
-            }
-            crate::state::Handler::Fatal => crate::err::fatal(
-                "MPI_Session_call_errhandler",
-                &crate::err::string_of(errorcode).unwrap_or_else(|| format!("error class {class}")),
-            ),
-        }
+        crate::err::call_errhandler("MPI_Session_call_errhandler", session, errorcode)
     }
 }
 

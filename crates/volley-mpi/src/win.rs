@@ -177,7 +177,7 @@ fn ok(rc: c_int, what: &str) -> R {
 
 /// A key naming this machine's kernel and PID namespace: ranks with equal keys can open each
 /// other's descriptors and memory.
-fn machine_key() -> u64 {
+pub(crate) fn machine_key() -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -1315,20 +1315,7 @@ crate::mpi! {
 
     fn MPI_Win_call_errhandler / PMPI_Win_call_errhandler(win: H, errorcode: c_int) {
         with(win, |_| Ok(()))?;
-        match crate::state::errhandler_of(win) {
-            crate::state::Handler::Return => Ok(()),
-            crate::state::Handler::User(f) => {
-                let mut c = win;
-                let mut e = errorcode;
-                // SAFETY: the program's handler, called as MPI defines.
-                unsafe { f(&mut c, &mut e) };
-                Ok(())
-            }
-            crate::state::Handler::Fatal => crate::err::fatal(
-                "MPI_Win_call_errhandler",
-                &format!("error code {errorcode} raised on a window whose handler is MPI_ERRORS_ARE_FATAL"),
-            ),
-        }
+        crate::err::call_errhandler("MPI_Win_call_errhandler", win, errorcode)
     }
 
     fn MPI_Put / PMPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: H, target_rank: c_int, target_disp: Aint, target_count: c_int, target_datatype: H, win: H) [win] {
