@@ -201,6 +201,15 @@ fn one_sided_windows() {
     }
 }
 
+/// MPI-IO: explicit offsets, strided views, individual and shared file pointers, ordered,
+/// non-blocking and split collective accesses, sizes, atomicity, append mode and file errors.
+#[test]
+fn files_views_and_every_data_access() {
+    for n in [1, 3] {
+        passes("io", n);
+    }
+}
+
 #[test]
 fn a_large_isend_does_not_stop_a_barrier_behind_it() {
     passes("isend_barrier", 3);

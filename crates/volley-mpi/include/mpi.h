@@ -295,6 +295,7 @@ enum {
 #define MPI_MAX_PROCESSOR_NAME         256
 #define MPI_MAX_PSET_NAME_LEN          512
 #define MPI_MAX_STRINGTAG_LEN          1024
+#define MPI_MAX_DATAREP_STRING         128
 
 enum {
     MPI_ANY_SOURCE = -1,
@@ -358,6 +359,22 @@ enum {
     MPI_WIN_FLAVOR_DYNAMIC = 43,
     MPI_WIN_FLAVOR_SHARED = 44,
 
+    /* MPI-IO (MPI-3.1 chapter 13): access modes, seek positions, the sequential view's
+     * displacement. */
+    MPI_MODE_APPEND = 1,
+    MPI_MODE_CREATE = 2,
+    MPI_MODE_DELETE_ON_CLOSE = 4,
+    MPI_MODE_EXCL = 8,
+    MPI_MODE_RDONLY = 16,
+    MPI_MODE_RDWR = 32,
+    MPI_MODE_SEQUENTIAL = 64,
+    MPI_MODE_UNIQUE_OPEN = 128,
+    MPI_MODE_WRONLY = 256,
+    MPI_SEEK_CUR = 601,
+    MPI_SEEK_END = 602,
+    MPI_SEEK_SET = 603,
+    MPI_DISPLACEMENT_CURRENT = -255,
+
     MPI_COMM_TYPE_SHARED = 1001,
     MPI_COMM_TYPE_HW_UNGUIDED = 1002,
     MPI_COMM_TYPE_HW_GUIDED = 1003,
@@ -408,10 +425,22 @@ typedef int (MPI_Win_delete_attr_function)(MPI_Win, int, void *, void *);
 #define MPI_WIN_NULL_DELETE_FN  ((MPI_Win_delete_attr_function *)0x0)
 typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);
 typedef MPI_Win_errhandler_function MPI_Win_errhandler_fn;
+typedef void (MPI_File_errhandler_function)(MPI_File *, int *, ...);
+typedef MPI_File_errhandler_function MPI_File_errhandler_fn;
+typedef int (MPI_Datarep_conversion_function)(void *, MPI_Datatype, int, void *, MPI_Offset, void *);
+typedef int (MPI_Datarep_extent_function)(MPI_Datatype datatype, MPI_Aint *, void *);
+#define MPI_CONVERSION_FN_NULL ((MPI_Datarep_conversion_function *)0x0)
+/* ROMIO's names, which older MPI-IO programs use (MPICH and Open MPI define them alike). */
+#define MPIO_Request      MPI_Request
+#define MPIO_REQUEST_NULL MPI_REQUEST_NULL
+#define MPIO_Wait         MPI_Wait
+#define MPIO_Test         MPI_Test
 typedef MPI_Comm_copy_attr_function MPI_Copy_function;
 typedef MPI_Comm_delete_attr_function MPI_Delete_function;
 
 /* The functions. Each is also declared as PMPI_ below. */
+/* MPI-IO (MPI-3.1 chapter 13, MPI_File_open to MPI_File_c2f): POSIX files, "native" data
+ * (docs/mpi.md says how they work and what is left out). */
 /* One-sided communication (MPI-3.1 chapter 11, MPI_Win_create to MPI_Win_sync): windows whose
  * ranks share one machine (docs/mpi.md says how they work and what is left out). */
 /* MPI_T, the tool information interface (MPI-3.1 chapter 14): volley's settings as control
@@ -805,6 +834,68 @@ P(int, Win_get_errhandler, (MPI_Win win, MPI_Errhandler *errhandler)) \
 P(int, Win_call_errhandler, (MPI_Win win, int errorcode)) \
 P(MPI_Fint, Win_c2f, (MPI_Win win)) \
 P(MPI_Win, Win_f2c, (MPI_Fint win)) \
+P(int, File_open, (MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh)) \
+P(int, File_close, (MPI_File *fh)) \
+P(int, File_delete, (const char *filename, MPI_Info info)) \
+P(int, File_set_size, (MPI_File fh, MPI_Offset size)) \
+P(int, File_preallocate, (MPI_File fh, MPI_Offset size)) \
+P(int, File_get_size, (MPI_File fh, MPI_Offset *size)) \
+P(int, File_get_group, (MPI_File fh, MPI_Group *group)) \
+P(int, File_get_amode, (MPI_File fh, int *amode)) \
+P(int, File_set_info, (MPI_File fh, MPI_Info info)) \
+P(int, File_get_info, (MPI_File fh, MPI_Info *info_used)) \
+P(int, File_set_view, (MPI_File fh, MPI_Offset disp, MPI_Datatype etype, MPI_Datatype filetype, const char *datarep, MPI_Info info)) \
+P(int, File_get_view, (MPI_File fh, MPI_Offset *disp, MPI_Datatype *etype, MPI_Datatype *filetype, char *datarep)) \
+P(int, File_read_at, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_read_at_all, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write_at, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_iread_at, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iwrite_at, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iread_at_all, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iwrite_at_all, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_read, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_read_all, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write_all, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_iread, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iwrite, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iread_all, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iwrite_all, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_seek, (MPI_File fh, MPI_Offset offset, int whence)) \
+P(int, File_get_position, (MPI_File fh, MPI_Offset *offset)) \
+P(int, File_get_byte_offset, (MPI_File fh, MPI_Offset offset, MPI_Offset *disp)) \
+P(int, File_read_shared, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write_shared, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_iread_shared, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_iwrite_shared, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)) \
+P(int, File_read_ordered, (MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_write_ordered, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)) \
+P(int, File_seek_shared, (MPI_File fh, MPI_Offset offset, int whence)) \
+P(int, File_get_position_shared, (MPI_File fh, MPI_Offset *offset)) \
+P(int, File_read_at_all_begin, (MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_read_at_all_end, (MPI_File fh, void *buf, MPI_Status *status)) \
+P(int, File_write_at_all_begin, (MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_write_at_all_end, (MPI_File fh, const void *buf, MPI_Status *status)) \
+P(int, File_read_all_begin, (MPI_File fh, void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_read_all_end, (MPI_File fh, void *buf, MPI_Status *status)) \
+P(int, File_write_all_begin, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_write_all_end, (MPI_File fh, const void *buf, MPI_Status *status)) \
+P(int, File_read_ordered_begin, (MPI_File fh, void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_read_ordered_end, (MPI_File fh, void *buf, MPI_Status *status)) \
+P(int, File_write_ordered_begin, (MPI_File fh, const void *buf, int count, MPI_Datatype datatype)) \
+P(int, File_write_ordered_end, (MPI_File fh, const void *buf, MPI_Status *status)) \
+P(int, File_get_type_extent, (MPI_File fh, MPI_Datatype datatype, MPI_Aint *extent)) \
+P(int, Register_datarep, (const char *datarep, MPI_Datarep_conversion_function *read_conversion_fn, MPI_Datarep_conversion_function *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state)) \
+P(int, File_set_atomicity, (MPI_File fh, int flag)) \
+P(int, File_get_atomicity, (MPI_File fh, int *flag)) \
+P(int, File_sync, (MPI_File fh)) \
+P(int, File_create_errhandler, (MPI_File_errhandler_function *file_errhandler_fn, MPI_Errhandler *errhandler)) \
+P(int, File_set_errhandler, (MPI_File file, MPI_Errhandler errhandler)) \
+P(int, File_get_errhandler, (MPI_File file, MPI_Errhandler *errhandler)) \
+P(int, File_call_errhandler, (MPI_File fh, int errorcode)) \
+P(MPI_Fint, File_c2f, (MPI_File file)) \
+P(MPI_File, File_f2c, (MPI_Fint file)) \
 P(int, Put, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)) \
 P(int, Get, (void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)) \
 P(int, Accumulate, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)) \

@@ -329,6 +329,29 @@ crate::mpi! {
     }
 }
 
+/// Files in "external32" (`io`): whether every basic element of `t` has the same size in
+/// external32 as here (then a view's layout is the same in both, and only byte order and the
+/// long double format change).
+pub(crate) fn same_layout(t: &Dtype) -> R<bool> {
+    let mut runs = Vec::new();
+    units(t, &mut runs, 1)?;
+    Ok(runs.iter().all(|u| u.native == u.ext))
+}
+
+/// `count` elements of `t`, packed here, in external32 (`out` as long as `native`; the caller
+/// has checked `same_layout`).
+pub(crate) fn to_ext32(t: &Dtype, count: usize, native: &[u8], out: &mut [u8]) -> R {
+    let (runs, _) = runs_for(t, count)?;
+    to_external(native, out, &runs)
+}
+
+/// The other way.
+pub(crate) fn from_ext32(t: &Dtype, count: usize, ext: &[u8], out: &mut [u8]) -> R {
+    let (runs, _) = runs_for(t, count)?;
+    from_external(ext, out, &runs);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

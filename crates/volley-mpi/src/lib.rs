@@ -34,6 +34,7 @@ mod external;
 mod hier;
 mod info;
 mod inter;
+mod io;
 mod nbc;
 mod nbc_shm;
 mod p2p;

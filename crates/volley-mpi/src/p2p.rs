@@ -1026,6 +1026,12 @@ fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64
 /// A request already complete (an operation done at its call, MPI_Rput and the like), stored
 /// at `request`.
 pub(crate) fn completed_request(comm: H, request: *mut H) -> R {
+    completed_request_with(comm, Status::empty(), request)
+}
+
+/// A request already complete with status `st` (a file access done at its call), stored at
+/// `request`.
+pub(crate) fn completed_request_with(comm: H, st: Status, request: *mut H) -> R {
     if request.is_null() {
         return Err(fail(
             class::REQUEST,
@@ -1033,7 +1039,7 @@ pub(crate) fn completed_request(comm: H, request: *mut H) -> R {
         ));
     }
     let mut rt = rt()?;
-    let h = store(&mut rt, Req::finished(comm, Status::empty()))?;
+    let h = store(&mut rt, Req::finished(comm, st))?;
     drop(rt);
     // SAFETY: the caller's output argument (checked not null above).
     unsafe { put(request, h) }
@@ -1157,7 +1163,7 @@ fn is_done(rt: &mut Rt, h: H) -> R<Option<bool>> {
 ///
 /// A single-completion call leaves the status's MPI_ERROR field as the program left it (MPI-3.1
 /// section 3.2.5: only calls that return MPI_ERR_IN_STATUS set it).
-unsafe fn put_status(p: *mut Status, mut st: Status) {
+pub(crate) unsafe fn put_status(p: *mut Status, mut st: Status) {
     if !p.is_null() {
         // SAFETY: the caller's status.
         unsafe {

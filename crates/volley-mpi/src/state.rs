@@ -41,6 +41,7 @@ pub const KIND_MSG: usize = 7;
 pub const KIND_INFO: usize = 8;
 pub const KIND_SESSION: usize = 9;
 pub const KIND_WIN: usize = 10;
+pub const KIND_FILE: usize = 11;
 
 /// Objects of one kind a process can hold at once.
 pub const MAX_OBJECTS: usize = 1 << 20;
@@ -373,6 +374,8 @@ pub struct Rt {
     pub nbcs: Vec<(usize, u32)>,
     /// Windows (one-sided communication, see `win`).
     pub wins: Vec<Option<Box<crate::win::Win>>>,
+    /// Open files and the rest of MPI-IO's state (see `io`).
+    pub io: crate::io::IoState,
 }
 
 /// The face's state, borrowed for one MPI call.
@@ -499,6 +502,8 @@ pub fn errhandler_of(comm: H) -> Handler {
         comm
     } else if index(KIND_WIN, comm).is_some() {
         crate::win::errhandler(rt, comm)
+    } else if crate::io::is_file(comm) {
+        crate::io::errhandler(rt, comm)
     } else {
         rt.comm_slot(comm)
             .or_else(|_| rt.comm_slot(abi::COMM_WORLD))
