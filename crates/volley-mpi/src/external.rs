@@ -338,6 +338,11 @@ pub(crate) fn same_layout(t: &Dtype) -> R<bool> {
     Ok(runs.iter().all(|u| u.native == u.ext))
 }
 
+/// The bytes one element of `t` takes in external32.
+pub(crate) fn ext32_size(t: &Dtype) -> R<usize> {
+    Ok(runs_for(t, 1)?.1)
+}
+
 /// `count` elements of `t`, packed here, in external32 (`out` as long as `native`; the caller
 /// has checked `same_layout`).
 pub(crate) fn to_ext32(t: &Dtype, count: usize, native: &[u8], out: &mut [u8]) -> R {

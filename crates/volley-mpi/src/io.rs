@@ -206,7 +206,8 @@ impl View {
     }
 
     /// Bytes of the view's data that lie before file offset `end` (where the end of a file of
-    /// `end` bytes is, in the view).
+    /// `end` bytes is, in the view). Per block: the tiles whose copy of it starts below `end`,
+    /// whole but for the last (blocks may lie anywhere, also past the extent).
     fn data_below(&self, end: u64) -> u64 {
         if end <= self.disp {
             return 0;
@@ -216,13 +217,25 @@ impl View {
             return rel;
         }
         let ext = self.ftype.extent() as u64;
-        let (tiles, rem) = (rel / ext, rel % ext);
-        let part: u64 = self
-            .blocks
+        self.blocks
             .iter()
-            .map(|&(o, l)| rem.saturating_sub(o).min(l as u64))
-            .sum();
-        tiles * self.ftype.size as u64 + part
+            .filter(|&&(o, _)| rel > o)
+            .map(|&(o, l)| {
+                let past = rel - o;
+                (past / ext) * l as u64 + (past % ext).min(l as u64)
+            })
+            .sum()
+    }
+
+    /// The file offset of byte `pos` of the view's data (the displacement for a view with no
+    /// data there).
+    fn byte_offset(&self, pos: u64) -> u64 {
+        let mut at = self.disp;
+        let _ = self.map(pos, 1, |off, _, _| {
+            at = off;
+            Ok(false)
+        });
+        at
     }
 }
 
@@ -420,14 +433,14 @@ fn allgather_i64(v: i64, comm: H, n: usize, what: &str) -> R<Vec<i64>> {
     Ok(all)
 }
 
-/// An error every rank of `comm` agrees on: this rank's failure, or, when it has none but
-/// another rank failed, `other`.
-fn agree(mine: R, comm: H, other: &str) -> R {
+/// An outcome every rank of `comm` agrees on: this rank's failure, or, when it has none but
+/// another rank failed, `other` (MPI_ERR_IO); else this rank's value.
+fn agree<T>(mine: R<T>, comm: H, other: &str) -> R<T> {
     let good = min_over(mine.is_ok() as c_int, comm, "agreeing on the outcome")?;
     match mine {
         Err(e) => Err(e),
-        Ok(()) if good == 0 => Err(fail(ERR_IO, other.to_string())),
-        Ok(()) => Ok(()),
+        Ok(_) if good == 0 => Err(fail(ERR_IO, other.to_string())),
+        Ok(v) => Ok(v),
     }
 }
 
@@ -509,6 +522,18 @@ fn machine_key() -> i64 {
     crate::win::machine_key() as i64
 }
 
+/// Removes a file when dropped: rank 0's side file, on every way out of `make_shared` (after
+/// the others have it open, or on a failure before).
+struct Unlink(Option<PathBuf>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// Makes the shared file pointer of a file of `n` ranks at `path`, starting at `start`
 /// (collective over `comm`).
 fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Shared> {
@@ -520,6 +545,7 @@ fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Sh
     // Rank 0 makes the side file and names it to the others (a NUL-terminated path).
     let mut name = [0u8; 4096];
     let mut made = None;
+    let mut unlink = Unlink(None);
     let mut why = String::new();
     if me == 0 {
         let seq = {
@@ -555,7 +581,8 @@ fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Sh
                     let s = p.to_string_lossy();
                     if s.len() < name.len() {
                         name[..s.len()].copy_from_slice(s.as_bytes());
-                        made = Some((f, p));
+                        unlink.0 = Some(p.clone());
+                        made = Some(f);
                         break;
                     }
                     let _ = std::fs::remove_file(&p);
@@ -575,7 +602,7 @@ fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Sh
         Err(format!(
             "MPI's shared file pointer needs a side file, and rank 0 could not make one ({why})"
         ))
-    } else if let Some((f, _)) = made.take() {
+    } else if let Some(f) = made.take() {
         Ok(f)
     } else {
         OpenOptions::new()
@@ -590,9 +617,8 @@ fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Sh
             })
     };
     let good = min_over(mine.is_ok() as c_int, comm, "sharing the file pointer")?;
-    if me == 0 && len > 0 {
-        let _ = std::fs::remove_file(&side);
-    }
+    // Every rank has it open: rank 0 unlinks it now.
+    drop(unlink);
     Ok(match (mine, good) {
         (Ok(f), 1) => Shared::File(f),
         (Err(e), _) => Shared::None(e),
@@ -603,13 +629,8 @@ fn make_shared(comm: H, me: usize, n: usize, path: &Path, start: Offset) -> R<Sh
 }
 
 fn open(comm: H, filename: *const c_char, amode: c_int, info: H, fh: *mut H) -> R {
-    if fh.is_null() {
-        return Err(fail(
-            class::ARG,
-            "the file handle argument is a null pointer",
-        ));
-    }
     {
+        // The communicator is the same object at every rank: its errors are everyone's.
         let rt = rt()?;
         if rt.comm(comm)?.is_inter() {
             return Err(fail(
@@ -618,20 +639,47 @@ fn open(comm: H, filename: *const c_char, amode: c_int, info: H, fh: *mut H) -> 
             ));
         }
     }
-    // SAFETY: MPI: a C string.
-    let name = unsafe { c_str(filename)? };
-    check_amode(amode)?;
+    // This rank's own arguments; a rank whose arguments are wrong still takes part in what
+    // follows, so that every rank gets an error and none waits for ever.
+    let mine = (|| {
+        if fh.is_null() {
+            return Err(fail(
+                class::ARG,
+                "the file handle argument is a null pointer",
+            ));
+        }
+        // SAFETY: MPI: a C string.
+        let name = unsafe { c_str(filename)? };
+        check_amode(amode)?;
+        let pairs = if info == abi::INFO_NULL {
+            Vec::new()
+        } else {
+            crate::info::pairs(info)?
+        };
+        Ok((strip_prefix(&name).to_string(), pairs))
+    })();
     let mut fc: H = 0;
     // SAFETY: internal calls with valid arguments (fc is written).
     ok(
         unsafe { crate::comm::PMPI_Comm_dup(comm, &mut fc) },
         "duplicating the communicator",
     )?;
-    rt()?.comm_slot_mut(fc)?.errhandler = abi::ERRORS_RETURN;
-    let r = open_on(fc, strip_prefix(&name), amode, info);
+    let r = rt()
+        .and_then(|mut rt| {
+            rt.comm_slot_mut(fc)?.errhandler = abi::ERRORS_RETURN;
+            Ok(())
+        })
+        .and_then(|_| {
+            let (name, pairs) = agree(
+                mine,
+                fc,
+                "another rank's arguments to MPI_File_open were wrong",
+            )?;
+            open_on(fc, &name, amode, pairs)
+        });
     match r {
         Ok(h) => {
-            // SAFETY: the caller's output argument.
+            // SAFETY: the caller's output argument (checked not null).
             unsafe { put(fh, h) }
         }
         Err(e) => {
@@ -642,7 +690,7 @@ fn open(comm: H, filename: *const c_char, amode: c_int, info: H, fh: *mut H) -> 
     }
 }
 
-fn open_on(fc: H, name: &str, amode: c_int, info: H) -> R<H> {
+fn open_on(fc: H, name: &str, amode: c_int, info: Vec<(String, String)>) -> R<H> {
     let (me, n) = {
         let rt = rt()?;
         let c = rt.comm(fc)?;
@@ -715,11 +763,6 @@ fn open_on(fc: H, name: &str, amode: c_int, info: H) -> R<H> {
         0
     };
     let shared = make_shared(fc, me, n, &path, start)?;
-    let info = if info == abi::INFO_NULL {
-        Vec::new()
-    } else {
-        crate::info::pairs(info)?
-    };
     let mut rt = rt()?;
     let file = File {
         comm: fc,
@@ -740,31 +783,48 @@ fn open_on(fc: H, name: &str, amode: c_int, info: H) -> R<H> {
     Ok(handle(KIND_FILE, i))
 }
 
-fn close(h: H) -> R {
-    let (mut comm, path, delete, me) = with(h, |f| {
+/// MPI_File_close: collective. A failure of the closing barrier leaves the file open (its
+/// handler hears of it); once past it the file is closed, and a failed MPI_MODE_DELETE_ON_CLOSE
+/// goes to MPI_FILE_NULL's handler (the file is gone by then).
+/// Whether the file is closed, and how it went.
+fn close(h: H) -> (bool, R) {
+    let found = with(h, |f| {
         Ok((
             f.comm,
             f.path.clone(),
             f.amode & MODE_DELETE_ON_CLOSE != 0,
             f.rank,
         ))
-    })?;
-    {
-        let mut rt = rt()?;
-        let i = index(KIND_FILE, h).expect("checked");
-        rt.io.files[i] = None;
+    });
+    let (comm, path, delete, me) = match found {
+        Ok(v) => v,
+        Err(e) => return (false, Err(e)),
+    };
+    // Every rank is done with the file before it is deleted (an unlinked file stays readable
+    // through the descriptors still open, but nobody may still be writing it).
+    if let Err(e) = barrier(comm, "closing the file") {
+        return (false, Err(e));
     }
-    // Every rank has closed its descriptor before the file is deleted.
-    let r = barrier(comm, "closing the file");
     let gone = if delete && me == 0 {
-        std::fs::remove_file(&path)
-            .map_err(|e| io_fail(&e, format!("deleting {} at close", path.display())))
+        std::fs::remove_file(&path).map_err(|e| {
+            let mut f = io_fail(&e, format!("deleting {} at close", path.display()));
+            f.comm = Some(FILE_NULL);
+            f
+        })
     } else {
         Ok(())
     };
+    match rt() {
+        Ok(mut rt) => {
+            let i = index(KIND_FILE, h).expect("checked");
+            rt.io.files[i] = None;
+        }
+        Err(e) => return (false, Err(e)),
+    }
+    let mut comm = comm;
     // SAFETY: the file's own communicator, freed once.
     unsafe { crate::comm::PMPI_Comm_free(&mut comm) };
-    r.and(gone)
+    (true, gone)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -919,61 +979,90 @@ fn transfer(f: &File, dir: Dir, pos: u64, buf: *const c_void, count: usize, t: &
 }
 
 /// A data access: `count` elements of `datatype` at `buf`, starting where `at` says; its status.
-fn access(h: H, dir: Dir, at: Where, buf: *const c_void, count: c_int, datatype: H) -> R<Status> {
-    if count < 0 {
-        return Err(fail(class::COUNT, format!("count {count} is negative")));
-    }
-    let t = committed(&*rt()?, datatype)?;
-    let bytes = count as usize * t.size;
-    let (esize, comm, rank, size) = with(h, |f| {
-        check_mode(f, dir, at)?;
-        let es = f.view.esize();
-        if !(bytes as u64).is_multiple_of(es) {
-            return Err(fail(
-                class::TYPE,
-                format!(
-                    "{bytes} bytes are not a whole number of the view's etype ({es} bytes): a file access moves whole etypes"
-                ),
-            ));
+/// `pre` is a failure the caller found first (an ordered access still takes part in its
+/// collective with it, so that no rank waits for ever).
+#[allow(clippy::too_many_arguments)]
+fn access(
+    h: H,
+    dir: Dir,
+    at: Where,
+    buf: *const c_void,
+    count: c_int,
+    datatype: H,
+    pre: R,
+) -> R<Status> {
+    let (comm, rank, size) = with(h, |f| Ok((f.comm, f.rank, f.size)))?;
+    // This rank's own checks.
+    let checked = pre.and_then(|_| {
+        if count < 0 {
+            return Err(fail(class::COUNT, format!("count {count} is negative")));
         }
-        Ok((es, f.comm, f.rank, f.size))
-    })?;
-    let etypes = (bytes as u64 / esize) as Offset;
-    let pos: u64 = match at {
-        Where::At(off) => {
-            if off < 0 {
-                return Err(fail(class::ARG, format!("offset {off} is negative")));
-            }
-            off as u64 * esize
-        }
-        Where::Individual => with(h, |f| Ok(f.pos as u64 * esize))?,
-        Where::Shared => with(h, |f| f.shared.fetch_add(etypes))? as u64 * esize,
-        Where::Ordered => {
-            let all = allgather_i64(etypes, comm, size, "ordering the ranks' data")?;
-            let before: i64 = all[..rank].iter().sum();
-            let total: i64 = all.iter().sum();
-            // Rank 0 moves the shared pointer for everyone: [where it was, error class].
-            let mut base = [0i64; 2];
-            let mut mine = Ok(());
-            if rank == 0 {
-                match with(h, |f| f.shared.fetch_add(total)) {
-                    Ok(b) => base[0] = b,
-                    Err(e) => {
-                        base[1] = e.class as i64;
-                        mine = Err(e);
-                    }
-                }
-            }
-            bcast(&mut base, comm, "sharing the shared file pointer")?;
-            mine?;
-            if base[1] != 0 {
+        let t = committed(&*rt()?, datatype)?;
+        let bytes = count as usize * t.size;
+        let es = with(h, |f| {
+            check_mode(f, dir, at)?;
+            let es = f.view.esize();
+            if !(bytes as u64).is_multiple_of(es) {
                 return Err(fail(
-                    base[1] as c_int,
-                    "rank 0 of the file could not move the shared file pointer",
+                    ERR_IO,
+                    format!(
+                        "{bytes} bytes are not a whole number of the view's etype ({es} bytes): a file access moves whole etypes"
+                    ),
                 ));
             }
-            (base[0] + before) as u64 * esize
+            Ok(es)
+        })?;
+        Ok((t, bytes, es))
+    });
+    let (t, esize, pos) = if at == Where::Ordered {
+        let etypes = checked
+            .as_ref()
+            .map_or(-1, |(_, bytes, es)| (*bytes as u64 / es) as i64);
+        let all = allgather_i64(etypes, comm, size, "ordering the ranks' data")?;
+        let (t, _, esize) = checked?;
+        if all.iter().any(|&n| n < 0) {
+            return Err(fail(
+                ERR_IO,
+                "another rank's part of the ordered access was refused",
+            ));
         }
+        let before: i64 = all[..rank].iter().sum();
+        let total: i64 = all.iter().sum();
+        // Rank 0 moves the shared pointer for everyone: [where it was, error class].
+        let mut base = [0i64; 2];
+        let mut mine = Ok(());
+        if rank == 0 {
+            match with(h, |f| f.shared.fetch_add(total)) {
+                Ok(b) => base[0] = b,
+                Err(e) => {
+                    base[1] = e.class as i64;
+                    mine = Err(e);
+                }
+            }
+        }
+        bcast(&mut base, comm, "sharing the shared file pointer")?;
+        mine?;
+        if base[1] != 0 {
+            return Err(fail(
+                base[1] as c_int,
+                "rank 0 of the file could not move the shared file pointer",
+            ));
+        }
+        (t, esize, (base[0] + before) as u64 * esize)
+    } else {
+        let (t, bytes, esize) = checked?;
+        let etypes = (bytes as u64 / esize) as Offset;
+        let pos = match at {
+            Where::At(off) => {
+                if off < 0 {
+                    return Err(fail(class::ARG, format!("offset {off} is negative")));
+                }
+                off as u64 * esize
+            }
+            Where::Individual => with(h, |f| Ok(f.pos as u64 * esize))?,
+            _ => with(h, |f| f.shared.fetch_add(etypes))? as u64 * esize,
+        };
+        (t, esize, pos)
     };
     let done = with(h, |f| {
         let done = transfer(f, dir, pos, buf, count as usize, &t)?;
@@ -995,7 +1084,7 @@ fn blocking(
     datatype: H,
     status: *mut Status,
 ) -> R {
-    let st = access(h, dir, at, buf, count, datatype)?;
+    let st = access(h, dir, at, buf, count, datatype, Ok(()))?;
     // SAFETY: the caller's status argument (or MPI_STATUS_IGNORE).
     unsafe { crate::p2p::put_status(status, st) };
     Ok(())
@@ -1011,7 +1100,7 @@ fn nonblocking(
     datatype: H,
     request: *mut H,
 ) -> R {
-    let st = access(h, dir, at, buf, count, datatype)?;
+    let st = access(h, dir, at, buf, count, datatype, Ok(()))?;
     let comm = with(h, |f| Ok(f.comm))?;
     crate::p2p::completed_request_with(comm, st, request)
 }
@@ -1026,7 +1115,7 @@ fn begin(
     count: c_int,
     datatype: H,
 ) -> R {
-    with(h, |f| {
+    let active = with(h, |f| {
         match &f.split {
         Some(s) => Err(fail(
             ERR_IO,
@@ -1037,8 +1126,8 @@ fn begin(
         )),
         None => Ok(()),
     }
-    })?;
-    let status = access(h, dir, at, buf, count, datatype)?;
+    });
+    let status = access(h, dir, at, buf, count, datatype, active)?;
     with(h, |f| {
         f.split = Some(Split {
             what,
@@ -1085,11 +1174,17 @@ fn make_view(disp: Offset, etype: H, filetype: H, rep: &str, writable: bool) -> 
         return Err(fail(class::ARG, format!("displacement {disp} is negative")));
     }
     if e.size == 0 {
-        return Err(fail(class::TYPE, "the etype holds no data"));
+        return Err(fail(class::ARG, "the etype holds no data"));
+    }
+    if ft.extent() <= 0 || e.extent() <= 0 {
+        return Err(fail(
+            ERR_IO,
+            "the etype and the filetype need a positive extent: the file is their tiles, one after another",
+        ));
     }
     if ft.size == 0 || !ft.size.is_multiple_of(e.size) {
         return Err(fail(
-            class::TYPE,
+            class::ARG,
             format!(
                 "the filetype holds {} bytes of data: it must be made of whole etypes ({} bytes), at least one",
                 ft.size, e.size
@@ -1165,6 +1260,46 @@ fn check_rep(rep: &str) -> R {
     }
 }
 
+/// A representation registered with an extent function lays files out by it (MPI-3.1 13.5.3);
+/// volley's views lay them out by the native extents, so one whose extents differ for the
+/// view's types is refused.
+fn check_registered_extents(v: &View) -> R {
+    let (f, extra) = {
+        let rt = rt()?;
+        match rt.io.datareps.iter().find(|d| d.0 == v.rep) {
+            Some(d) if d.3 != 0 => (d.3, d.4),
+            _ => return Ok(()),
+        }
+    };
+    for (h, t) in [(v.etype_h, &v.etype), (v.ftype_h, &v.ftype)] {
+        if call_extent_fn(f, extra, h)? != t.extent() as Aint {
+            return Err(fail(
+                class::UNSUPPORTED_DATAREP,
+                format!("data representation \"{}\" gives the view's types other extents than their native ones, and volley's MPI lays files out by the native extents", v.rep),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Calls a representation's extent function (MPI_Datarep_extent_function) on `datatype`.
+fn call_extent_fn(f: usize, extra: usize, datatype: H) -> R<Aint> {
+    // SAFETY: `f` is the non-null extent function the program registered with
+    // MPI_Register_datarep, of the signature mpi.h declares for it.
+    let f: unsafe extern "C" fn(H, *mut Aint, *mut c_void) -> c_int =
+        unsafe { std::mem::transmute(f) };
+    let mut e: Aint = 0;
+    // SAFETY: called as MPI defines it.
+    let rc = unsafe { f(datatype, &mut e, extra as *mut c_void) };
+    if rc != 0 {
+        return Err(fail_code(
+            rc,
+            "the data representation's extent function failed",
+        ));
+    }
+    Ok(e)
+}
+
 /// A handle for a view's datatype: a predefined one as itself, a made one as a new handle the
 /// program frees (MPI-3.1 13.3).
 fn type_handle(h: H, t: &TypeRef) -> R<H> {
@@ -1188,12 +1323,15 @@ crate::mpi! {
     fn MPI_File_close / PMPI_File_close(fh: *mut H) [FILE_NULL] {
         // SAFETY: the caller's in-out argument.
         let h = unsafe { get(fh)? };
-        close(h).map_err(|mut e| {
-            e.comm = Some(h);
+        let (closed, r) = close(h);
+        if closed {
+            // SAFETY: the caller's in-out argument.
+            unsafe { put(fh, FILE_NULL)? };
+        }
+        r.map_err(|mut e| {
+            e.comm.get_or_insert(h);
             e
-        })?;
-        // SAFETY: the caller's in-out argument.
-        unsafe { put(fh, FILE_NULL) }
+        })
     }
 
     fn MPI_File_delete / PMPI_File_delete(filename: *const c_char, info: H) [FILE_NULL] {
@@ -1205,16 +1343,10 @@ crate::mpi! {
     }
 
     fn MPI_File_set_size / PMPI_File_set_size(fh: H, size: Offset) [fh] {
-        if size < 0 {
-            return Err(fail(class::ARG, format!("size {size} is negative")));
-        }
         resize(fh, size, false)
     }
 
     fn MPI_File_preallocate / PMPI_File_preallocate(fh: H, size: Offset) [fh] {
-        if size < 0 {
-            return Err(fail(class::ARG, format!("size {size} is negative")));
-        }
         resize(fh, size, true)
     }
 
@@ -1267,34 +1399,41 @@ crate::mpi! {
     }
 
     fn MPI_File_set_view / PMPI_File_set_view(fh: H, disp: Offset, etype: H, filetype: H, datarep: *const c_char, info: H) [fh] {
-        // SAFETY: MPI: a C string.
-        let rep = unsafe { c_str(datarep)? };
         let (comm, sequential, writable) = with(fh, |f| {
-            if f.split.is_some() {
-                return Err(fail(ERR_IO, "MPI_File_set_view while a split collective is active on the file"));
-            }
             Ok((f.comm, f.amode & MODE_SEQUENTIAL != 0, f.amode & MODE_RDONLY == 0))
         })?;
-        let disp = if disp == DISPLACEMENT_CURRENT {
-            if !sequential {
-                return Err(fail(class::ARG, "MPI_DISPLACEMENT_CURRENT is for files opened with MPI_MODE_SEQUENTIAL"));
-            }
-            with(fh, |f| {
-                let es = f.view.esize() as Offset;
-                let d = f.view.disp as Offset;
-                Ok(d + f.shared.get()? * es)
-            })?
-        } else {
-            disp
-        };
-        let made = check_rep(&rep).and_then(|_| make_view(disp, etype, filetype, &rep, writable));
-        // Every rank's view is checked before any takes it: all take theirs or all fail.
-        agree(made.as_ref().map(|_| ()).map_err(|e| fail(e.class, e.msg.clone())), comm, "another rank's view was refused")?;
-        let view = made?;
-        let pairs = if info == abi::INFO_NULL { Vec::new() } else { crate::info::pairs(info)? };
-        // The file pointers start again at the view's beginning (MPI-3.1 13.3); rank 0 resets
-        // the shared one once every rank is here.
-        barrier(comm, "setting the view")?;
+        // A sequential file's view starts where the shared pointer is, once every rank's
+        // earlier shared accesses have moved it (the access mode is the same at every rank).
+        if sequential {
+            barrier(comm, "setting the view")?;
+        }
+        // This rank's view, checked; a rank whose view is refused still agrees below, so that
+        // all take theirs or all fail.
+        let mine = (|| {
+            with(fh, |f| match f.split {
+                Some(_) => Err(fail(ERR_IO, "MPI_File_set_view while a split collective is active on the file")),
+                None => Ok(()),
+            })?;
+            // SAFETY: MPI: a C string.
+            let rep = unsafe { c_str(datarep)? };
+            let disp = match (disp == DISPLACEMENT_CURRENT, sequential) {
+                (true, true) => with(fh, |f| {
+                    let sp = f.shared.get()?;
+                    Ok(f.view.byte_offset(sp as u64 * f.view.esize()) as Offset)
+                })?,
+                (true, false) => return Err(fail(class::ARG, "MPI_DISPLACEMENT_CURRENT is for files opened with MPI_MODE_SEQUENTIAL")),
+                (false, true) => return Err(fail(class::ARG, "a file opened with MPI_MODE_SEQUENTIAL takes MPI_DISPLACEMENT_CURRENT as its view's displacement (MPI-3.1 13.3)")),
+                (false, false) => disp,
+            };
+            check_rep(&rep)?;
+            let view = make_view(disp, etype, filetype, &rep, writable)?;
+            check_registered_extents(&view)?;
+            let pairs = if info == abi::INFO_NULL { Vec::new() } else { crate::info::pairs(info)? };
+            Ok((view, pairs))
+        })();
+        let (view, pairs) = agree(mine, comm, "another rank's view was refused")?;
+        // The file pointers start again at the view's beginning (MPI-3.1 13.3): every rank is
+        // past its earlier accesses (the agreement above) when rank 0 resets the shared one.
         let reset = with(fh, |f| {
             f.view = view;
             f.pos = 0;
@@ -1481,18 +1620,37 @@ crate::mpi! {
     }
 
     fn MPI_File_seek_shared / PMPI_File_seek_shared(fh: H, offset: Offset, whence: c_int) [fh] {
-        let comm = with(fh, |f| Ok(f.comm))?;
-        // Every rank's earlier shared accesses are done before the pointer moves.
-        barrier(comm, "seeking the shared file pointer")?;
-        let mine = with(fh, |f| {
-            if f.rank != 0 {
-                return Ok(());
+        let (comm, n, rank, sequential) = with(fh, |f| Ok((f.comm, f.size, f.rank, f.amode & MODE_SEQUENTIAL != 0)))?;
+        if sequential {
+            return Err(fail(class::UNSUPPORTED_OPERATION, "a file opened with MPI_MODE_SEQUENTIAL cannot seek"));
+        }
+        // Every rank passes the same arguments (MPI-3.1 13.4.4); comparing them also waits
+        // for every rank's earlier shared accesses.
+        let offsets = allgather_i64(offset, comm, n, "comparing the ranks' seeks")?;
+        let whences = allgather_i64(whence as i64, comm, n, "comparing the ranks' seeks")?;
+        if offsets.iter().any(|&o| o != offset) || whences.iter().any(|&w| w != whence as i64) {
+            return Err(fail(class::ARG, "the ranks passed MPI_File_seek_shared different offsets or whences"));
+        }
+        // Rank 0 finds where it lands and says so: [target, error class].
+        let mut to = [0i64; 2];
+        if rank == 0 {
+            match with(fh, |f| {
+                let now = f.shared.get()?;
+                seek_target(f, now, offset, whence)
+            }) {
+                Ok(t) => to[0] = t,
+                Err(e) => to[1] = e.class as i64,
             }
-            let now = f.shared.get()?;
-            let to = seek_target(f, now, offset, whence)?;
-            f.shared.set(to)
-        });
-        agree(mine, comm, "rank 0 could not move the shared file pointer")
+        }
+        bcast(&mut to, comm, "seeking the shared file pointer")?;
+        if to[1] != 0 {
+            return Err(fail(
+                to[1] as c_int,
+                format!("the shared file pointer cannot go to {offset} from whence {whence}: before the start of the view, or an unknown whence"),
+            ));
+        }
+        let set = with(fh, |f| if rank == 0 { f.shared.set(to[0]) } else { Ok(()) });
+        agree(set, comm, "rank 0 could not move the shared file pointer")
     }
 
     fn MPI_File_get_position_shared / PMPI_File_get_position_shared(fh: H, offset: *mut Offset) [fh] {
@@ -1505,35 +1663,29 @@ crate::mpi! {
         if offset < 0 {
             return Err(fail(class::ARG, format!("offset {offset} is negative")));
         }
-        let d = with(fh, |f| {
-            let mut at = None;
-            f.view.map(offset as u64 * f.view.esize(), 1, |off, _, _| {
-                at = Some(off);
-                Ok(false)
-            })?;
-            Ok(at.unwrap_or(f.view.disp) as Offset)
-        })?;
+        let d = with(fh, |f| Ok(f.view.byte_offset(offset as u64 * f.view.esize()) as Offset))?;
         // SAFETY: the caller's output argument.
         unsafe { put(disp, d) }
     }
 
     fn MPI_File_get_type_extent / PMPI_File_get_type_extent(fh: H, datatype: H, extent: *mut Aint) [fh] {
-        let rep = with(fh, |f| Ok(f.view.rep.clone()))?;
+        let (rep, ext32) = with(fh, |f| Ok((f.view.rep.clone(), f.view.ext32)))?;
         let (t, custom) = {
             let rt = rt()?;
             (lookup(&rt, datatype)?, rt.io.datareps.iter().find(|d| d.0 == rep).map(|d| (d.3, d.4)))
         };
         let ext = match custom {
-            Some((f, extra)) if f != 0 => {
-                // SAFETY: the program's extent function, registered with MPI_Register_datarep.
-                let f: unsafe extern "C" fn(H, *mut Aint, *mut c_void) -> c_int = unsafe { std::mem::transmute(f) };
-                let mut e: Aint = 0;
-                // SAFETY: called as MPI defines it.
-                let rc = unsafe { f(datatype, &mut e, extra as *mut c_void) };
-                if rc != 0 {
-                    return Err(fail_code(rc, "the data representation's extent function failed"));
+            Some((f, extra)) if f != 0 => call_extent_fn(f, extra, datatype)?,
+            _ if ext32 && !crate::external::same_layout(&t)? => {
+                // A predefined type's external32 extent is its size there (table 13.2); a made
+                // type of such elements has a layout of its own, which volley's files refuse.
+                if t.combiner != abi::COMBINER_NAMED {
+                    return Err(fail(
+                        class::UNSUPPORTED_DATAREP,
+                        "this datatype's basic elements change size in external32, and volley's MPI does not lay out made types of them there",
+                    ));
                 }
-                e
+                crate::external::ext32_size(&t)? as Aint
             }
             _ => t.extent() as Aint,
         };
@@ -1547,7 +1699,7 @@ crate::mpi! {
         let lo = min_over(want, comm, "comparing atomicity flags")?;
         let hi = -min_over(-want, comm, "comparing atomicity flags")?;
         if lo != hi {
-            return Err(fail(class::NOT_SAME, "the ranks passed MPI_File_set_atomicity different flags"));
+            return Err(fail(class::ARG, "the ranks passed MPI_File_set_atomicity different flags"));
         }
         with(fh, |f| {
             f.atomic = want != 0;
@@ -1663,23 +1815,30 @@ fn seek_target(f: &File, now: Offset, offset: Offset, whence: c_int) -> R<Offset
 /// MPI_File_set_size (`grow_only` false) and MPI_File_preallocate (true): rank 0 changes the
 /// file, every rank learns how it went.
 fn resize(fh: H, size: Offset, grow_only: bool) -> R {
-    let comm = with(fh, |f| {
+    let (comm, n) = with(fh, |f| {
         if f.amode & MODE_RDONLY != 0 {
             return Err(fail(
                 ERR_READ_ONLY,
                 "the file was opened with MPI_MODE_RDONLY",
             ));
         }
-        if f.amode & MODE_SEQUENTIAL != 0 && grow_only {
+        if f.amode & MODE_SEQUENTIAL != 0 {
             return Err(fail(
                 class::UNSUPPORTED_OPERATION,
-                "MPI_File_preallocate on a file opened with MPI_MODE_SEQUENTIAL",
+                "a file opened with MPI_MODE_SEQUENTIAL cannot change its size",
             ));
         }
-        Ok(f.comm)
+        Ok((f.comm, f.size))
     })?;
-    // Every rank's earlier writes are done before the size changes.
-    barrier(comm, "changing the file's size")?;
+    // Every rank passes the same size; comparing them also waits for every rank's earlier
+    // writes before the size changes.
+    let sizes = allgather_i64(size, comm, n, "comparing the ranks' sizes")?;
+    if sizes.iter().any(|&s| s != size) {
+        return Err(fail(class::ARG, "the ranks passed different sizes"));
+    }
+    if size < 0 {
+        return Err(fail(class::ARG, format!("size {size} is negative")));
+    }
     let mine = with(fh, |f| {
         if f.rank != 0 {
             return Ok(());
