@@ -1865,3 +1865,88 @@ fn resize(fh: H, size: Offset, grow_only: bool) -> R {
     });
     agree(mine, comm, "rank 0 could not change the file's size")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A view of ints (etype MPI_INT) from `disp` whose filetype holds `blocks` (byte offset,
+    /// length) in a tile of `extent` bytes.
+    fn view(disp: u64, blocks: &[(isize, usize)], extent: isize) -> View {
+        let int = crate::dtype::predefined(INT).expect("MPI_INT");
+        let mut ft = int.clone();
+        ft.blocks = blocks.to_vec();
+        ft.size = blocks.iter().map(|b| b.1).sum();
+        ft.lb = 0;
+        ft.ub = extent;
+        ft.contig = false;
+        let mut starts = Vec::new();
+        let mut at = 0;
+        for b in blocks {
+            starts.push(at);
+            at += b.1;
+        }
+        View {
+            disp,
+            etype_h: INT,
+            etype: TypeRef::Static(int),
+            ftype_h: 0,
+            ftype: TypeRef::Made(Arc::new(ft)),
+            rep: "native".into(),
+            ext32: false,
+            blocks: blocks.iter().map(|&(o, l)| (o as u64, l)).collect(),
+            starts,
+        }
+    }
+
+    fn ranges(v: &View, pos: u64, len: usize) -> Vec<(u64, usize, usize)> {
+        let mut out = Vec::new();
+        v.map(pos, len, |off, at, n| {
+            out.push((off, at, n));
+            Ok(true)
+        })
+        .expect("map");
+        out
+    }
+
+    #[test]
+    fn a_strided_view_maps_onto_its_tiles() {
+        // Rank 1 of 4, blocks of 3 ints: 12 bytes at 12, 60, 108, ...
+        let v = view(12, &[(0, 12)], 48);
+        assert_eq!(
+            ranges(&v, 0, 30),
+            vec![(12, 0, 12), (60, 12, 12), (108, 24, 6)]
+        );
+        // Starting inside a block.
+        assert_eq!(ranges(&v, 16, 8), vec![(64, 0, 8)]);
+        assert_eq!(v.byte_offset(16), 64);
+        // The end of a 100-byte file: all of tile 0 and tile 1, nothing of tile 2.
+        assert_eq!(v.data_below(100), 24);
+        assert_eq!(v.data_below(64), 16);
+        assert_eq!(v.data_below(12), 0);
+    }
+
+    #[test]
+    fn ranges_that_touch_are_one_range() {
+        // Tiles of 4 bytes whose data sits at 4 past their start: one run from 4.
+        let v = view(0, &[(4, 4)], 4);
+        assert_eq!(ranges(&v, 0, 12), vec![(4, 0, 12)]);
+        // Data past the extent counts where it lies: ints at 4, 8, 12, 16 end below 20.
+        assert_eq!(v.data_below(20), 16);
+        assert_eq!(v.data_below(18), 14);
+    }
+
+    #[test]
+    fn several_blocks_per_tile() {
+        // Two ints a tile, at 0 and 8, tiles of 16 bytes, from 100.
+        let v = view(100, &[(0, 4), (8, 4)], 16);
+        assert_eq!(
+            ranges(&v, 4, 12),
+            vec![(108, 0, 4), (116, 4, 4), (124, 8, 4)]
+        );
+        assert_eq!(v.byte_offset(8), 116);
+        // A 126-byte file: blocks at 100, 108, 116 whole, 2 bytes of 124.
+        assert_eq!(v.data_below(126), 14);
+    }
+}
