@@ -127,7 +127,13 @@ int main(int argc, char **argv) {
         for (int r = 1; r < size; r += 2)
             want3 += r;
         CHECK(sum3 == want3);
-        OK(MPI_Comm_free(&co));
+        /* A message sent and received on it, then MPI_Comm_disconnect (collective, like free). */
+        int tok = r3, got = -1;
+        OK(MPI_Sendrecv(&tok, 1, MPI_INT, (r3 + 1) % s3, 3, &got, 1, MPI_INT, (r3 + s3 - 1) % s3, 3, co,
+                        MPI_STATUS_IGNORE));
+        CHECK(got == (r3 + s3 - 1) % s3);
+        OK(MPI_Comm_disconnect(&co));
+        CHECK(co == MPI_COMM_NULL);
     }
     /* Names. */
     char name[MPI_MAX_OBJECT_NAME];

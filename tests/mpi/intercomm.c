@@ -192,7 +192,9 @@ int main(int argc, char **argv) {
     OK(MPI_Allreduce(&rank, &rs1, 1, MPI_INT, MPI_MAX, id2));
     CHECK(rs1 == far(color, rsize - 1));
     OK(MPI_Comm_free(&id1));
-    OK(MPI_Comm_free(&id2));
+    /* MPI_Comm_disconnect frees an intercommunicator once both groups are done with it. */
+    OK(MPI_Comm_disconnect(&id2));
+    CHECK(id2 == MPI_COMM_NULL);
 
     /* Split: each group by its ranks' parity; the parts of one color face each other. */
     MPI_Comm part;

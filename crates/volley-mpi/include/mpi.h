@@ -746,6 +746,7 @@ P(int, Op_commutative, (MPI_Op op, int *commute)) \
 P(int, Alloc_mem, (MPI_Aint size, MPI_Info info, void *baseptr)) \
 P(int, Free_mem, (void *base)) \
 P(int, Comm_get_parent, (MPI_Comm *parent)) \
+P(int, Comm_disconnect, (MPI_Comm *comm)) \
 P(int, Comm_dup_with_info, (MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm)) \
 P(int, Comm_set_info, (MPI_Comm comm, MPI_Info info)) \
 P(int, Comm_get_info, (MPI_Comm comm, MPI_Info *info_used)) \

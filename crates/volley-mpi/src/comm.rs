@@ -598,6 +598,30 @@ crate::mpi! {
         unsafe { put(comm, abi::COMM_NULL) }
     }
 
+    /// MPI-3.1 10.5.4: collective; once every member's communication on the communicator is
+    /// complete and matched (the program's part, which a barrier over both groups of an
+    /// intercommunicator confirms), it is freed. With no parent or spawned processes in volley,
+    /// this is how a program written for them lets go of its other communicators.
+    fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut H) {
+        // SAFETY: the caller's in-out argument.
+        let h = unsafe { get(comm)? };
+        if h == abi::COMM_WORLD || h == abi::COMM_SELF {
+            return Err(fail(class::COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be disconnected"));
+        }
+        rt()?.comm_slot(h)?;
+        // SAFETY: an internal call on the program's communicator.
+        let rc = unsafe { crate::coll::PMPI_Barrier(h) };
+        if rc != 0 {
+            return Err(crate::err::fail_code(rc, "MPI_Comm_disconnect's barrier failed"));
+        }
+        // SAFETY: the caller's in-out argument, passed on.
+        let rc = unsafe { PMPI_Comm_free(comm) };
+        if rc != 0 {
+            return Err(crate::err::fail_code(rc, "freeing the communicator failed"));
+        }
+        Ok(())
+    }
+
     fn MPI_Comm_compare / PMPI_Comm_compare(comm1: H, comm2: H, result: *mut c_int) {
         let rt = rt()?;
         let (a, b) = (rt.comm(comm1)?, rt.comm(comm2)?);
