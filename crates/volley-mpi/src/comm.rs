@@ -610,16 +610,9 @@ crate::mpi! {
         }
         rt()?.comm_slot(h)?;
         // SAFETY: an internal call on the program's communicator.
-        let rc = unsafe { crate::coll::PMPI_Barrier(h) };
-        if rc != 0 {
-            return Err(crate::err::fail_code(rc, "MPI_Comm_disconnect's barrier failed"));
-        }
+        crate::err::rc_ok(unsafe { crate::coll::PMPI_Barrier(h) }, "MPI_Comm_disconnect's barrier")?;
         // SAFETY: the caller's in-out argument, passed on.
-        let rc = unsafe { PMPI_Comm_free(comm) };
-        if rc != 0 {
-            return Err(crate::err::fail_code(rc, "freeing the communicator failed"));
-        }
-        Ok(())
+        crate::err::rc_ok(unsafe { PMPI_Comm_free(comm) }, "freeing the communicator")
     }
 
     fn MPI_Comm_compare / PMPI_Comm_compare(comm1: H, comm2: H, result: *mut c_int) {

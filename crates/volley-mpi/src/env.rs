@@ -276,16 +276,8 @@ crate::mpi! {
     }
 
     fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: H, errhandler: H) [comm] {
-        let mut rt = rt()?;
-        match errhandler {
-            abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => {}
-            h => {
-                index(KIND_ERRH, h).and_then(|i| rt.errhandlers.get(i).copied().flatten()).ok_or_else(|| {
-                    fail(class::ERRHANDLER, format!("{h:#x} is not an error handler"))
-                })?;
-            }
-        }
-        rt.comm_slot_mut(comm)?.errhandler = errhandler;
+        state::check_errhandler(errhandler)?;
+        rt()?.comm_slot_mut(comm)?.errhandler = errhandler;
         Ok(())
     }
 

@@ -247,6 +247,15 @@ fn raise_code(name: &str, comm: H, code: c_int, msg: String) -> c_int {
     }
 }
 
+/// The return code of an MPI call the face makes itself, as a failure (`what` says which).
+pub fn rc_ok(rc: c_int, what: &str) -> R {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(fail_code(rc, format!("{what} failed")))
+    }
+}
+
 /// MPI_Comm_call_errhandler and its kin for windows, files and sessions: calls the handler in
 /// force on `h` with `errorcode` (one that returns, or MPI_ERRORS_RETURN, makes the call succeed).
 pub fn call_errhandler(name: &str, h: H, errorcode: c_int) -> R {

@@ -36,7 +36,7 @@
 
 use crate::abi::{self, class, Aint, Status, H};
 use crate::dtype::{committed, lookup, TypeRef};
-use crate::err::{c_str, fail, fail_code, get, put, put_str, R};
+use crate::err::{c_str, fail, fail_code, get, put, put_str, rc_ok as ok, R};
 use crate::state::{handle, index, rt, KIND_FILE, KIND_TYPE};
 use std::ffi::c_void;
 use std::fs::{File as OsFile, OpenOptions};
@@ -306,15 +306,6 @@ pub fn is_file(h: H) -> bool {
     h == FILE_NULL || index(KIND_FILE, h).is_some()
 }
 
-/// An MPI return code of an internal call, as a failure.
-fn ok(rc: c_int, what: &str) -> R {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(fail_code(rc, format!("{what} failed")))
-    }
-}
-
 /// The error class of a failed file operation.
 fn io_class(e: &io::Error) -> c_int {
     match e.raw_os_error() {
@@ -390,7 +381,7 @@ fn min_over(v: c_int, comm: H, what: &str) -> R<c_int> {
     Ok(out)
 }
 
-/// `n` bytes at `p` from rank 0 of `comm` to all.
+/// `v` from rank 0 of `comm` to every rank.
 fn bcast<T: Copy>(v: &mut T, comm: H, what: &str) -> R {
     // SAFETY: v is a plain value of size_of::<T>() bytes.
     ok(
@@ -479,7 +470,12 @@ impl Shared {
                 let io = |e: io::Error| io_fail(&e, "moving the shared file pointer".into());
                 ofd_lock(f, libc::F_WRLCK, 0, 0).map_err(io)?;
                 let was = read_ptr(f);
-                let r = was.and_then(|w| f.write_all_at(&(w + by).to_ne_bytes(), 0).map(|_| w));
+                let r = was.and_then(|w| {
+                    if by != 0 {
+                        f.write_all_at(&(w + by).to_ne_bytes(), 0)?;
+                    }
+                    Ok(w)
+                });
                 let _ = ofd_lock(f, libc::F_UNLCK, 0, 0);
                 r.map_err(io)
             }
@@ -1377,12 +1373,7 @@ crate::mpi! {
     fn MPI_File_set_info / PMPI_File_set_info(fh: H, info: H) [fh] {
         let pairs = if info == abi::INFO_NULL { Vec::new() } else { crate::info::pairs(info)? };
         with(fh, |f| {
-            for (k, v) in pairs {
-                match f.info.iter_mut().find(|e| e.0 == k) {
-                    Some(e) => e.1 = v,
-                    None => f.info.push((k, v)),
-                }
-            }
+            merge_info(&mut f.info, pairs);
             Ok(())
         })
     }
@@ -1437,12 +1428,7 @@ crate::mpi! {
         let reset = with(fh, |f| {
             f.view = view;
             f.pos = 0;
-            for (k, v) in pairs {
-                match f.info.iter_mut().find(|e| e.0 == k) {
-                    Some(e) => e.1 = v,
-                    None => f.info.push((k, v)),
-                }
-            }
+            merge_info(&mut f.info, pairs);
             if f.rank == 0 {
                 f.shared.set(0)?;
             }
@@ -1744,17 +1730,7 @@ crate::mpi! {
     }
 
     fn MPI_File_set_errhandler / PMPI_File_set_errhandler(file: H, errhandler: H) [file] {
-        {
-            let rt = rt()?;
-            match errhandler {
-                abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => {}
-                h => {
-                    index(crate::state::KIND_ERRH, h)
-                        .and_then(|i| rt.errhandlers.get(i).copied().flatten())
-                        .ok_or_else(|| fail(class::ERRHANDLER, format!("{h:#x} is not an error handler")))?;
-                }
-            }
-        }
+        crate::state::check_errhandler(errhandler)?;
         if file == FILE_NULL {
             rt()?.io.null_errhandler = errhandler;
             return Ok(());
@@ -1780,6 +1756,16 @@ crate::mpi! {
             with(fh, |_| Ok(()))?;
         }
         crate::err::call_errhandler("MPI_File_call_errhandler", fh, errorcode)
+    }
+}
+
+/// Sets the hints `pairs` among a file's `info` (new keys added, known ones replaced).
+fn merge_info(info: &mut Vec<(String, String)>, pairs: Vec<(String, String)>) {
+    for (k, v) in pairs {
+        match info.iter_mut().find(|e| e.0 == k) {
+            Some(e) => e.1 = v,
+            None => info.push((k, v)),
+        }
     }
 }
 

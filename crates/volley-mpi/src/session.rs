@@ -30,19 +30,6 @@ const LEVELS: [(&str, c_int); 4] = [
     ("MPI_THREAD_MULTIPLE", abi::THREAD_MULTIPLE),
 ];
 
-fn check_errhandler(h: H) -> R {
-    match h {
-        abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => Ok(()),
-        h => {
-            let rt = rt()?;
-            index(KIND_ERRH, h)
-                .and_then(|i| rt.errhandlers.get(i).copied().flatten())
-                .map(|_| ())
-                .ok_or_else(|| fail(class::ERRHANDLER, format!("{h:#x} is not an error handler")))
-        }
-    }
-}
-
 /// The index of live session `h`.
 fn live(h: H) -> R<usize> {
     let bad = || {
@@ -111,7 +98,7 @@ crate::mpi! {
         if crate::state::PHASE.load(std::sync::atomic::Ordering::Acquire) != crate::state::PHASE_RUNNING {
             crate::env::start(required)?;
         }
-        check_errhandler(errhandler)?;
+        crate::state::check_errhandler(errhandler)?;
         let h = {
             let mut rt = rt()?;
             let i = crate::state::vacant(&mut rt.sessions, errhandler);
@@ -182,7 +169,7 @@ crate::mpi! {
     fn MPI_Comm_create_from_group / PMPI_Comm_create_from_group(group: H, stringtag: *const c_char, _info: H, errhandler: H, newcomm: *mut H) [errhandler] {
         // SAFETY: the caller's C string.
         let tag = unsafe { c_str(stringtag)? };
-        check_errhandler(errhandler)?;
+        crate::state::check_errhandler(errhandler)?;
         let (world, g, me) = {
             let rt = rt()?;
             (rt.comm(abi::COMM_WORLD)?, rt.group(group)?, rt.world.rank())
@@ -211,7 +198,7 @@ crate::mpi! {
 
     fn MPI_Session_set_errhandler / PMPI_Session_set_errhandler(session: H, errhandler: H) [session] {
         let i = live(session)?;
-        check_errhandler(errhandler)?;
+        crate::state::check_errhandler(errhandler)?;
         rt()?.sessions[i] = Some(errhandler);
         Ok(())
     }

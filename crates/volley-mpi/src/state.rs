@@ -520,6 +520,21 @@ pub fn errhandler_of(comm: H) -> Handler {
     }
 }
 
+/// Fails unless `h` is an error handler: a predefined one (known before MPI_Init, for
+/// MPI_Session_init) or one the program made.
+pub fn check_errhandler(h: H) -> R {
+    match h {
+        abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => Ok(()),
+        h => {
+            let rt = rt()?;
+            index(KIND_ERRH, h)
+                .and_then(|i| rt.errhandlers.get(i).copied().flatten())
+                .map(|_| ())
+                .ok_or_else(|| fail(class::ERRHANDLER, format!("{h:#x} is not an error handler")))
+        }
+    }
+}
+
 /// This process's job rank, when MPI is running (for messages).
 pub fn world_rank() -> Option<usize> {
     let g = RT.try_borrow_mut()?;

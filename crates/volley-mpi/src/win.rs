@@ -19,7 +19,7 @@
 
 use crate::abi::{self, class, Aint, H};
 use crate::dtype::{committed, Dtype, TypeRef};
-use crate::err::{c_str, fail, fail_code, get, put, put_str, R};
+use crate::err::{c_str, fail, get, put, put_str, rc_ok as ok, R};
 use crate::state::{handle, index, rt, KeyvalKind, KIND_WIN};
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -163,15 +163,6 @@ pub fn errhandler(rt: &crate::state::Rt, h: H) -> H {
             .unwrap_or(abi::ERRORS_ARE_FATAL),
         Some(e) => e,
         None => abi::ERRORS_ARE_FATAL,
-    }
-}
-
-/// An MPI return code of an internal call, as a failure.
-fn ok(rc: c_int, what: &str) -> R {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(fail_code(rc, format!("{what} failed")))
     }
 }
 
@@ -1289,17 +1280,7 @@ crate::mpi! {
     }
 
     fn MPI_Win_set_errhandler / PMPI_Win_set_errhandler(win: H, errhandler: H) [win] {
-        {
-            let rt = rt()?;
-            match errhandler {
-                abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT => {}
-                h => {
-                    index(crate::state::KIND_ERRH, h)
-                        .and_then(|i| rt.errhandlers.get(i).copied().flatten())
-                        .ok_or_else(|| fail(class::ERRHANDLER, format!("{h:#x} is not an error handler")))?;
-                }
-            }
-        }
+        crate::state::check_errhandler(errhandler)?;
         with(win, |w| {
             w.errhandler = errhandler;
             Ok(())
