@@ -17,7 +17,8 @@
 //! program lends until the request completes (MPI's rule for non-blocking operations). It never
 //! takes the face's state (`rt()`): it is polled with the state held.
 
-use crate::err::{from_recv, from_request, from_send, R};
+use crate::abi::class;
+use crate::err::{fail, from_recv, from_request, from_send, Fail, R};
 use crate::state::Rt;
 use std::cell::Cell;
 use std::future::Future;
@@ -38,20 +39,169 @@ thread_local! {
     static BLOCKING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs a collective to its end, waiting in each step as the world's waiting mode says.
+/// Runs a collective to its end, waiting in each step as the world's waiting mode says. The
+/// first mismatch its steps met (see [`note_mismatch`]) is its error; inside another
+/// collective (a step between some members only), the mismatch is that one's.
 pub fn block_on<T>(f: impl Future<Output = R<T>>) -> R<T> {
     let was = BLOCKING.replace(true);
     let mut f = std::pin::pin!(f);
     let mut cx = Context::from_waker(Waker::noop());
-    let r = loop {
+    let mut run = || loop {
         if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
             break r;
         }
         // Steps complete in one poll when blocking; nothing else makes a future wait.
         std::thread::yield_now();
     };
+    let r = if SCOPED.get() {
+        run()
+    } else {
+        let mut mismatch = None;
+        let r = in_scope(&mut mismatch, run);
+        r.and_then(|v| mismatch.map_or(Ok(v), Err))
+    };
     BLOCKING.set(was);
     r
+}
+
+thread_local! {
+    /// The first mismatch met by the steps of the collective being polled (see
+    /// [`note_mismatch`]), and whether one is being polled.
+    static MISMATCH: Cell<Option<Fail>> = const { Cell::new(None) };
+    static SCOPED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `poll` with `slot` as the collective's mismatch: what its steps note goes there.
+fn in_scope<T>(slot: &mut Option<Fail>, poll: impl FnOnce() -> T) -> T {
+    let outer = MISMATCH.replace(slot.take());
+    let was = SCOPED.replace(true);
+    let r = poll();
+    SCOPED.set(was);
+    *slot = MISMATCH.replace(outer);
+    r
+}
+
+/// Check and continue (MPICH's name for it): a receive of a collective that met a message of
+/// another length than this rank expected (the ranks passed counts or types that disagree: the
+/// program's error) is noted and the algorithm goes on, so that every rank finishes its steps,
+/// posting and taking every message it would have, and the collective returns the first such
+/// error at its end. Stopping at once would leave the ranks that wait for this one's later
+/// sends waiting for ever (a broadcast of 32 Ki ints whose root passed half the count hung so
+/// at 4 ranks) and messages behind for the next collective.
+fn note_mismatch(f: Fail) {
+    let first = MISMATCH.take();
+    MISMATCH.set(Some(first.unwrap_or(f)));
+}
+
+/// Records the end of a step's request: a receive (expecting `want` bytes) whose message was
+/// shorter or truncated is a mismatch, noted; any other failure is the step's `err`.
+fn settle(
+    r: Result<volley::Status, volley::RequestError>,
+    want: Option<usize>,
+    err: &mut Option<Fail>,
+) {
+    match (r, want) {
+        (Ok(st), Some(want)) if st.len < want => note_mismatch(short(&st, want)),
+        (Ok(_), _) => {}
+        (Err(volley::RequestError::Recv(e @ volley::RecvError::Truncated { .. })), _) => {
+            note_mismatch(truncated(&e))
+        }
+        (Err(e), _) => {
+            err.get_or_insert(from_request(&e));
+        }
+    }
+}
+
+/// The error of a collective's receive whose message was shorter than expected.
+#[cold]
+fn short(st: &volley::Status, want: usize) -> Fail {
+    fail(
+        class::OTHER,
+        format!(
+            "collective size mismatch: {} bytes arrived from job rank {} where this rank expected {want}: the ranks passed counts or datatypes that do not agree (their type signatures must match)",
+            st.len, st.source
+        ),
+    )
+}
+
+/// The error of a collective's receive whose message was longer than expected; one byte longer
+/// is how a rank that met a mismatch marks its later messages (see [`marked`]).
+#[cold]
+fn truncated(e: &volley::RecvError) -> Fail {
+    match e {
+        volley::RecvError::Truncated {
+            message,
+            buffer,
+            envelope,
+        } if *message == buffer + 1 => fail(
+            class::OTHER,
+            format!(
+                "collective size mismatch: a message one byte longer than expected arrived from job rank {}: the ranks passed counts or datatypes that do not agree, here or at a rank before it in this collective (which then marks its messages so)",
+                envelope.source
+            ),
+        ),
+        e => from_recv(e),
+    }
+}
+
+/// The sends of a step, marked if this collective has met a mismatch: each one byte longer
+/// than its receiver expects, so that the receiver notes a mismatch too and goes on (MPICH sets
+/// a tag bit for it; a length needs no tag bit, and costs nothing until a mismatch). Without
+/// it, a rank whose messages all had the right length would return success with the data of
+/// a broadcast whose root passed half the count. The copies live in `keep`.
+fn marked<'a>(
+    sends: &'a [(usize, u32, &'a [u8])],
+    keep: &'a mut Vec<Vec<u8>>,
+) -> std::borrow::Cow<'a, [(usize, u32, &'a [u8])]> {
+    let failed = MISMATCH.with(|m| {
+        let f = m.take();
+        let some = f.is_some();
+        m.set(f);
+        some
+    });
+    if !failed {
+        return std::borrow::Cow::Borrowed(sends);
+    }
+    *keep = sends
+        .iter()
+        .map(|s| {
+            let mut v = s.2.to_vec();
+            v.push(0);
+            v
+        })
+        .collect();
+    std::borrow::Cow::Owned(
+        sends
+            .iter()
+            .zip(keep.iter())
+            .map(|(s, v)| (s.0, s.1, v.as_slice()))
+            .collect(),
+    )
+}
+
+/// A non-blocking collective with its own mismatch slot (see [`note_mismatch`]): the first
+/// mismatch is its result.
+struct Checked {
+    f: Nbc,
+    mismatch: Option<Fail>,
+}
+
+impl Future for Checked {
+    type Output = R<Option<Finish>>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Checked { f, mismatch } = &mut *self;
+        match in_scope(mismatch, || f.as_mut().poll(cx)) {
+            Poll::Ready(Ok(_)) if mismatch.is_some() => {
+                Poll::Ready(Err(mismatch.take().expect("checked")))
+            }
+            p => p,
+        }
+    }
+}
+
+/// `f`, reporting the mismatches its steps meet (see [`note_mismatch`]).
+pub fn checked(f: Nbc) -> Nbc {
+    Box::pin(Checked { f, mismatch: None })
 }
 
 /// Polls a non-blocking collective once: its steps only test their requests.
@@ -201,6 +351,9 @@ pub async fn exchange_world_then(
     local: impl FnOnce(),
 ) -> R {
     let w = ep.world();
+    // (Declared before `step`, whose requests it lends, so that it outlives them.)
+    let mut keep = Vec::new();
+    let sends = &*marked(sends, &mut keep);
     if BLOCKING.get()
         && sends.iter().all(|s| s.2.len() <= SMALL)
         && recvs.iter().all(|r| r.2.len() <= SMALL)
@@ -238,23 +391,17 @@ pub async fn exchange_world_then(
         }
     }
     local();
+    // The receives are the first requests (none is sent if one failed to post).
+    let want = |k: usize| recvs.get(k).map(|r| r.2.len());
     if BLOCKING.get() || step.err.is_some() {
         // What was started finishes (its buffers are borrowed here); then the first failure.
         let mut err = step.err.take();
-        w.wait_all(&mut step.ids, |_, r| {
-            if let Err(e) = r {
-                err.get_or_insert(from_request(&e));
-            }
-        });
+        w.wait_all(&mut step.ids, |k, r| settle(r, want(k), &mut err));
         return err.map_or(Ok(()), Err);
     }
     std::future::poll_fn(|_| {
         let Inflight { ids, err, .. } = &mut step;
-        w.test_some(ids, |_, r| {
-            if let Err(e) = r {
-                err.get_or_insert(from_request(&e));
-            }
-        });
+        w.test_some(ids, |k, r| settle(r, want(k), err));
         if ids.iter().any(Option::is_some) {
             return Poll::Pending;
         }
@@ -306,18 +453,32 @@ fn exchange_small(
     }
     if step.err.is_none() {
         for (src, tag, buf) in recvs.iter_mut() {
-            if let Err(e) = ep.recv_matching(Some(*src), Some(*tag), buf) {
-                step.err = Some(from_recv(&e));
+            let want = Some(buf.len());
+            match ep.recv_matching(Some(*src), Some(*tag), buf) {
+                Ok(st) => settle(Ok(st), want, &mut step.err),
+                Err(volley::RecvError::BufferTooSmall {
+                    envelope: Some(_), ..
+                }) => {
+                    // Too long (a mismatch, noted): a posted receive takes it as MPI truncates.
+                    // SAFETY: the buffer is borrowed until the request below has ended.
+                    let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
+                    match ep.irecv_lent(Some(*src), Some(*tag), lent) {
+                        Ok(id) => ep
+                            .world()
+                            .wait_all(&mut [Some(id)], |_, r| settle(r, want, &mut step.err)),
+                        Err(e) => step.err = Some(from_recv(&e)),
+                    }
+                }
+                Err(e) => step.err = Some(from_recv(&e)),
+            }
+            if step.err.is_some() {
                 break;
             }
         }
     }
     let mut err = step.err.take();
-    ep.world().wait_all(&mut step.ids, |_, r| {
-        if let Err(e) = r {
-            err.get_or_insert(from_request(&e));
-        }
-    });
+    ep.world()
+        .wait_all(&mut step.ids, |_, r| settle(r, None, &mut err));
     err.map_or(Ok(()), Err)
 }
 

@@ -930,7 +930,8 @@ pub fn start_nbc(f: crate::nbc::Nbc, comm: H, request: *mut H) -> R {
 
 /// Moves the collective of request (i, g), just started, as far as it goes now; a pending one
 /// is parked in the request for every test and wait to move on.
-fn launch_nbc(rt: &mut Rt, i: usize, g: u32, mut f: crate::nbc::Nbc) {
+fn launch_nbc(rt: &mut Rt, i: usize, g: u32, f: crate::nbc::Nbc) {
+    let mut f = crate::nbc::checked(f);
     match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
             if let Some(r) = rt.reqs.get_mut(i, g) {
