@@ -379,7 +379,11 @@ impl ShmGroup {
                 if let Some(i) = pending(&self.seg) {
                     let local = self.members[i].local as usize;
                     let fate = w.eng().local_fate(local);
-                    if let Some(fate) = fate {
+                    // A member seen ended after it was seen missing may have arrived between
+                    // the two looks and then finalised (a non-root's part of a reduction is
+                    // all it owes): what it did before it ended is visible once its end is
+                    // (the fates are read with Acquire), so look once more.
+                    if let Some(fate) = fate.filter(|_| pending(&self.seg) == Some(i)) {
                         waiter.finish(w);
                         return Err(RecvError::PeerLost(PeerLost {
                             rank: w.inner.l2g[local],
