@@ -94,6 +94,19 @@ fn requests_on_callers_buffers_complete_in_posting_order() {
     }
 }
 
+/// Requests completed together are handed over in the order they completed (receives from any
+/// source in the order their messages came), not in the order of the list waited on.
+#[test]
+fn completed_requests_come_in_the_order_they_completed() {
+    for env in [&[][..], &[("VOLLEY_WAIT", "block")][..]] {
+        let out = ok(volley(&["-n", "2", CHECK, "completion-order", "6"], env));
+        assert!(
+            out.contains("result: completion-order 6 in message order"),
+            "{env:?}: {out}"
+        );
+    }
+}
+
 /// A message larger than the ring, not yet received, no longer holds back its sender's later
 /// messages (through the ring: single copy off): it is drained out of the ring into a buffer (within VOLLEY_UNEXPECTED_BYTES, here
 /// also with a budget just above one such message), and the small messages sent after it are

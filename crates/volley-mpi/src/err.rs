@@ -212,13 +212,21 @@ pub fn string_of(code: c_int) -> Option<String> {
 
 /// The end of every exported call: success, or the failure handed to the error handler of
 /// communicator `comm`.
+#[inline(always)]
 pub fn finish(name: &str, comm: H, r: R) -> c_int {
     match r {
         Ok(()) => 0,
-        Err(f) => match f.code {
-            Some(code) => raise_code(name, f.comm.unwrap_or(comm), code, f.msg),
-            None => raise(name, f.comm.unwrap_or(comm), f.class, f.msg),
-        },
+        Err(f) => failed(name, comm, f),
+    }
+}
+
+/// `finish`'s failure path, out of line: every call pays only for the test of success.
+#[cold]
+#[inline(never)]
+fn failed(name: &str, comm: H, f: Fail) -> c_int {
+    match f.code {
+        Some(code) => raise_code(name, f.comm.unwrap_or(comm), code, f.msg),
+        None => raise(name, f.comm.unwrap_or(comm), f.class, f.msg),
     }
 }
 

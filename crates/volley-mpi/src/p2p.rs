@@ -121,6 +121,9 @@ pub struct Req {
     pub core: Option<RequestId>,
     /// Completed: `status` (and `more.err`) hold the result.
     pub done: bool,
+    /// When it completed, on `Rt::done_clock` (MPI_Waitany and MPI_Testany take the request
+    /// that completed first).
+    pub done_at: u64,
     /// False for a persistent request not started, or completed and collected.
     pub active: bool,
     pub status: Status,
@@ -233,6 +236,7 @@ impl Req {
             comm,
             core: None,
             done: true,
+            done_at: 0,
             active: true,
             status,
             more: None,
@@ -464,6 +468,7 @@ fn start_send(
         comm,
         core: Some(core),
         done: false,
+        done_at: 0,
         active: true,
         status,
         more: Some(more),
@@ -630,6 +635,7 @@ fn start_recv(
         comm,
         core: Some(core),
         done: false,
+        done_at: 0,
         active: true,
         status: Status::empty(),
         more: Some(more),
@@ -832,7 +838,12 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
         for (k, r) in sc.results.drain(..) {
             let (i, g, id) = sc.owners[k];
             if let Some(req) = rt.reqs.get_mut(i, g) {
+                let was = req.done;
                 settle(req, id, r);
+                if req.done && !was {
+                    rt.done_clock += 1;
+                    req.done_at = rt.done_clock;
+                }
             }
         }
     }
@@ -878,6 +889,8 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
     };
     if let Some(r) = rt.reqs.get_mut(i, g) {
         r.done = true;
+        rt.done_clock += 1;
+        r.done_at = rt.done_clock;
         r.status = Status::empty();
         if let Some(e) = &err {
             r.status.error = e.class;
@@ -1018,9 +1031,11 @@ fn bad_req(h: H) -> Fail {
 /// core holds (perf put a third of MPI_Isend's time there).
 /// The status goes as its fields, in registers, for the same reason.
 fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64)) -> R<H> {
-    let (i, g) = rt
-        .reqs
-        .insert_with(|| Req::finished(comm, Status::of(source, tag, bytes)));
+    let at = rt.tick();
+    let (i, g) = rt.reqs.insert_with(|| Req {
+        done_at: at,
+        ..Req::finished(comm, Status::of(source, tag, bytes))
+    });
     check_stored(rt, i, g)
 }
 
@@ -1047,7 +1062,10 @@ pub(crate) fn completed_request_with(comm: H, st: Status, request: *mut H) -> R 
 }
 
 /// Stores a request; its handle.
-fn store(rt: &mut Rt, r: Req) -> R<H> {
+fn store(rt: &mut Rt, mut r: Req) -> R<H> {
+    if r.done {
+        r.done_at = rt.tick();
+    }
     let (i, g) = rt.reqs.insert(r);
     check_stored(rt, i, g)
 }
@@ -1147,6 +1165,13 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
     }
     *h = abi::REQUEST_NULL;
     (st, e)
+}
+
+/// When request `h` (done) completed (see `Req::done_at`).
+fn done_at(rt: &mut Rt, h: H) -> u64 {
+    req_at(h)
+        .and_then(|(i, g)| rt.reqs.get_mut(i, g))
+        .map_or(0, |r| r.done_at)
 }
 
 fn is_done(rt: &mut Rt, h: H) -> R<Option<bool>> {
@@ -1964,15 +1989,18 @@ crate::mpi! {
     }
 
     fn MPI_Grequest_complete / PMPI_Grequest_complete(request: H) {
-        let mut rt = rt()?;
+        let mut guard = rt()?;
+        let rt = &mut *guard;
         let (i, g) = req_at(request).ok_or_else(|| fail(class::REQUEST, "MPI_Grequest_complete on MPI_REQUEST_NULL"))?;
         let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(request))?;
         if r.greq().is_none() {
             return Err(fail(class::REQUEST, "MPI_Grequest_complete needs a request made by MPI_Grequest_start"));
         }
         r.done = true;
+        rt.done_clock += 1;
+        r.done_at = rt.done_clock;
         // A request the program already freed goes now.
-        reap_orphans(&mut rt);
+        reap_orphans(rt);
         Ok(())
     }
 
@@ -2133,16 +2161,29 @@ crate::mpi! {
 }
 
 fn any_done(rt: &mut Rt, hs: &mut [H], index: *mut c_int, status: *mut Status) -> R {
-    for (k, h) in hs.iter_mut().enumerate() {
+    // The one that completed first: a program that waits for any of several receives from any
+    // source takes their messages in the order they matched, and no request is passed over
+    // for ever because one earlier in the array keeps completing (MPI leaves the choice open;
+    // MPICH takes the first in the array). HPC Challenge's MPIRandomAccess, which ends when
+    // every rank's "finished" message has been taken and cancels its other receives, lost
+    // updates that had arrived in a receive later in its array.
+    let mut first: Option<(u64, usize)> = None;
+    for (k, h) in hs.iter().enumerate() {
         if is_done(rt, *h)? == Some(true) {
-            let (st, e) = collect(rt, h);
-            // SAFETY: the caller's arguments.
-            unsafe {
-                put(index, k as c_int)?;
-                put_status(status, st);
+            let at = done_at(rt, *h);
+            if first.is_none_or(|(t, _)| at < t) {
+                first = Some((at, k));
             }
-            return e.map_or(Ok(()), Err);
         }
+    }
+    if let Some((_, k)) = first {
+        let (st, e) = collect(rt, &mut hs[k]);
+        // SAFETY: the caller's arguments.
+        unsafe {
+            put(index, k as c_int)?;
+            put_status(status, st);
+        }
+        return e.map_or(Ok(()), Err);
     }
     // No active request: index MPI_UNDEFINED, empty status.
     // SAFETY: the caller's arguments.

@@ -372,6 +372,8 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
+    /// Counts the completions of requests (see `p2p::Req::done_at`).
+    pub done_clock: u64,
     /// Windows (one-sided communication, see `win`).
     pub wins: Vec<Option<Box<crate::win::Win>>>,
     /// Open files and the rest of MPI-IO's state (see `io`).
@@ -542,6 +544,12 @@ pub fn world_rank() -> Option<usize> {
 }
 
 impl Rt {
+    /// The next completion time (see `p2p::Req::done_at`).
+    pub fn tick(&mut self) -> u64 {
+        self.done_clock += 1;
+        self.done_clock
+    }
+
     pub fn comm_slot(&self, h: H) -> R<&CommSlot> {
         self.comms
             .get(comm_index(h)?)

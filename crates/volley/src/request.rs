@@ -238,6 +238,8 @@ enum Op {
 struct Slot {
     gen: u32,
     op: Option<Op>,
+    /// When the request completed, on the table's clock (see `Requests::clock`).
+    done_at: u64,
 }
 
 /// The world's request table.
@@ -247,6 +249,14 @@ pub(crate) struct Requests {
     free: Vec<u32>,
     /// Posted receives, oldest first.
     posted: VecDeque<u32>,
+    /// Counts completions: a sweep hands completed requests over in the order they completed
+    /// (receives in the order they matched), whatever their order in the caller's list, so
+    /// that a wait for any of several receives from any source takes their messages in the
+    /// order they came, and no request is passed over for ever because another one earlier in
+    /// the list keeps completing (MPI leaves the choice open; MPICH takes the first in the list).
+    clock: u64,
+    /// The completed requests a sweep found, with their completion times (kept for the next).
+    found: Vec<(u64, usize)>,
 }
 
 impl Requests {
@@ -254,13 +264,29 @@ impl Requests {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot { gen: 1, op: None });
+                self.slots.push(Slot {
+                    gen: 1,
+                    op: None,
+                    done_at: 0,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
+        let done = matches!(op, Op::Done(_));
         let s = &mut self.slots[idx as usize];
         s.op = Some(op);
-        RequestId { idx, gen: s.gen }
+        let id = RequestId { idx, gen: s.gen };
+        if done {
+            self.stamp(idx);
+        }
+        id
+    }
+
+    /// Notes that the request in slot `idx` has just completed.
+    #[inline]
+    fn stamp(&mut self, idx: u32) {
+        self.clock += 1;
+        self.slots[idx as usize].done_at = self.clock;
     }
 
     fn get(&mut self, id: RequestId) -> Option<&mut Op> {
@@ -688,6 +714,7 @@ impl World {
             let mut r = self.inner.reqs.borrow_mut();
             r.slots[idx as usize].op = Some(next);
             if finished {
+                r.stamp(idx);
                 r.posted.remove(i);
                 self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
             } else {
@@ -718,11 +745,13 @@ impl World {
             Op::Send(s, st) => match s.check(self) {
                 Ok(true) => {
                     *op = Op::Done(Ok(*st));
+                    r.stamp(id.idx);
                     Seen::Done
                 }
                 Ok(false) => Seen::Pending { send: true },
                 Err(e) => {
                     *op = Op::Done(Err(e.into()));
+                    r.stamp(id.idx);
                     Seen::Done
                 }
             },
@@ -854,6 +883,7 @@ impl World {
         match r.get(id) {
             Some(op @ (Op::Recv(..) | Op::RecvUnpack(..))) => {
                 *op = Op::Done(Err(RequestError::Cancelled));
+                r.stamp(id.idx);
                 r.posted.retain(|&i| i != id.idx);
                 self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
                 true
@@ -873,21 +903,29 @@ impl World {
         // One borrow of the table for the requests still pending (a wait on many passes over
         // them all); it is let go while `take` runs.
         let mut reqs = self.inner.reqs.borrow_mut();
-        for (i, slot) in ids.iter_mut().enumerate() {
+        // The completed ones, handed over in the order they completed (see `Requests::clock`);
+        // a stale handle first.
+        let mut found = std::mem::take(&mut reqs.found);
+        found.clear();
+        for (i, slot) in ids.iter().enumerate() {
             let Some(id) = *slot else { continue };
             s.active = true;
-            let r = match self.seen_in(&mut reqs, id) {
-                Seen::Pending { send } => {
-                    s.sends |= send;
-                    continue;
-                }
-                Seen::Done => match reqs.remove(id) {
-                    Some(Op::Done(r)) => r,
-                    _ => unreachable!("a request seen done is done"),
-                },
-                Seen::Stale => Err(RequestError::Stale { id: id.to_bits() }),
+            match self.seen_in(&mut reqs, id) {
+                Seen::Pending { send } => s.sends |= send,
+                Seen::Done => found.push((reqs.slots[id.idx as usize].done_at, i)),
+                Seen::Stale => found.push((0, i)),
+            }
+        }
+        if found.len() > 1 {
+            found.sort_unstable();
+        }
+        for &(_, i) in &found {
+            let id = ids[i].take().expect("found above");
+            let r = match reqs.remove(id) {
+                Some(Op::Done(r)) => r,
+                None => Err(RequestError::Stale { id: id.to_bits() }),
+                Some(_) => unreachable!("a request seen done is done"),
             };
-            *slot = None;
             s.found = true;
             drop(reqs);
             let go = take(i, r);
@@ -896,6 +934,7 @@ impl World {
                 break;
             }
         }
+        reqs.found = found;
         s
     }
 

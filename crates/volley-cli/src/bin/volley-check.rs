@@ -1565,6 +1565,55 @@ fn threads(w: &World, rounds: u64) -> R {
     Ok(())
 }
 
+/// Completed requests are handed over in the order they completed, not in the order of the
+/// caller's list: rank 1 sends `count` numbered messages, rank 0 posts as many receives from
+/// any source with any tag once they have all arrived (each takes the next message, in posting
+/// order), then waits for all of them through a list in the reverse order. The completions must
+/// come in message order: a program that waits for any of several such receives takes the
+/// messages in the order they came (HPC Challenge's MPIRandomAccess counts on it).
+fn completion_order(w: &World, count: u64) -> R {
+    if w.size() != 2 {
+        return Err("completion-order needs 2 ranks".into());
+    }
+    let ep = &w.open(43)?;
+    let count = count as usize;
+    if w.rank() == 1 {
+        for i in 0..count {
+            ep.send_tagged(0, 1, &[i as u8])?;
+        }
+        ep.send_tagged(0, 2, b"sent")?;
+        let mut done = [0u8; 4];
+        ep.recv_matching(Some(0), Some(3), &mut done)?;
+        return Ok(());
+    }
+    let mut sent = [0u8; 4];
+    ep.recv_matching(Some(1), Some(2), &mut sent)?;
+    let mut bufs = vec![[0xFFu8; 1]; count];
+    let mut order = Vec::new();
+    w.scope(|s| -> R {
+        let mut posted = Vec::new();
+        for b in bufs.iter_mut() {
+            posted.push(Some(s.irecv(ep, None, None, b)?));
+        }
+        // The list, last posted first.
+        let mut ids: Vec<_> = posted.into_iter().rev().collect();
+        w.wait_all(&mut ids, |i, r| order.push((i, r.map(|st| st.len))));
+        Ok(())
+    })?;
+    let got: Vec<u8> = order.iter().map(|&(i, _)| bufs[count - 1 - i][0]).collect();
+    let want: Vec<u8> = (0..count as u8).collect();
+    if order.iter().any(|(_, r)| !matches!(r, Ok(1))) || got != want {
+        return Err(format!(
+            "completions came in the order {got:?} of the messages (list positions {:?}), not {want:?}",
+            order.iter().map(|o| o.0).collect::<Vec<_>>()
+        )
+        .into());
+    }
+    ep.send_tagged(1, 3, b"done")?;
+    println!("result: completion-order {count} in message order");
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, d: u64| {
@@ -1595,6 +1644,7 @@ fn main() {
         Some("threads") => threads(&world, num(1, 200)),
         Some("match") => matching(&world, num(1, 30)),
         Some("requests") => requests(&world, num(1, 30)),
+        Some("completion-order") => completion_order(&world, num(1, 6)),
         Some("unexpected") => unexpected(
             &world,
             num(1, 200),
