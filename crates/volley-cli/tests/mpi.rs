@@ -919,3 +919,136 @@ fn netpipe_unmodified_under_hydra() {
     must(o, "NPmpi under mpiexec.hydra");
     check_np(&out, "hydra");
 }
+
+/// The HPC Challenge suite (HPCC 1.5.0 from Debian's source package, unmodified: HPL, DGEMM,
+/// STREAM, PTRANS, RandomAccess, FFT and the b_eff latency and bandwidth rings, all over MPI),
+/// built with its own makefile and `volley mpicc` against OpenBLAS, with its sample input (a
+/// 2 x 2 process grid): at 4 ranks, and at 5 (RandomAccess and FFT on a rank count that is not a
+/// power of two, HPL on 4 of them), every check the suite makes passes. Built with MPICH and run
+/// by its launcher at 4 ranks too, the same checks pass there.
+#[test]
+fn hpc_challenge_unmodified_passes_its_own_checks() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/hpcc/hpcc-1.5.0");
+    assert!(
+        src.join("hpl/setup/Make.Linux_PII_CBLAS").exists(),
+        "{} is missing: ./scripts/test fetches HPCC's source (apt-get source hpcc)",
+        src.display()
+    );
+    let s = Scratch::new("hpcc");
+    for (mpich, ranks) in [(false, &[4, 5][..]), (true, &[4][..])] {
+        let dir = s.0.join(if mpich { "mpich" } else { "volley" });
+        must(
+            Command::new("cp")
+                .arg("-r")
+                .arg(&src)
+                .arg(&dir)
+                .output()
+                .expect("run cp"),
+            "copying HPCC's source",
+        );
+        let cc = if mpich {
+            "mpicc.mpich".to_string()
+        } else {
+            format!("{} mpicc", VOLLEY)
+        };
+        // The CBLAS makefile of HPL's samples, with this MPI's compiler and OpenBLAS.
+        let make = std::fs::read_to_string(src.join("hpl/setup/Make.Linux_PII_CBLAS"))
+            .expect("HPL's sample makefile");
+        let make: String = make
+            .lines()
+            .map(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                match key {
+                    "ARCH" => "ARCH = t".to_string(),
+                    "TOPdir" => "TOPdir = ../../..".to_string(),
+                    "MPdir" | "MPinc" | "MPlib" | "LAdir" | "LAinc" => format!("{key} ="),
+                    "LAlib" => "LAlib = -lopenblas".to_string(),
+                    "CC" | "LINKER" => format!("{key} = {cc}"),
+                    "CCFLAGS" => "CCFLAGS = $(HPL_DEFS) -O2 -fcommon".to_string(),
+                    _ => l.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(dir.join("hpl/Make.t"), make + "\n").expect("write the makefile");
+        let o = Command::new("make")
+            .arg("-C")
+            .arg(&dir)
+            .arg("arch=t")
+            .output()
+            .expect("run make");
+        must(o, "building HPCC");
+        std::fs::copy(dir.join("_hpccinf.txt"), dir.join("hpccinf.txt")).expect("input file");
+        for &n in ranks {
+            let _ = std::fs::remove_file(dir.join("hpccoutf.txt"));
+            let np = n.to_string();
+            let o = if mpich {
+                Command::new("timeout")
+                    .args(["600", "mpirun.mpich", "-n", &np, "./hpcc"])
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("run mpirun.mpich")
+            } else {
+                Command::new(VOLLEY)
+                    .args(["run", "-n", &np, "--timeout", "600", "./hpcc"])
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("run volley")
+            };
+            let what = format!(
+                "HPCC at {n} ranks on {}",
+                if mpich { "MPICH" } else { "volley" }
+            );
+            must(o, &what);
+            let out = std::fs::read_to_string(dir.join("hpccoutf.txt")).expect("hpccoutf.txt");
+            check_hpcc(&out, &what);
+        }
+    }
+}
+
+/// Every check HPCC's output reports passed: HPL's residuals, STREAM's validation, every
+/// RandomAccess verification, PTRANS's and the FFTs' errors.
+fn check_hpcc(out: &str, what: &str) {
+    let has = |s: &str| out.contains(s);
+    let count = |s: &str| out.lines().filter(|l| l.contains(s)).count();
+    assert!(
+        has("End of HPC Challenge tests."),
+        "{what}: did not finish:\n{out}"
+    );
+    assert!(
+        has("0 tests completed and failed residual checks") && !has("FAILED"),
+        "{what}: HPL failed its residual check:\n{out}"
+    );
+    assert!(
+        count("tests completed and passed residual checks") >= 2,
+        "{what}: HPL ran no test:\n{out}"
+    );
+    assert!(
+        has("Solution Validates"),
+        "{what}: STREAM did not validate:\n{out}"
+    );
+    let ra: Vec<&str> = out.lines().filter(|l| l.starts_with("Found ")).collect();
+    assert!(
+        ra.len() >= 4 && ra.iter().all(|l| l.ends_with("(passed).")),
+        "{what}: a RandomAccess verification failed: {ra:?}"
+    );
+    let node_errors: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Node(s) with error"))
+        .collect();
+    assert!(
+        !node_errors.is_empty()
+            && node_errors
+                .iter()
+                .all(|l| l.trim_end() == "Node(s) with error 0"),
+        "{what}: PTRANS or FFT found errors: {node_errors:?}"
+    );
+    let max_err = out
+        .lines()
+        .find_map(|l| l.strip_prefix("MPIFFT_maxErr="))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(f64::INFINITY);
+    assert!(max_err < 1e-10, "{what}: MPI FFT error {max_err}");
+}
