@@ -648,10 +648,19 @@ fn build(parts: &[Part], combiner: c_int) -> Dtype {
         }
         align = align.max(p.t.align);
         let ext = p.t.extent();
-        for i in 0..p.count {
-            let base = p.disp + i as isize * ext;
-            for &(o, l) in &p.t.blocks {
-                push_block(&mut blocks, base + o, l);
+        match p.t.blocks[..] {
+            // Copies of one block as long as the extent lie end to end: one block, made in one
+            // step (MPI_Type_contiguous(2^31 - 1, MPI_BYTE) took seconds block by block).
+            [(o, l)] if ext > 0 && l as isize == ext => {
+                push_block(&mut blocks, p.disp + o, l * p.count);
+            }
+            _ => {
+                for i in 0..p.count {
+                    let base = p.disp + i as isize * ext;
+                    for &(o, l) in &p.t.blocks {
+                        push_block(&mut blocks, base + o, l);
+                    }
+                }
             }
         }
         let first = p.disp;
