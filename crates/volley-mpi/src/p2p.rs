@@ -841,8 +841,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
                 let was = req.done;
                 settle(req, id, r);
                 if req.done && !was {
-                    rt.done_clock += 1;
-                    req.done_at = rt.done_clock;
+                    req.done_at = stamp(&mut rt.done_clock);
                 }
             }
         }
@@ -889,8 +888,7 @@ fn finish_nbc(rt: &mut Rt, i: usize, g: u32, res: R<Option<crate::nbc::Finish>>)
     };
     if let Some(r) = rt.reqs.get_mut(i, g) {
         r.done = true;
-        rt.done_clock += 1;
-        r.done_at = rt.done_clock;
+        r.done_at = stamp(&mut rt.done_clock);
         r.status = Status::empty();
         if let Some(e) = &err {
             r.status.error = e.class;
@@ -1031,7 +1029,7 @@ fn bad_req(h: H) -> Fail {
 /// core holds (perf put a third of MPI_Isend's time there).
 /// The status goes as its fields, in registers, for the same reason.
 fn store_finished(rt: &mut Rt, comm: H, (source, tag, bytes): (c_int, c_int, u64)) -> R<H> {
-    let at = rt.tick();
+    let at = stamp(&mut rt.done_clock);
     let (i, g) = rt.reqs.insert_with(|| Req {
         done_at: at,
         ..Req::finished(comm, Status::of(source, tag, bytes))
@@ -1064,7 +1062,7 @@ pub(crate) fn completed_request_with(comm: H, st: Status, request: *mut H) -> R 
 /// Stores a request; its handle.
 fn store(rt: &mut Rt, mut r: Req) -> R<H> {
     if r.done {
-        r.done_at = rt.tick();
+        r.done_at = stamp(&mut rt.done_clock);
     }
     let (i, g) = rt.reqs.insert(r);
     check_stored(rt, i, g)
@@ -1167,19 +1165,24 @@ fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
     (st, e)
 }
 
-/// When request `h` (done) completed (see `Req::done_at`).
-fn done_at(rt: &mut Rt, h: H) -> u64 {
-    req_at(h)
-        .and_then(|(i, g)| rt.reqs.get_mut(i, g))
-        .map_or(0, |r| r.done_at)
+/// The next completion time on `clock` (`Rt::done_clock`, see `Req::done_at`).
+fn stamp(clock: &mut u64) -> u64 {
+    *clock += 1;
+    *clock
 }
 
 fn is_done(rt: &mut Rt, h: H) -> R<Option<bool>> {
+    Ok(done_when(rt, h)?.map(|at| at.is_some()))
+}
+
+/// For an active request `h`: Some(when it completed) if it has (see `Req::done_at`), else
+/// None; None for a null or inactive one.
+fn done_when(rt: &mut Rt, h: H) -> R<Option<Option<u64>>> {
     let Some((i, g)) = req_at(h) else {
         return Ok(None);
     };
     let r = rt.reqs.get_mut(i, g).ok_or_else(|| bad_req(h))?;
-    Ok(r.active.then_some(r.done))
+    Ok(r.active.then_some(r.done.then_some(r.done_at)))
 }
 
 /// Writes a status unless the program passed MPI_STATUS_IGNORE.
@@ -1997,8 +2000,7 @@ crate::mpi! {
             return Err(fail(class::REQUEST, "MPI_Grequest_complete needs a request made by MPI_Grequest_start"));
         }
         r.done = true;
-        rt.done_clock += 1;
-        r.done_at = rt.done_clock;
+        r.done_at = stamp(&mut rt.done_clock);
         // A request the program already freed goes now.
         reap_orphans(rt);
         Ok(())
@@ -2169,8 +2171,7 @@ fn any_done(rt: &mut Rt, hs: &mut [H], index: *mut c_int, status: *mut Status) -
     // updates that had arrived in a receive later in its array.
     let mut first: Option<(u64, usize)> = None;
     for (k, h) in hs.iter().enumerate() {
-        if is_done(rt, *h)? == Some(true) {
-            let at = done_at(rt, *h);
+        if let Some(Some(at)) = done_when(rt, *h)? {
             if first.is_none_or(|(t, _)| at < t) {
                 first = Some((at, k));
             }

@@ -544,12 +544,6 @@ pub fn world_rank() -> Option<usize> {
 }
 
 impl Rt {
-    /// The next completion time (see `p2p::Req::done_at`).
-    pub fn tick(&mut self) -> u64 {
-        self.done_clock += 1;
-        self.done_clock
-    }
-
     pub fn comm_slot(&self, h: H) -> R<&CommSlot> {
         self.comms
             .get(comm_index(h)?)
