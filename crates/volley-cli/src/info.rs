@@ -115,6 +115,12 @@ pub fn info(n: Option<usize>) -> i32 {
         }
     }
     profile(&cfg.profile);
+    match volley_sys::bias_state() {
+        Ok(()) => println!(
+            "  state cells     biased: the thread that used a rank's state last takes it with plain loads and stores (membarrier private expedited when another thread takes it over; VOLLEY_EXCLUSIVE_BIAS=off for a compare-and-swap per call)"
+        ),
+        Err(why) => println!("  state cells     a compare-and-swap per call: {why}"),
+    }
 
     println!("\nwaiting modes (VOLLEY_WAIT, or Endpoint::set_wait_mode):");
     let mark = |w: bool| if w { "  <- in force" } else { "" };

@@ -29,7 +29,7 @@ pub static PHASE: AtomicU8 = AtomicU8::new(0);
 /// after MPI_Finalize (what MPI_Initialized and MPI_Finalized say; sessions do not count).
 pub static WORLD_MODEL: AtomicU8 = AtomicU8::new(0);
 
-static RT: Exclusive<Option<Rt>> = Exclusive::new(None);
+static RT: Exclusive<Option<Rt>> = Exclusive::biased(None);
 
 pub const KIND_COMM: usize = 1;
 pub const KIND_TYPE: usize = 2;
@@ -440,10 +440,33 @@ pub fn lend_to_callbacks<T>(rt: &mut Rt, f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// The state, if MPI is running.
+/// The state, if MPI is running. Inlined into every MPI call: returned through memory, the
+/// guard's narrow stores and the caller's wide load of them made a failed store-to-load
+/// forward, which waits for every earlier store of the thread (the previous message's ring
+/// line, still on its way to the receiver's core) to reach the cache.
+#[inline(always)]
 pub fn rt() -> R<RtGuard> {
-    crate::err::running()?;
-    let Some(g) = RT.try_borrow_mut() else {
+    if PHASE.load(std::sync::atomic::Ordering::Acquire) != PHASE_RUNNING {
+        return Err(not_running());
+    }
+    match RT.try_borrow_mut() {
+        Some(g) if g.is_some() => Ok(RtGuard(Held::Own(g))),
+        g => rt_slow(g.is_some()),
+    }
+}
+
+#[cold]
+fn not_running() -> crate::err::Fail {
+    match crate::err::running() {
+        Err(e) => e,
+        Ok(()) => fail(class::OTHER, "MPI is not initialised"),
+    }
+}
+
+/// The state when the cell is taken (`free`: false) or holds none.
+#[cold]
+fn rt_slow(free: bool) -> R<RtGuard> {
+    if !free {
         let lent = LENT.replace(std::ptr::null_mut());
         if !lent.is_null() {
             return Ok(RtGuard(Held::Lent(lent)));
@@ -452,11 +475,8 @@ pub fn rt() -> R<RtGuard> {
             class::OTHER,
             "two threads are inside MPI at once, or MPI was called from a callback that MPI itself runs: volley's MPI provides MPI_THREAD_SERIALIZED at most",
         ));
-    };
-    if g.is_none() {
-        return Err(fail(class::OTHER, "MPI is not initialised"));
     }
-    Ok(RtGuard(Held::Own(g)))
+    Err(fail(class::OTHER, "MPI is not initialised"))
 }
 
 /// Installs the state (MPI_Init).

@@ -14,7 +14,7 @@ pub mod numa;
 pub mod unix;
 pub mod xdp;
 
-pub use exclusive::{Exclusive, ExclusiveGuard};
+pub use exclusive::{bias_state, Exclusive, ExclusiveGuard};
 
 use std::ffi::CString;
 use std::io;

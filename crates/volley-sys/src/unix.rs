@@ -233,6 +233,37 @@ pub fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
 const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
 const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+/// Registers this process for [`membarrier_private`]. False where the kernel (or a seccomp
+/// filter) offers no expedited private membarrier.
+pub fn membarrier_register_private() -> bool {
+    // SAFETY: plain syscalls with integer arguments.
+    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    let want = MEMBARRIER_CMD_PRIVATE_EXPEDITED | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED;
+    if cmds < 0 || cmds & want != want {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// A full memory barrier on every running thread of this process before this returns (a
+/// thread that is not running passes one when it is switched back in): the heavy side of an
+/// asymmetric handshake within the process. Needs [`membarrier_register_private`] first; false
+/// if the kernel refused.
+pub fn membarrier_private() -> bool {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
 
 /// Registers this process for [`membarrier_global`]: from now on another registered process's
 /// call makes every thread of this one that runs execute a full memory barrier. False where the

@@ -2,9 +2,11 @@
 //!
 //! Threading contract: a [`World`] (and its endpoints, messages and requests) is `Send` and
 //! `Sync`, and is used by one thread at a time (MPI_THREAD_SERIALIZED, or a Python call with the
-//! GIL released): progress has a single owner. The state sits behind [`Exclusive`] cells (one
-//! uncontended atomic swap per step, no lock, no system call), so two threads inside volley at
-//! once is reported as a panic that says so, never a data race. Waiting operations are loops over
+//! GIL released): progress has a single owner. The state sits behind [`Exclusive`] cells biased
+//! to the thread that used them last (a step takes them with plain loads and stores; another
+//! thread takes them over with one membarrier, see `volley_sys::Exclusive`; no lock, no locked
+//! instruction per step), so two threads inside volley at once is reported as a panic that says
+//! so, never a data race. Waiting operations are loops over
 //! the engine's non-blocking steps; the engine is borrowed only for the length of a step and never
 //! while user code (an active-port handler) runs, so a handler may send.
 //!
@@ -226,8 +228,8 @@ impl World {
         *crate::pmi::CONN.lock().unwrap_or_else(|e| e.into_inner()) = attached.pmi.take();
         let world = World {
             inner: Arc::new(Inner {
-                eng: Exclusive::new(eng),
-                handlers: Exclusive::new(Vec::new()),
+                eng: Exclusive::biased(eng),
+                handlers: Exclusive::biased(Vec::new()),
                 dispatch_depth: Depth::default(),
                 info: attached.info,
                 cfg,
@@ -240,12 +242,12 @@ impl World {
                 closed: AtomicBool::new(false),
                 poll_fd,
                 poll_net: std::sync::Once::new(),
-                reqs: Exclusive::new(Default::default()),
+                reqs: Exclusive::biased(Default::default()),
                 nposted: Default::default(),
                 nactive: Default::default(),
                 _watcher: attached.watcher,
                 _launcher_watch: attached.launcher_watch,
-                coll_slots: Exclusive::new(Default::default()),
+                coll_slots: Exclusive::biased(Default::default()),
             }),
         };
         if world.inner.cfg.progress_thread {
