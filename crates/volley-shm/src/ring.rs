@@ -220,6 +220,37 @@ pub struct Producer {
     hole: Option<(u64, u64)>,
     max_payload: usize,
     max_record_slots: u64,
+    /// Slots ahead of `head` whose line a push asks for ownership of (0: none; see
+    /// [`write_ahead`]).
+    ahead: u64,
+}
+
+/// How far ahead of its write position a producer asks for its ring's lines
+/// (`VOLLEY_SHM_WRITE_AHEAD`, slots, 0 to turn it off; default 4). The line a record goes to was
+/// last read by the receiver's core, so the record's stores wait in the store buffer until the
+/// line comes back, and every later store of the sender waits behind them. Asking a few slots
+/// ahead lets the line travel while earlier messages are sent. Only slots the consumer has
+/// already given back are asked for, never the one it is polling.
+fn write_ahead() -> u64 {
+    static AHEAD: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *AHEAD.get_or_init(|| {
+        let want = std::env::var("VOLLEY_SHM_WRITE_AHEAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4)
+            .min(64);
+        #[cfg(target_arch = "x86_64")]
+        // CPUID 8000_0001h, ECX bit 8: PREFETCHW (std's feature detection does not name it).
+        let has = std::arch::x86_64::__cpuid(0x8000_0000).eax >= 0x8000_0001
+            && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+        #[cfg(not(target_arch = "x86_64"))]
+        let has = false;
+        if has {
+            want
+        } else {
+            0
+        }
+    })
 }
 
 // SAFETY: the producer owns its end of the ring; moving it to another thread is fine as long as
@@ -250,6 +281,7 @@ impl Producer {
             hole: decode_parked(parked, layout.ring_slots as u64),
             max_payload: layout.max_record_payload(),
             max_record_slots: layout.max_record_slots as u64,
+            ahead: write_ahead(),
         }
     }
 
@@ -357,7 +389,19 @@ impl Producer {
         unsafe { self.publish(off, meta, payload.len(), payload, 0) };
         let pos = self.head;
         self.head += k;
+        self.own_ahead();
         Some(pos)
+    }
+
+    /// Asks for the line `ahead` slots past the write position, if the consumer has given that
+    /// slot back (by the cached tail: a stale one only skips the hint).
+    #[inline(always)]
+    fn own_ahead(&self) {
+        let at = self.head + self.ahead;
+        if self.ahead != 0 && at - self.cached_tail < self.cap {
+            // SAFETY: the offset is masked into the ring's slots.
+            prefetch_write(unsafe { self.slots.add((at & self.mask) as usize * SLOT) });
+        }
     }
 
     /// Finds room for a record of `k` slots, padding to the end of the ring first when the
@@ -612,6 +656,21 @@ fn prefetch(p: *const u8) {
     // SAFETY: a prefetch never faults and changes no program state, whatever the address.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// A hint to bring the cache line at `p` in for writing (owned, the others' copies invalidated):
+/// no fault, no effect on what any load returns. PREFETCHW, used only where the processor has it
+/// ([`write_ahead`]).
+#[inline(always)]
+fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and changes no program state, whatever the address.
+    // (_mm_prefetch's ET0 hint gives PREFETCHT0 unless the whole crate is built for PRFCHW.)
+    unsafe {
+        std::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly))
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
