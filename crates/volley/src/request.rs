@@ -515,9 +515,9 @@ impl World {
             let mut r = self.inner.reqs.borrow_mut();
             let id = r.insert(op);
             r.posted.push_back(id.idx);
+            count_posted(&self.inner.nposted, 1);
             id
         };
-        self.inner.nposted.fetch_add(1, Ordering::Relaxed);
         self.drive_posted();
         id
     }
@@ -716,7 +716,7 @@ impl World {
             if finished {
                 r.stamp(idx);
                 r.posted.remove(i);
-                self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
+                count_posted(&self.inner.nposted, -1);
             } else {
                 i += 1;
             }
@@ -885,7 +885,7 @@ impl World {
                 *op = Op::Done(Err(RequestError::Cancelled));
                 r.stamp(id.idx);
                 r.posted.retain(|&i| i != id.idx);
-                self.inner.nposted.fetch_sub(1, Ordering::Relaxed);
+                count_posted(&self.inner.nposted, -1);
                 true
             }
             _ => false,
@@ -979,4 +979,16 @@ fn note_empty(empty: &mut Option<Pattern>, pat: &Pattern) {
         Some(e) if e.covers(pat) => {}
         _ => *empty = Some(*pat),
     }
+}
+
+/// Moves the count of posted receives (read without a borrow, as a quick test that there are
+/// none) by `by`. Only while the request table is borrowed, so that no other change races
+/// this one: a load and a store, not a locked read-modify-write, which would wait for every
+/// earlier store of the thread to leave its store buffer (a message's ring line among them).
+#[inline]
+fn count_posted(n: &std::sync::atomic::AtomicUsize, by: isize) {
+    n.store(
+        n.load(Ordering::Relaxed).wrapping_add_signed(by),
+        Ordering::Relaxed,
+    );
 }
