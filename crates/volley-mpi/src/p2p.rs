@@ -540,6 +540,7 @@ fn eager_send(
 /// it); its status's source, tag and length (as fields: see `store_finished`). None: take the
 /// full path.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn eager_recv(
     rt: &Rt,
     buf: *mut c_void,
@@ -1116,6 +1117,7 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
 
 /// Collects a completed request: its status and error, and its handle made MPI_REQUEST_NULL
 /// (a persistent request goes inactive instead).
+#[inline(always)]
 fn collect(rt: &mut Rt, h: &mut H) -> (Status, Option<Fail>) {
     let Some((i, g)) = req_at(*h) else {
         return (Status::empty(), None);
