@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Two builds of volley (A and B, each a folder made by bench/server-pack.sh) beside Open MPI in
-# one sitting, round by round (A B [variants of B] Open MPI, A B ... so drift hits all alike):
-# the shared-memory figures a change to the send and receive paths moves.
+# Builds of volley (each a folder made by bench/server-pack.sh) beside Open MPI in one sitting,
+# round by round (A B ... [variants of the last] Open MPI, A B ... so drift hits all alike): the
+# shared-memory figures a change to the send and receive paths moves.
 #
-#   bench/server-ab.sh A B OUTDIR ROUNDS [BIG]
+#   bench/server-ab.sh OUTDIR ROUNDS LABEL=DIR...
 #
 # Each round: mpi_p2p (bench/mpi_p2p.c built by each MPI's mpicc) message rate with a window of
 # 64, 8 B and 64 KiB ping-pong, ring of 8 and 16 ranks; `volley bench rate` (volley's own API);
-# each for A, for B, and for B under every setting in VARIANTS (space-separated VAR=VALUE
-# lists, comma-joined for several: e.g. VARIANTS="VOLLEY_EXCLUSIVE_BIAS=off"). BIG=1 adds, once,
-# the MPI ring of 64 and 256 ranks (oversubscribed) for B and Open MPI.
+# each for every build, and for the last build under every setting in VARIANTS
+# (space-separated; several variables of one setting joined by commas: e.g.
+# VARIANTS="VOLLEY_EXCLUSIVE_BIAS=off VOLLEY_WAIT=busy,VOLLEY_SPIN_US=0").
+# BIG="SETTING..." adds, once, the MPI ring of 64 and 256 ranks (oversubscribed on fewer CPUs)
+# for the last build under each setting (`-` for none) and Open MPI.
 set -uo pipefail
-A=$(realpath "${1:?usage: bench/server-ab.sh A B OUTDIR ROUNDS [BIG]}")
-B=$(realpath "${2:?}")
-out=${3:?}
-rounds=${4:?}
-big=${5:-0}
+out=${1:?usage: bench/server-ab.sh OUTDIR ROUNDS LABEL=DIR...}
+rounds=${2:?}
+shift 2
 mkdir -p "$out"
 out=$(realpath "$out")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,17 +33,24 @@ run() {
     [ $rc -eq 0 ] || log "$label rc=$rc: $(echo "$o" | tail -2 | tr '\n' ' ')"
     echo "$o" | grep -E '^(rate|pingpong|ring) |^ +[0-9]+ +[0-9]' | sed "s|^|$label |" >> "$out/results.txt"
 }
-"$A/volley" mpicc -O2 -o "$out/p2p_A" "$here/mpi_p2p.c" || exit 1
-"$B/volley" mpicc -O2 -o "$out/p2p_B" "$here/mpi_p2p.c" || exit 1
-[ -n "$ompicc" ] && "$ompicc" -O2 -o "$out/p2p_ompi" "$here/mpi_p2p.c"
-# Each volley system: a label, a build folder and the environment it runs with.
-systems=("A|$A|" "B|$B|")
-for v in ${VARIANTS:-}; do systems+=("B:$v|$B|$v"); done
+bins=$out/.bin
+mkdir -p "$bins"
+# Each volley system: a label, a build folder, the program built against it, its environment.
+systems=()
+last=
+for b in "$@"; do
+    label=${b%%=*}
+    dir=$(realpath "${b#*=}")
+    "$dir/volley" mpicc -O2 -o "$bins/p2p_$label" "$here/mpi_p2p.c" || exit 1
+    systems+=("$label|$dir|$bins/p2p_$label|")
+    last="$label|$dir|$bins/p2p_$label"
+done
+for v in ${VARIANTS:-}; do systems+=("${last%%|*}:$v|${last#*|}|$v"); done
+[ -n "$ompicc" ] && "$ompicc" -O2 -o "$bins/p2p_ompi" "$here/mpi_p2p.c"
 for r in $(seq 1 "$rounds"); do
     log "round $r"
     for s in "${systems[@]}"; do
-        IFS='|' read -r label dir envs <<< "$s"
-        prog=$out/p2p_${label%%:*}
+        IFS='|' read -r label dir prog envs <<< "$s"
         e=()
         [ -n "$envs" ] && IFS=',' read -ra e <<< "$envs"
         v=(env "${e[@]}" "$dir/volley" run)
@@ -54,16 +61,22 @@ for r in $(seq 1 "$rounds"); do
     done
     if [ -n "$ompicc" ]; then
         o=("$ompirun" --bind-to core --oversubscribe)
-        run ompi 60 "${o[@]}" -np 2 --cpu-set 0,1 "$out/p2p_ompi" rate 64
-        run ompi 60 "${o[@]}" -np 2 --cpu-set 0,1 "$out/p2p_ompi" pingpong 8 64K
-        for n in 8 16; do run ompi 60 "${o[@]}" -np $n "$out/p2p_ompi" ring 2000; done
+        run ompi 60 "${o[@]}" -np 2 --cpu-set 0,1 "$bins/p2p_ompi" rate 64
+        run ompi 60 "${o[@]}" -np 2 --cpu-set 0,1 "$bins/p2p_ompi" pingpong 8 64K
+        for n in 8 16; do run ompi 60 "${o[@]}" -np $n "$bins/p2p_ompi" ring 2000; done
     fi
 done
-if [ "$big" = 1 ]; then
-    for n in 64 256; do
-        log "ring of $n"
-        run B 120 "$B/volley" run -n $n "$out/p2p_B" ring 50
-        [ -n "$ompicc" ] && run ompi 120 "$ompirun" --oversubscribe --bind-to none -np $n "$out/p2p_ompi" ring 50
+IFS='|' read -r label dir prog <<< "$last"
+for n in 64 256; do
+    for setting in ${BIG:-}; do
+        log "ring of $n, $setting"
+        e=()
+        [ "$setting" != - ] && IFS=',' read -ra e <<< "$setting"
+        run "$label:$setting" 120 env "${e[@]}" "$dir/volley" run -n $n "$prog" ring 50
     done
-fi
+    if [ -n "${BIG:-}" ] && [ -n "$ompicc" ]; then
+        run ompi 120 "$ompirun" --oversubscribe --bind-to none -np $n "$bins/p2p_ompi" ring 50
+    fi
+done
+rm -rf "$bins"
 log done
