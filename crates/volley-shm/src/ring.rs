@@ -717,7 +717,7 @@ impl Consumer {
     }
 
     /// The record published at `pos` (a record boundary at or after `read`), if any.
-    #[inline]
+    #[inline(always)]
     fn at(&self, pos: u64) -> Result<Option<RecordInfo>, Corrupt> {
         let h = self.header(pos);
         // SYNC: Acquire; pairs with the Release stamp store in Producer::publish.

@@ -114,7 +114,7 @@ impl Endpoint {
     /// first match in the rings, copied into `out` if it is a whole record that fits and wants
     /// no acknowledgement. Anything else (a drained message, fragments, a rendezvous, a
     /// synchronous send, a message too long) is left for the full pass (`step`).
-    #[inline]
+    #[inline(always)]
     fn fast_pass(
         &self,
         pat: &Pattern,

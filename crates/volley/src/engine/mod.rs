@@ -1058,7 +1058,7 @@ impl Engine {
     }
 
     /// `poll_match` in the messages of one source.
-    #[inline]
+    #[inline(always)]
     fn match_in(&mut self, pat: &Pattern, key: u128, src: usize) -> Result<Option<Hit>, RecvError> {
         if !self.drained[src].is_empty() {
             if let Some(k) = self.drained[src]
