@@ -73,6 +73,8 @@ const CVARS: &[(&str, &str)] = &[
     ("VOLLEY_SHM_RING_BYTES", "bytes of each shared-memory ring (one per ordered pair of ranks of a host)"),
     ("VOLLEY_SHM_RECORD_BYTES", "the largest record in a ring; larger messages are fragmented"),
     ("VOLLEY_OVERSUBSCRIBED", "1 when the host runs more ranks than it has CPUs (waits then give the CPU away)"),
+    ("VOLLEY_YIELD_EVERY", "a spinning wait gives its CPU away every this many passes"),
+    ("VOLLEY_SPIN_OVERSUBSCRIBED_US", "with more ranks than CPUs, the longest a waiting call spins before it sleeps, in microseconds"),
     ("VOLLEY_MEMBARRIER", "whether a rank about to sleep makes the other CPUs execute a barrier, so senders need no fence per message"),
     ("VOLLEY_SHM_SUMMARY", "whether receives find their messages through the ready summary instead of every peer's ring"),
     ("VOLLEY_NUMA", "whether rings and collective slots are placed on their rank's NUMA node"),
