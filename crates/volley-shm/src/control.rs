@@ -187,11 +187,13 @@ impl Segment {
         self.rank(me).armed.load(Ordering::Relaxed) != 0
     }
 
-    /// Rank `me` spins or runs again: senders stop paying for wake-ups.
+    /// Rank `me` spins or runs again: senders stop paying for wake-ups. Returns whether a
+    /// sender had taken the flag (and so rings, or has rung, the doorbell).
     #[inline]
-    pub fn disarm(&self, me: usize) {
-        // Relaxed: a stale 1 costs a sender one needless wake-up, never a lost one.
-        self.rank(me).armed.store(0, Ordering::Relaxed);
+    pub fn disarm(&self, me: usize) -> bool {
+        // SYNC: AcqRel swap; pairs with the sender's swap in `wants_wake_fenced`: exactly one
+        // of the two takes the 1. Once per wait that armed, never per message.
+        self.rank(me).armed.swap(0, Ordering::AcqRel) == 0
     }
 
     /// After rank `src` published records for `dst`: marks the ring `src -> dst` in `dst`'s

@@ -175,10 +175,8 @@ impl<'h> Waiter<'h> {
         let fd = e.doorbell().raw();
         let timeout = w.inner.cfg.liveness_poll;
         drop(e);
-        match w.inner.net.as_ref() {
-            None => {
-                volley_sys::poll_readable(fd, timeout);
-            }
+        let woke = match w.inner.net.as_ref() {
+            None => volley_sys::poll_readable(fd, timeout),
             Some(net) => {
                 // Packets, a doorbell, or the protocol's next timer, whichever comes first.
                 let (nfd, due) = {
@@ -186,13 +184,18 @@ impl<'h> Waiter<'h> {
                     (n.fd(), n.next_deadline_in())
                 };
                 let t = (timeout.as_nanos() as u64).min(due.unwrap_or(u64::MAX));
-                volley_sys::net::poll_any(&[fd, nfd], Some(t));
+                volley_sys::net::poll_any(&[fd, nfd], Some(t))
             }
+        };
+        // Awake: stop asking senders for wake-ups and let the caller look. Most wake-ups bring
+        // what it waits for; if not, the next call arms again (draining the doorbell first,
+        // where a sender rang it) before it sleeps. Arming at once, as before, cost every wake-up
+        // a second arm (with its membarrier) after the wait was over.
+        let mut e = w.eng();
+        if woke {
+            e.note_woken();
         }
-        // A sender that woke us cleared the flag: arming again drains the doorbell (once, one
-        // read) and sets the flag before the next poll. A timeout or a packet leaves both as
-        // they are.
-        w.eng().arm();
+        e.disarm();
         Ok(())
     }
 

@@ -1190,10 +1190,19 @@ impl Engine {
     #[inline]
     pub fn disarm(&mut self) {
         if self.armed {
-            self.note_ring();
             self.armed = false;
-            self.seg.disarm(self.me);
+            if self.seg.disarm(self.me) {
+                // A sender took the flag: its write to the doorbell is due, or done.
+                self.rung = true;
+            }
         }
+    }
+
+    /// The doorbell was seen readable (or may have been): drain it before the next sleep. A
+    /// sender takes the flag before it writes, so a drain between the two finds nothing and the
+    /// write would make every later sleep return at once.
+    pub fn note_woken(&mut self) {
+        self.rung = true;
     }
 
     /// Notes whether a sender rang the doorbell since we armed: it took our flag to do so.
