@@ -562,6 +562,7 @@ fn bad_type(h: H) -> crate::err::Fail {
 }
 
 /// The datatype `h` names (committed or not).
+#[inline]
 pub fn lookup(rt: &state::Rt, h: H) -> R<TypeRef> {
     if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
         return PREDEFINED[h - abi::DATATYPE_NULL]
@@ -589,6 +590,7 @@ pub fn size_of(h: H) -> R<usize> {
 }
 
 /// The datatype `h` names, for communication: it must be committed.
+#[inline]
 pub fn committed(rt: &state::Rt, h: H) -> R<TypeRef> {
     let t = lookup(rt, h)?;
     if !t.committed {

@@ -1,7 +1,8 @@
 //! The face's state: the world, and the tables behind the handles a program holds.
 //!
-//! One [`Rt`] per process, in an [`Exclusive`] cell: one compare-and-swap per MPI call and no
-//! lock, since calls come from one thread at a time (the thread levels volley provides). The
+//! One [`Rt`] per process, in an [`Exclusive`] cell biased to the thread that called MPI last
+//! (plain loads and stores per call, no locked instruction, no lock), since calls come from one
+//! thread at a time (the thread levels volley provides). The
 //! borrow is never held while the program's own code runs (error handlers, attribute callbacks,
 //! user reduction functions): those may call MPI.
 //!

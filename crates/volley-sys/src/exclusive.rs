@@ -58,7 +58,8 @@ pub const MAX_MOVES: u32 = 64;
 struct Slot {
     /// The thread's id (see `my_tid`), 0 while the slot is free. Set once.
     tid: AtomicU64,
-    /// The thread is inside a borrow. Written only by that thread.
+    /// The thread is inside a borrow. Written only by that thread (or by whichever thread drops
+    /// a guard it sent away).
     inside: AtomicBool,
 }
 
@@ -209,7 +210,9 @@ impl<T> Exclusive<T> {
         if s.tid.load(Ordering::Relaxed) != my_tid() {
             return Fast::No;
         }
-        if s.inside.load(Ordering::Relaxed) {
+        // SYNC: Acquire; pairs with the Release store of a guard's drop, which may have run on
+        // another thread (a guard is Send), so that its writes to the value are visible here.
+        if s.inside.load(Ordering::Acquire) {
             return Fast::Reentered;
         }
         s.inside.store(true, Ordering::Relaxed);

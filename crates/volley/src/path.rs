@@ -88,7 +88,7 @@ impl Path<'_> {
     pub fn step(&self, out: &mut Out<'_>) -> Result<Step, SendError> {
         match *self {
             Path::Ring { w, dst } => {
-                // One borrow for every check (each borrow is an atomic swap on the hot path).
+                // One borrow for every check (each borrow marks and checks the owner's flag).
                 let mut e = w.eng();
                 if let Some(pos) = out.rndv {
                     // The receiver copies from our memory; the bytes are free once it has.

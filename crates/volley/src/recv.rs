@@ -70,8 +70,8 @@ impl Endpoint {
         let w = &self.world;
         let dispatch = w.inner.dispatch_depth.get() == 0;
         loop {
-            // A whole message is taken in the same borrow that found it (each borrow is an
-            // atomic swap on the hot path).
+            // A whole message is taken in the same borrow that found it (each borrow marks and
+            // checks the owner's flag).
             let mut took = None;
             let poll = {
                 let mut e = w.eng();
@@ -179,7 +179,7 @@ impl Endpoint {
                 e.refresh_fates();
                 e.drive_pending();
                 let p = e.poll_port(self.port, dispatch)?;
-                // The common case in this same borrow (each borrow is an atomic swap): a whole
+                // The common case in this same borrow (one borrow, not two): a whole
                 // message that fits.
                 if let Poll::Found(src, info) = p {
                     if info.kind == Kind::Whole && info.len <= buf.len() {
