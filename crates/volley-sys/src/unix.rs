@@ -239,21 +239,22 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 /// Registers this process for [`membarrier_private`]. False where the kernel (or a seccomp
 /// filter) offers no expedited private membarrier.
 pub fn membarrier_register_private() -> bool {
+    membarrier_register(
+        MEMBARRIER_CMD_PRIVATE_EXPEDITED,
+        MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+    )
+}
+
+/// Asks the kernel whether it offers membarrier command `cmd` and its registration `register`,
+/// and registers this process for it if so.
+fn membarrier_register(cmd: libc::c_long, register: libc::c_long) -> bool {
     // SAFETY: plain syscalls with integer arguments.
     let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    let want = MEMBARRIER_CMD_PRIVATE_EXPEDITED | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED;
-    if cmds < 0 || cmds & want != want {
+    if cmds < 0 || cmds & (cmd | register) != cmd | register {
         return false;
     }
     // SAFETY: as above.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-            0,
-            0,
-        ) == 0
-    }
+    unsafe { libc::syscall(libc::SYS_membarrier, register, 0, 0) == 0 }
 }
 
 /// A full memory barrier on every running thread of this process before this returns (a
@@ -269,21 +270,10 @@ pub fn membarrier_private() -> bool {
 /// call makes every thread of this one that runs execute a full memory barrier. False where the
 /// kernel (or a seccomp filter) offers no expedited global membarrier.
 pub fn membarrier_register_global() -> bool {
-    // SAFETY: plain syscalls with integer arguments.
-    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    let want = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-    if cmds < 0 || cmds & want != want {
-        return false;
-    }
-    // SAFETY: as above.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
-            0,
-            0,
-        ) == 0
-    }
+    membarrier_register(
+        MEMBARRIER_CMD_GLOBAL_EXPEDITED,
+        MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+    )
 }
 
 /// A full memory barrier on every running thread of every process registered with
