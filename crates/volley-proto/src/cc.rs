@@ -21,7 +21,8 @@
 //! AIMD with beta 0.7 and one packet per round trip is a little more aggressive than Reno and
 //! about as aggressive as CUBIC there, so volley neither starves nor is starved by kernel TCP.
 //! No ECN (UDP sockets would need IP_RECVTOS on every receive) and no pacing: a window's packets
-//! leave as fast as the device takes them.
+//! leave as fast as the device takes them, in bursts of at most half the window (`Peer::burst`:
+//! a device that joins packets into one kernel crossing cuts its runs there).
 //!
 //! Tried and not kept: telling random loss from congestion by the queue (TCP Veno: a loss with
 //! fewer than 3 of the flow's packets queued, `cwnd * (rtt - min_rtt) / rtt`, keeps the window).
@@ -109,6 +110,11 @@ impl Cc {
         self.cwnd = MIN_WINDOW;
         self.recovery = snd_nxt;
         true
+    }
+
+    /// Whether the controller limits the sender (else only the fixed window does).
+    pub(crate) fn is_on(&self) -> bool {
+        self.on
     }
 
     /// The window, in packets (for `describe` and tests).

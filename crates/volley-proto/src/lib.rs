@@ -249,6 +249,10 @@ pub struct Transmit {
     /// Rank the packet goes to.
     pub peer: u32,
     pub len: usize,
+    /// The most packets to this peer a device should hand the kernel as one burst (one
+    /// segmentation-offload send): half of what the peer may have in flight now (see
+    /// [`peer::Peer::burst`]), at least 1.
+    pub burst: u32,
 }
 
 /// The protocol engine of one process.
@@ -524,6 +528,7 @@ impl Engine {
                     return Some(Transmit {
                         peer: i as u32,
                         len,
+                        burst: p.burst(&self.cfg),
                     });
                 }
             }
@@ -826,5 +831,36 @@ mod pool_tests {
         }
         assert_eq!(got.len(), 2);
         assert!(!a.is_returned(1, id2), "an abandoned buffer is not kept");
+    }
+}
+
+#[cfg(test)]
+mod burst_tests {
+    use super::*;
+
+    /// The first packets of a bulk message: the burst a device may join them into.
+    fn first_burst(cfg: Config) -> u32 {
+        let mut a = Engine::new(cfg, 0, 1);
+        a.add_peer(1, 0);
+        let d = a.buffer(100_000);
+        a.send(0, 1, 0, 0, d, Reliability::Reliable).unwrap();
+        let mut buf = vec![0u8; 2048];
+        a.poll_transmit(0, &mut buf).expect("a DATA packet").burst
+    }
+
+    /// Issue 15: a sender's burst is half the window in force, so that two bursts are in flight
+    /// (congestion control's window at the start, else the fixed window).
+    #[test]
+    fn a_burst_is_half_the_window_in_force() {
+        assert_eq!(
+            first_burst(Config::default()),
+            (cc::INITIAL_WINDOW / 2.0) as u32
+        );
+        let fixed = Config {
+            congestion_control: false,
+            window: 64,
+            ..Config::default()
+        };
+        assert_eq!(first_burst(fixed), 32);
     }
 }

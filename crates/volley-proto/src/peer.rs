@@ -1471,6 +1471,23 @@ impl Peer {
     }
 
     /// Packets in flight: sent, not acknowledged, not found lost and waiting to go again.
+    /// The most packets to this peer that should leave as one burst: half the window in force
+    /// (congestion control's, or the fixed one), at least 1. A device that joins packets into
+    /// one kernel crossing (UDP segmentation offload) cuts its runs there, so that at least two
+    /// bursts are in flight: the receiver reads and acknowledges the first while the second
+    /// crosses, and acknowledgements come back before the sender runs out of window. With the
+    /// whole window in one burst, sender and receiver take turns: on the 2-core VM, a fixed window
+    /// of 32 packets streamed 0.72-0.73 GB/s in runs of up to 44 and 0.99-1.27 in runs of 16
+    /// (48: 0.79-0.80 and 1.28; 64: 1.17-1.18 and 1.49-1.62 in runs of 32); AIMD's window under
+    /// 1% random loss sits in that range.
+    pub(crate) fn burst(&self, cfg: &Config) -> u32 {
+        let mut w = cfg.window as f64;
+        if self.cc.is_on() {
+            w = w.min(self.cc.window());
+        }
+        ((w / 2.0) as u32).max(1)
+    }
+
     fn pipe(&self) -> u64 {
         (self.sent.len() as u64).saturating_sub(self.sacked + self.retx.len() as u64)
     }

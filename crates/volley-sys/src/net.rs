@@ -253,6 +253,13 @@ impl UdpTx {
 
     /// Adds the packet of `len` bytes just written into [`UdpTx::room`]'s buffer, for `to`.
     pub fn push(&mut self, to: SocketAddrV4, len: usize) {
+        self.push_run(to, len, GSO_MAX_SEGMENTS)
+    }
+
+    /// Like [`UdpTx::push`], joining the packet to the send before it only while that send
+    /// holds fewer than `run` packets (the sender's burst limit: see `volley_proto`'s
+    /// `Transmit::burst`).
+    pub fn push_run(&mut self, to: SocketAddrV4, len: usize, run: usize) {
         assert!(
             len <= self.max_packet && self.room().is_some(),
             "push without room"
@@ -265,7 +272,7 @@ impl UdpTx {
             if e.to == to
                 && !e.closed
                 && len <= e.seg
-                && e.count < GSO_MAX_SEGMENTS
+                && e.count < GSO_MAX_SEGMENTS.min(run)
                 && e.total + len <= UDP_MAX_PAYLOAD
             {
                 e.count += 1;

@@ -36,7 +36,7 @@
 //! devices of one rank (a second world in one process) would need 2^62 packets to meet.
 //! Replayed genuine packets open, and are the protocol's duplicates.
 
-use crate::{Addr, Device, Fill};
+use crate::{Addr, Device, Fill, Out};
 use aegis::aegis128l::Aegis128L;
 use aegis::aegis128x4::Aegis128X4;
 use std::io;
@@ -185,11 +185,11 @@ impl Device for AuthDevice {
         let sealer = &mut self.sealer;
         self.inner.transmit(&mut |buf: &mut [u8]| {
             let room = buf.len().checked_sub(TRAILER_LEN)?;
-            let (peer, len) = fill(&mut buf[..room])?;
+            let out = fill(&mut buf[..room])?;
             let sealed = sealer
-                .seal(buf, len)
+                .seal(buf, out.len)
                 .expect("the protocol writes whole packets, with room left for the trailer");
-            Some((peer, sealed))
+            Some(Out { len: sealed, ..out })
         })
     }
 

@@ -2,7 +2,7 @@
 //! experimental), sent and received through AF_PACKET rings mapped into the process. IP traffic
 //! on the same interface is untouched: the socket sees only volley's EtherType.
 
-use crate::{Addr, Device, Fill};
+use crate::{Addr, Device, Fill, Out};
 use std::io;
 use std::os::fd::RawFd;
 use volley_sys::net::{Interface, PacketRing};
@@ -157,7 +157,7 @@ impl Device for EthDevice {
                 }
                 continue;
             };
-            let Some((peer, len)) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
+            let Some(Out { peer, len, .. }) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
                 break;
             };
             self.framing.write_header(slot, peer)?;

@@ -27,8 +27,21 @@ use std::net::SocketAddrV4;
 use std::os::fd::RawFd;
 use std::str::FromStr;
 
-/// Writes one packet into a transmit buffer: returns its destination rank and length, or None.
-pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Option<(u32, usize)> + 'a;
+/// One packet written into a device's transmit buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Out {
+    /// The rank it goes to.
+    pub peer: u32,
+    /// Its length in bytes.
+    pub len: usize,
+    /// The most packets to this peer the device should join into one kernel crossing (the
+    /// engine's `Transmit::burst`: half of what may be in flight); devices that send frame by
+    /// frame ignore it.
+    pub burst: u32,
+}
+
+/// Writes one packet into a transmit buffer: returns where it goes and its length, or None.
+pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Option<Out> + 'a;
 
 /// Where a rank's device can be reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

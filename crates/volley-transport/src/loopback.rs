@@ -7,7 +7,7 @@
 //! do). Like every device it reports "full" before it takes a packet, never after: a packet for a
 //! full queue is held and sent first on the next call.
 
-use crate::{Addr, Device, Fill};
+use crate::{Addr, Device, Fill, Out};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
@@ -140,7 +140,7 @@ impl Device for LoopbackDevice {
             sent += 1;
         }
         loop {
-            let Some((peer, len)) = fill(&mut self.scratch) else {
+            let Some(Out { peer, len, .. }) = fill(&mut self.scratch) else {
                 return Ok(sent);
             };
             let Some(Some(to)) = self.peers.get(peer as usize).copied() else {

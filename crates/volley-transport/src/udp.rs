@@ -3,7 +3,7 @@
 //! goes down the stack as one send; GRO: the kernel hands such a run over as one datagram),
 //! so a window of packets crosses the kernel once, as TCP's 64 KiB segments do.
 
-use crate::{Addr, Device, Fill};
+use crate::{Addr, Device, Fill, Out};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -293,7 +293,7 @@ impl Device for UdpDevice {
                 return Ok(sent);
             }
             while let Some(buf) = self.tx.room() {
-                let Some((peer, len)) = fill(buf) else {
+                let Some(Out { peer, len, burst }) = fill(buf) else {
                     break;
                 };
                 let Some(Some(to)) = self.peers.get(peer as usize) else {
@@ -305,7 +305,7 @@ impl Device for UdpDevice {
                     ));
                 };
                 let to = *to;
-                self.tx.push(to, len);
+                self.tx.push_run(to, len, burst as usize);
             }
             // Nothing new, and nothing held (held packets with no room left behind them, as
             // after a refused GSO send was split, still go out below).

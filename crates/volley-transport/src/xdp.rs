@@ -11,7 +11,7 @@
 //! non-IP EtherType over its queues by nothing (no addresses to hash), so they arrive there.
 
 use crate::eth::{EthDevice, Framing, ETH_HEADER};
-use crate::{Addr, Device, Fill};
+use crate::{Addr, Device, Fill, Out};
 use std::io;
 use std::os::fd::RawFd;
 use volley_sys::net::Interface;
@@ -184,7 +184,7 @@ impl Device for XdpDevice {
                 }
                 continue;
             };
-            let Some((peer, len)) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
+            let Some(Out { peer, len, .. }) = fill(&mut slot[ETH_HEADER..ETH_HEADER + max]) else {
                 break;
             };
             self.framing.write_header(slot, peer)?;

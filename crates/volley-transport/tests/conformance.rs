@@ -13,7 +13,7 @@ use volley_transport::fault::FaultDevice;
 use volley_transport::loopback::{Hub, QUEUE_PACKETS};
 use volley_transport::udp::{UdpDevice, UdpOptions};
 use volley_transport::xdp::{Frames, XdpDevice};
-use volley_transport::{Addr, Device, DEVICE_COUNTERS};
+use volley_transport::{Addr, Device, Out, DEVICE_COUNTERS};
 
 type Dev = Box<dyn Device>;
 
@@ -175,12 +175,21 @@ fn for_each_kind(check: impl Fn(&str, &mut dyn FnMut() -> (Dev, Dev), bool, bool
 
 /// Sends `pkts` from `from` to rank `to`; returns how many the device took.
 fn send(from: &mut Dev, to: u32, pkts: &[Vec<u8>]) -> usize {
+    send_in_bursts(from, to, pkts, 64)
+}
+
+/// Like [`send`], saying that at most `burst` packets should leave as one burst.
+fn send_in_bursts(from: &mut Dev, to: u32, pkts: &[Vec<u8>], burst: u32) -> usize {
     let mut i = 0;
     from.transmit(&mut |buf: &mut [u8]| {
         let p = pkts.get(i)?;
         buf[..p.len()].copy_from_slice(p);
         i += 1;
-        Some((to, p.len()))
+        Some(Out {
+            peer: to,
+            len: p.len(),
+            burst,
+        })
     })
     .unwrap();
     i
@@ -292,6 +301,21 @@ fn a_run_of_packets_crosses_as_one_offloaded_send_and_arrives_whole() {
             assert_eq!((gso, gro), (0, 0), "{kind}: offload used although off");
         }
     }
+}
+
+/// Issue 15: the engine's burst limit (half the window in flight) cuts a run: 30 full packets
+/// with bursts of 8 go as 4 offloaded sends (8, 8, 8, 6) and arrive as 4 datagrams, each packet
+/// intact and in order.
+#[test]
+fn the_burst_limit_cuts_an_offloaded_run() {
+    let (mut a, mut b) = udp();
+    let max = a.max_packet();
+    let pkts: Vec<Vec<u8>> = (0..30).map(|i| raw(0, i, max)).collect();
+    assert_eq!(send_in_bursts(&mut a, 1, &pkts, 8), pkts.len());
+    let got = receive(&mut b, &mut a, pkts.len());
+    assert!(got == pkts, "packets lost, changed or reordered");
+    assert_eq!(counter(&a, "udp_gso_sends"), 4, "GSO sends");
+    assert_eq!(counter(&b, "udp_gro_datagrams"), 4, "coalesced datagrams");
 }
 
 fn counter(d: &Dev, name: &str) -> u64 {
@@ -426,7 +450,13 @@ fn the_descriptor_is_readable_exactly_while_packets_wait() {
 fn a_rank_without_an_address_is_an_error_not_a_panic() {
     for_each_kind(|name, make, _, _| {
         let (mut a, _b) = make();
-        let r = a.transmit(&mut |_buf: &mut [u8]| Some((9, 10)));
+        let r = a.transmit(&mut |_buf: &mut [u8]| {
+            Some(Out {
+                peer: 9,
+                len: 10,
+                burst: 1,
+            })
+        });
         assert_eq!(
             r.map_err(|e| e.kind()),
             Err(std::io::ErrorKind::NotFound),
@@ -637,8 +667,14 @@ fn protocol_over(name: &str, a: Dev, b: Dev) {
         );
         for (me, (e, d)) in side.iter_mut().enumerate() {
             let t = now();
-            d.transmit(&mut |buf: &mut [u8]| e.poll_transmit(t, buf).map(|x| (x.peer, x.len)))
-                .unwrap();
+            d.transmit(&mut |buf: &mut [u8]| {
+                e.poll_transmit(t, buf).map(|x| Out {
+                    peer: x.peer,
+                    len: x.len,
+                    burst: x.burst,
+                })
+            })
+            .unwrap();
             d.receive(t, &mut |p| {
                 let _ = e.handle(t, p);
             })

@@ -885,9 +885,15 @@ impl Net {
 
     fn transmit(&mut self, now: u64) {
         let proto = &mut self.proto;
-        let _ = self
-            .dev
-            .transmit(&mut |buf| proto.poll_transmit(now, buf).map(|t| (t.peer, t.len)));
+        let _ = self.dev.transmit(&mut |buf| {
+            proto
+                .poll_transmit(now, buf)
+                .map(|t| volley_transport::Out {
+                    peer: t.peer,
+                    len: t.len,
+                    burst: t.burst,
+                })
+        });
     }
 
     /// Queues a message (copied). Says why not if it cannot: [`Refused::Full`] means pump and
