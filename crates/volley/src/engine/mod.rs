@@ -183,6 +183,11 @@ pub(crate) struct Engine {
     ring_payload_capacity: usize,
     /// Fates of the other ranks as last read from the segment.
     fates: Vec<Option<Fate>>,
+    /// Other ranks with a fate, and those whose fate is a failure (counted by `refresh_fates`,
+    /// so that a receive from any source that finds nothing asks in O(1) whether anything can
+    /// still come, not once per rank of the host on every empty pass).
+    gone: usize,
+    failed: usize,
     seen_epoch: u64,
     /// Whether our doorbell is armed (we are about to sleep or an fd user waits).
     armed: bool,
@@ -373,6 +378,9 @@ impl Engine {
     /// Why nothing more can come for a message half gathered for `port` from a rank that is
     /// gone, if so.
     pub fn partial_dead_end(&mut self, port: u32) -> Option<PeerLost> {
+        if self.gone == 0 || self.partials.is_empty() {
+            return None;
+        }
         let gone: Vec<(usize, crate::Fate)> = self
             .partials
             .iter()
@@ -537,6 +545,8 @@ impl Engine {
             max_payload,
             ring_payload_capacity,
             fates: vec![None; n],
+            gone: 0,
+            failed: 0,
             seen_epoch: u64::MAX,
             armed: false,
             rung: false,
@@ -1115,18 +1125,23 @@ impl Engine {
             return;
         }
         self.seen_epoch = epoch;
+        let (mut gone, mut failed) = (0, 0);
         for r in 0..self.n {
             if r == self.me {
                 continue;
             }
-            self.fates[r] = match self.seg.rank_state(r) {
+            let fate = match self.seg.rank_state(r) {
                 RankState::Alive => None,
                 RankState::Finalized => Some(Fate::Finished),
                 RankState::Exited(c) => Some(Fate::Exited(c)),
                 RankState::Killed(sig) => Some(Fate::Killed(sig)),
                 RankState::Vanished => Some(Fate::Vanished),
             };
+            gone += fate.is_some() as usize;
+            failed += fate.is_some_and(|f| f.is_failure()) as usize;
+            self.fates[r] = fate;
         }
+        (self.gone, self.failed) = (gone, failed);
     }
 
     /// Error for a receive that found nothing, if nothing can ever arrive: a peer failed, or
@@ -1140,22 +1155,17 @@ impl Engine {
                 })
             });
         }
-        let mut all_done = true;
-        for r in 0..self.n {
-            if r == self.me {
-                continue;
-            }
-            match self.fates[r] {
-                Some(fate) if fate.is_failure() => {
-                    return Some(RecvError::PeerLost(PeerLost {
-                        rank: self.l2g[r],
-                        fate,
-                    }))
-                }
-                Some(_) => {}
-                None => all_done = false,
-            }
+        if self.failed > 0 {
+            // The first rank that failed (rare: the job is ending).
+            let (r, fate) = (0..self.n)
+                .filter(|&r| r != self.me)
+                .find_map(|r| self.fates[r].filter(|f| f.is_failure()).map(|f| (r, f)))?;
+            return Some(RecvError::PeerLost(PeerLost {
+                rank: self.l2g[r],
+                fate,
+            }));
         }
+        let all_done = self.gone + 1 == self.n;
         (all_done && self.n > 1 && !self.multi_node).then_some(RecvError::NoSenders { port })
     }
 
