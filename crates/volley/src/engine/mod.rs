@@ -1156,10 +1156,12 @@ impl Engine {
             });
         }
         if self.failed > 0 {
-            // The first rank that failed (rare: the job is ending).
-            let (r, fate) = (0..self.n)
-                .filter(|&r| r != self.me)
-                .find_map(|r| self.fates[r].filter(|f| f.is_failure()).map(|f| (r, f)))?;
+            // The first rank that failed (rare: the job is ending; our own fate is never set).
+            let (r, fate) = self
+                .fates
+                .iter()
+                .enumerate()
+                .find_map(|(r, f)| f.filter(|f| f.is_failure()).map(|f| (r, f)))?;
             return Some(RecvError::PeerLost(PeerLost {
                 rank: self.l2g[r],
                 fate,
