@@ -237,7 +237,10 @@ enum Op {
 
 struct Slot {
     gen: u32,
-    op: Option<Op>,
+    /// Boxed once, when the slot is made (slots are reused, and their boxes with them), so that
+    /// a pass that matches a receive takes it out of its slot and puts it back by swapping two
+    /// pointers (see `drive_posted`).
+    op: Box<Option<Op>>,
     /// When the request completed, on the table's clock (see `Requests::clock`).
     done_at: u64,
 }
@@ -257,6 +260,9 @@ pub(crate) struct Requests {
     clock: u64,
     /// The completed requests a sweep found, with their completion times (kept for the next).
     found: Vec<(u64, usize)>,
+    /// The box a receive's slot holds (with `Op::Matching`) while the receive is out being
+    /// matched; None while it is in use (or before the first pass).
+    spare: Option<Box<Option<Op>>>,
 }
 
 impl Requests {
@@ -266,7 +272,7 @@ impl Requests {
             None => {
                 self.slots.push(Slot {
                     gen: 1,
-                    op: None,
+                    op: Box::new(None),
                     done_at: 0,
                 });
                 (self.slots.len() - 1) as u32
@@ -274,7 +280,7 @@ impl Requests {
         };
         let done = matches!(op, Op::Done(_));
         let s = &mut self.slots[idx as usize];
-        s.op = Some(op);
+        *s.op = Some(op);
         let id = RequestId { idx, gen: s.gen };
         if done {
             self.stamp(idx);
@@ -294,7 +300,7 @@ impl Requests {
         if s.gen != id.gen {
             return None;
         }
-        s.op.as_mut()
+        (*s.op).as_mut()
     }
 
     /// Frees the slot of a completed request; its handle becomes stale.
@@ -536,7 +542,7 @@ impl World {
         }
         let r = self.inner.reqs.borrow_mut();
         r.posted.iter().take(before).any(|&idx| {
-            matches!(&r.slots[idx as usize].op,
+            matches!(&*r.slots[idx as usize].op,
                 Some(Op::Recv(p, _)) | Some(Op::RecvUnpack(p, _))
                 if p.context == context && p.accepts_from(st.source, st.tag))
         })
@@ -560,65 +566,72 @@ impl World {
         let mut empty: Option<Pattern> = None;
         loop {
             // Take the receive out of its slot while matching: the match may run active-port
-            // handlers, which may post or test requests themselves.
-            let (idx, op) = {
+            // handlers, which may post or test requests themselves. Its box is swapped with the
+            // spare one (holding `Op::Matching`), and the receive is matched where it is, in
+            // its box: a receive that finds nothing is neither copied out nor rebuilt. (Moved
+            // out by value and rebuilt from its parts, it was written with narrow stores and
+            // read back with wide loads: a failed store-to-load forward on every pass, a quarter
+            // of this function's time in a loop of MPI_Test.)
+            let (idx, mut held) = {
                 let mut r = self.inner.reqs.borrow_mut();
                 // Past the receives the empty pattern covers, in this one borrow.
                 if let Some(e) = &empty {
                     while let Some(&idx) = r.posted.get(i) {
-                        match &r.slots[idx as usize].op {
+                        match &*r.slots[idx as usize].op {
                             Some(Op::Recv(p, _) | Op::RecvUnpack(p, _)) if e.covers(p) => i += 1,
                             _ => break,
                         }
                     }
                 }
                 let Some(&idx) = r.posted.get(i) else { return };
-                let slot = &mut r.slots[idx as usize];
-                match slot.op.take() {
+                if !matches!(
+                    &*r.slots[idx as usize].op,
                     Some(
-                        op @ (Op::Recv(..)
-                        | Op::Gathering(..)
-                        | Op::RecvUnpack(..)
-                        | Op::GatherUnpack(..)
-                        | Op::Placing(..)),
-                    ) => {
-                        slot.op = Some(Op::Matching);
-                        (idx, op)
-                    }
-                    other => {
-                        // Being matched further up the stack (a handler's test): leave it.
-                        slot.op = other;
-                        i += 1;
-                        continue;
-                    }
+                        Op::Recv(..)
+                            | Op::Gathering(..)
+                            | Op::RecvUnpack(..)
+                            | Op::GatherUnpack(..)
+                            | Op::Placing(..)
+                    )
+                ) {
+                    // Being matched further up the stack (a handler's test): leave it.
+                    i += 1;
+                    continue;
                 }
+                // A new box only when a handler's pass runs inside this one (rare).
+                let mut b = r.spare.take().unwrap_or_else(|| Box::new(None));
+                *b = Some(Op::Matching);
+                std::mem::swap(&mut r.slots[idx as usize].op, &mut b);
+                (idx, b)
             };
-            let (next, finished) = match op {
-                Op::Recv(pat, mut buf) => {
+            let op: &mut Op = held.as_mut().as_mut().expect("a receive was swapped out");
+            let change = match op {
+                Op::Recv(pat, buf) => {
+                    let pat = *pat;
                     let veto = |st: &Status| self.posted_accepts(pat.context, st, i);
                     let mut out = Some(buf.as_mut_slice());
                     match self.match_step(&pat, &mut out, &mut waiter, &veto, true) {
                         Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
                             None => {
                                 note_empty(&mut empty, &pat);
-                                (Op::Recv(pat, buf), false)
+                                Change::Keep
                             }
-                            Some(e) => (Op::Done(Err(e.into())), true),
+                            Some(e) => Change::Finish(Op::Done(Err(e.into()))),
                         },
-                        Ok(Step::Vetoed) => {
-                            let mut r = self.inner.reqs.borrow_mut();
-                            r.slots[idx as usize].op = Some(Op::Recv(pat, buf));
-                            drop(r);
-                            restarts += 1;
-                            i = if restarts > 64 { i + 1 } else { 0 };
-                            empty = None;
-                            continue;
+                        Ok(Step::Vetoed) => Change::Vetoed,
+                        Ok(Step::Done(st)) => Change::Finish(Op::Done(Ok(st))),
+                        Ok(Step::Started(st, g)) => {
+                            let Op::Recv(_, buf) = std::mem::replace(op, Op::Matching) else {
+                                unreachable!("matched above")
+                            };
+                            Change::Continue(Op::Gathering(pat, buf, st, g))
                         }
-                        Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
-                        Ok(Step::Started(st, g)) => (Op::Gathering(pat, buf, st, g), false),
                         Ok(Step::Placing(st, src, msg)) => {
+                            let Op::Recv(_, buf) = std::mem::replace(op, Op::Matching) else {
+                                unreachable!("matched above")
+                            };
                             self.net().place(src, msg, buf);
-                            (Op::Placing(pat, st, src, msg), false)
+                            Change::Continue(Op::Placing(pat, st, src, msg))
                         }
                         Err(RecvError::BufferTooSmall {
                             envelope: Some(st), ..
@@ -628,57 +641,30 @@ impl World {
                             let r = self.take_truncated(&pat, st, room, &mut waiter, &mut |d| {
                                 out.copy_from_slice(d)
                             });
-                            (Op::Done(Err(r.into())), true)
+                            Change::Finish(Op::Done(Err(r.into())))
                         }
-                        Err(e) => (Op::Done(Err(e.into())), true),
+                        Err(e) => Change::Finish(Op::Done(Err(e.into()))),
                     }
                 }
-                Op::Placing(pat, st, src, msg) => {
-                    // The loan ends in take_placed (whole) or abandon_placing (failed).
-                    if self.take_placed(src, msg, st.len) {
-                        (Op::Done(Ok(st)), true)
-                    } else {
-                        match self.dead_end(pat.context, Some(src)) {
-                            None => (Op::Placing(pat, st, src, msg), false),
-                            Some(e) => {
-                                self.net().abandon_placing(src, msg);
-                                (Op::Done(Err(e.into())), true)
-                            }
-                        }
-                    }
-                }
-                Op::Gathering(pat, mut buf, st, mut g) => {
-                    let out = &mut buf.as_mut_slice()[..st.len];
-                    match self.more_fragments(pat.context, &mut g, out) {
-                        Ok(true) => (Op::Done(Ok(st)), true),
-                        Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
-                            None => (Op::Gathering(pat, buf, st, g), false),
-                            Some(e) => (Op::Done(Err(e.into())), true),
-                        },
-                        Err(e) => (Op::Done(Err(e.into())), true),
-                    }
-                }
-                Op::RecvUnpack(pat, mut u) => {
+                Op::RecvUnpack(pat, u) => {
+                    let pat = *pat;
                     let veto = |st: &Status| self.posted_accepts(pat.context, st, i);
-                    match self.match_step_unpack(&pat, &mut *u, &mut waiter, &veto) {
+                    match self.match_step_unpack(&pat, &mut **u, &mut waiter, &veto) {
                         Ok(Step::Nothing) => match self.dead_end(pat.context, pat.source) {
                             None => {
                                 note_empty(&mut empty, &pat);
-                                (Op::RecvUnpack(pat, u), false)
+                                Change::Keep
                             }
-                            Some(e) => (Op::Done(Err(e.into())), true),
+                            Some(e) => Change::Finish(Op::Done(Err(e.into()))),
                         },
-                        Ok(Step::Vetoed) => {
-                            let mut r = self.inner.reqs.borrow_mut();
-                            r.slots[idx as usize].op = Some(Op::RecvUnpack(pat, u));
-                            drop(r);
-                            restarts += 1;
-                            i = if restarts > 64 { i + 1 } else { 0 };
-                            empty = None;
-                            continue;
+                        Ok(Step::Vetoed) => Change::Vetoed,
+                        Ok(Step::Done(st)) => Change::Finish(Op::Done(Ok(st))),
+                        Ok(Step::Started(st, g)) => {
+                            let Op::RecvUnpack(_, u) = std::mem::replace(op, Op::Matching) else {
+                                unreachable!("matched above")
+                            };
+                            Change::Continue(Op::GatherUnpack(pat, u, st, g))
                         }
-                        Ok(Step::Done(st)) => (Op::Done(Ok(st)), true),
-                        Ok(Step::Started(st, g)) => (Op::GatherUnpack(pat, u, st, g), false),
                         Ok(Step::Placing(..)) => {
                             unreachable!("unpacking receives are not incremental")
                         }
@@ -689,30 +675,86 @@ impl World {
                             let r = self.take_truncated(&pat, st, room, &mut waiter, &mut |d| {
                                 u.unpack(0, d)
                             });
-                            (Op::Done(Err(r.into())), true)
+                            Change::Finish(Op::Done(Err(r.into())))
                         }
-                        Err(e) => (Op::Done(Err(e.into())), true),
+                        Err(e) => Change::Finish(Op::Done(Err(e.into()))),
                     }
                 }
-                Op::GatherUnpack(pat, mut u, st, mut g) => {
-                    let mut sink = crate::matched::Unpacking {
-                        u: &mut *u,
-                        len: st.len,
-                    };
-                    match self.more_fragments(pat.context, &mut g, &mut sink) {
-                        Ok(true) => (Op::Done(Ok(st)), true),
-                        Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
-                            None => (Op::GatherUnpack(pat, u, st, g), false),
-                            Some(e) => (Op::Done(Err(e.into())), true),
-                        },
-                        Err(e) => (Op::Done(Err(e.into())), true),
-                    }
-                }
-                _ => unreachable!("only receives are taken out"),
+                _ => Change::Other,
             };
-            // A finished receive's buffer was dropped with its Op: the loan ends here.
+            let finished = match change {
+                Change::Keep => false,
+                Change::Continue(next) => {
+                    *op = next;
+                    false
+                }
+                // The finished receive's buffer is dropped with its old value here: the loan
+                // ends.
+                Change::Finish(next) => {
+                    *op = next;
+                    true
+                }
+                Change::Vetoed => {
+                    let mut r = self.inner.reqs.borrow_mut();
+                    std::mem::swap(&mut r.slots[idx as usize].op, &mut held);
+                    r.spare = Some(held);
+                    drop(r);
+                    restarts += 1;
+                    i = if restarts > 64 { i + 1 } else { 0 };
+                    empty = None;
+                    continue;
+                }
+                Change::Other => {
+                    let (next, finished) = match std::mem::replace(op, Op::Matching) {
+                        Op::Placing(pat, st, src, msg) => {
+                            // The loan ends in take_placed (whole) or abandon_placing (failed).
+                            if self.take_placed(src, msg, st.len) {
+                                (Op::Done(Ok(st)), true)
+                            } else {
+                                match self.dead_end(pat.context, Some(src)) {
+                                    None => (Op::Placing(pat, st, src, msg), false),
+                                    Some(e) => {
+                                        self.net().abandon_placing(src, msg);
+                                        (Op::Done(Err(e.into())), true)
+                                    }
+                                }
+                            }
+                        }
+                        Op::Gathering(pat, mut buf, st, mut g) => {
+                            let out = &mut buf.as_mut_slice()[..st.len];
+                            match self.more_fragments(pat.context, &mut g, out) {
+                                Ok(true) => (Op::Done(Ok(st)), true),
+                                Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
+                                    None => (Op::Gathering(pat, buf, st, g), false),
+                                    Some(e) => (Op::Done(Err(e.into())), true),
+                                },
+                                Err(e) => (Op::Done(Err(e.into())), true),
+                            }
+                        }
+                        Op::GatherUnpack(pat, mut u, st, mut g) => {
+                            let mut sink = crate::matched::Unpacking {
+                                u: &mut *u,
+                                len: st.len,
+                            };
+                            match self.more_fragments(pat.context, &mut g, &mut sink) {
+                                Ok(true) => (Op::Done(Ok(st)), true),
+                                Ok(false) => match self.dead_end(pat.context, Some(st.source)) {
+                                    None => (Op::GatherUnpack(pat, u, st, g), false),
+                                    Some(e) => (Op::Done(Err(e.into())), true),
+                                },
+                                Err(e) => (Op::Done(Err(e.into())), true),
+                            }
+                        }
+                        _ => unreachable!("only receives are taken out"),
+                    };
+                    // A finished receive's buffer was dropped with its Op: the loan ends here.
+                    *op = next;
+                    finished
+                }
+            };
             let mut r = self.inner.reqs.borrow_mut();
-            r.slots[idx as usize].op = Some(next);
+            std::mem::swap(&mut r.slots[idx as usize].op, &mut held);
+            r.spare = Some(held);
             if finished {
                 r.stamp(idx);
                 r.posted.remove(i);
@@ -970,6 +1012,20 @@ impl World {
             }
         }
     }
+}
+
+/// What a pass did to the receive it took out (see `drive_posted`).
+enum Change {
+    /// Nothing: it stays as it is.
+    Keep,
+    /// It goes on as this (its message started arriving).
+    Continue(Op),
+    /// It completed (or failed): this is its end.
+    Finish(Op),
+    /// A receive posted earlier wants the message it found: it goes back, and the pass restarts.
+    Vetoed,
+    /// Not a fresh receive: handled by value.
+    Other,
 }
 
 /// Keeps in `empty` the pattern of a receive that found nothing this pass (the wider of it and
