@@ -63,13 +63,16 @@ pub fn np_results(path: &Path) -> Vec<(u64, f64)> {
         .collect()
 }
 
-pub fn check_np(path: &Path, what: &str) {
+/// NetPIPE's measurement: at least `min_sizes` sizes from 1 byte up to at least 4 MiB, each with
+/// a throughput (124 sizes with NetPIPE's perturbations, 46 without: `-p 0`).
+pub fn check_np(path: &Path, what: &str, min_sizes: usize) {
     let r = np_results(path);
     assert!(
-        r.len() > 50,
+        r.len() >= min_sizes,
         "{what}: NetPIPE stopped early ({} sizes)",
         r.len()
     );
+    assert_eq!(r[0].0, 1, "{what}: NetPIPE's smallest message");
     let last = r.last().unwrap().0;
     assert!(
         last >= 4 << 20,
@@ -78,5 +81,28 @@ pub fn check_np(path: &Path, what: &str) {
     assert!(
         r.iter().all(|&(_, mbps)| mbps > 0.0),
         "{what}: a size measured no throughput"
+    );
+}
+
+/// NetPIPE's integrity check (`-i`): every size's message is filled with a counting pattern and
+/// checked word by word on arrival (NetPIPE exits with -1 at the first wrong word), one trial per
+/// size and no perturbed sizes. Its output file gives (bytes, repetitions) per size, and the
+/// transmitter says "Integrity check passed" on stderr after each.
+pub fn check_np_integrity(path: &Path, stderr: &str, what: &str) {
+    let r = np_results(path);
+    let passed = stderr.matches("Integrity check passed").count();
+    assert!(
+        r.len() > 30 && passed == r.len(),
+        "{what}: {} sizes in the output file, {passed} integrity checks passed:\n{stderr}",
+        r.len()
+    );
+    let last = r.last().unwrap().0;
+    assert!(
+        last >= 4 << 20,
+        "{what}: NetPIPE's largest checked message was {last} bytes"
+    );
+    assert!(
+        r.iter().all(|&(_, reps)| reps >= 1.0),
+        "{what}: a size was sent no times"
     );
 }
