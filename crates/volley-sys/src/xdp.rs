@@ -711,14 +711,15 @@ impl Xsk {
         // SAFETY: a zero-length, non-blocking receive: asks the driver to refill from the
         // fill ring.
         unsafe {
-            libc::recvfrom(
+            crate::net::direct(libc::syscall(
+                libc::SYS_recvfrom,
                 self.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
+                std::ptr::null_mut::<libc::c_void>(),
+                0usize,
                 libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
+                std::ptr::null_mut::<libc::sockaddr>(),
+                std::ptr::null_mut::<libc::socklen_t>(),
+            ))
         };
     }
 
@@ -809,14 +810,15 @@ impl Xsk {
             // SAFETY: a zero-length, non-blocking send: asks the kernel to send what the
             // transmit ring holds.
             let r = unsafe {
-                libc::sendto(
+                crate::net::direct(libc::syscall(
+                    libc::SYS_sendto,
                     self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
+                    std::ptr::null::<libc::c_void>(),
+                    0usize,
                     libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
+                    std::ptr::null::<libc::sockaddr>(),
+                    0 as libc::socklen_t,
+                ))
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
