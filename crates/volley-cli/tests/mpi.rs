@@ -8,7 +8,7 @@
 mod common;
 
 use common::hosts::Hosts;
-use common::netpipe::{check_np, check_np_integrity, npmpi};
+use common::netpipe::{check_np_integrity, check_np_run, npmpi};
 use common::{counter, text, volley, VOLLEY};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -834,11 +834,7 @@ fn netpipe_unmodified_on_shared_memory_in_all_three_modes() {
         let o = volley(&args, &[]);
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         must(o, &format!("NPmpi ({mode})"));
-        if flags.contains(&"-i") {
-            check_np_integrity(&out, &err, mode);
-        } else {
-            check_np(&out, mode, if flags.is_empty() { 100 } else { 40 });
-        }
+        check_np_run(&out, &err, flags, mode);
     }
 }
 
@@ -917,11 +913,7 @@ fn netpipe_unmodified_across_namespaces_over_udp_and_eth() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         let what = format!("NPmpi over {transport} {flags:?}");
         must(o, &what);
-        if flags.contains(&"-i") {
-            check_np_integrity(&out, &err, &what);
-        } else {
-            check_np(&out, &what, if flags.is_empty() { 100 } else { 40 });
-        }
+        check_np_run(&out, &err, flags, &what);
     }
 }
 

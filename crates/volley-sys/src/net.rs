@@ -10,11 +10,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// wrappers: recvmmsg, sendmmsg, send and sendto are cancellation points, and in a process with
 /// more than one thread (volley's liveness thread) glibc brackets each with
 /// `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`: 7% of a rank's time while
-/// it busy-polls a UDP socket (perf, 2-core VM), for a cancellation volley never uses.
-/// Returns the call's result, -1 with errno set on failure, as the wrappers do.
-#[inline]
-pub(crate) fn direct(r: libc::c_long) -> libc::c_int {
-    r as libc::c_int
+/// it busy-polls a UDP socket (perf, 2-core VM), for a cancellation volley never uses. They
+/// return -1 with errno set on failure, as the wrappers do.
+///
+/// A zero-length, non-blocking send on `fd`: asks the kernel to send what a mapped transmit
+/// ring (AF_PACKET's, AF_XDP's) holds.
+pub(crate) fn kick_tx(fd: RawFd) -> libc::c_int {
+    // SAFETY: no buffer and no address: the kernel reads nothing from this process's memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            libc::MSG_DONTWAIT,
+            std::ptr::null::<libc::sockaddr>(),
+            0 as libc::socklen_t,
+        ) as libc::c_int
+    }
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -343,13 +356,13 @@ impl UdpTx {
         // SAFETY: hdrs[first..n] point into this batch's live arena, addresses, iovecs and
         // control buffers.
         let r = unsafe {
-            direct(libc::syscall(
+            libc::syscall(
                 libc::SYS_sendmmsg,
                 fd,
                 self.hdrs[first..].as_mut_ptr(),
                 (n - first) as libc::c_uint,
                 libc::MSG_DONTWAIT,
-            ))
+            ) as libc::c_int
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -526,14 +539,14 @@ impl UdpRx {
         // kernel writes at most iov_len bytes per buffer, msg_namelen bytes per address and
         // msg_controllen bytes of control messages.
         let r = unsafe {
-            direct(libc::syscall(
+            libc::syscall(
                 libc::SYS_recvmmsg,
                 fd,
                 self.hdrs.as_mut_ptr(),
                 self.hdrs.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut::<libc::timespec>(),
-            ))
+            ) as libc::c_int
         };
         if r < 0 {
             self.used = 1;
@@ -914,18 +927,7 @@ impl PacketRing {
         if self.tx_unsent == 0 {
             return Ok(());
         }
-        // SAFETY: send with no buffer flushes the TX ring.
-        let r = unsafe {
-            direct(libc::syscall(
-                libc::SYS_sendto,
-                self.fd.as_raw_fd(),
-                std::ptr::null::<libc::c_void>(),
-                0usize,
-                libc::MSG_DONTWAIT,
-                std::ptr::null::<libc::sockaddr>(),
-                0 as libc::socklen_t,
-            ))
-        };
+        let r = kick_tx(self.fd.as_raw_fd());
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::WouldBlock {

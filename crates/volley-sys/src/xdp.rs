@@ -708,10 +708,10 @@ impl Xsk {
     }
 
     fn wake_rx(&self) {
-        // SAFETY: a zero-length, non-blocking receive: asks the driver to refill from the
-        // fill ring.
+        // SAFETY: a zero-length, non-blocking receive (straight to the kernel, as in
+        // `net::kick_tx`): asks the driver to refill from the fill ring.
         unsafe {
-            crate::net::direct(libc::syscall(
+            libc::syscall(
                 libc::SYS_recvfrom,
                 self.fd.as_raw_fd(),
                 std::ptr::null_mut::<libc::c_void>(),
@@ -719,7 +719,7 @@ impl Xsk {
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut::<libc::sockaddr>(),
                 std::ptr::null_mut::<libc::socklen_t>(),
-            ))
+            )
         };
     }
 
@@ -807,19 +807,7 @@ impl Xsk {
                 break;
             }
             calls += 1;
-            // SAFETY: a zero-length, non-blocking send: asks the kernel to send what the
-            // transmit ring holds.
-            let r = unsafe {
-                crate::net::direct(libc::syscall(
-                    libc::SYS_sendto,
-                    self.fd.as_raw_fd(),
-                    std::ptr::null::<libc::c_void>(),
-                    0usize,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null::<libc::sockaddr>(),
-                    0 as libc::socklen_t,
-                ))
-            };
+            let r = crate::net::kick_tx(self.fd.as_raw_fd());
             if r < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {

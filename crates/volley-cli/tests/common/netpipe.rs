@@ -106,3 +106,14 @@ pub fn check_np_integrity(path: &Path, stderr: &str, what: &str) {
         "{what}: a size was sent no times"
     );
 }
+
+/// Checks a NetPIPE run made with `flags`: its integrity check where `-i` was given, else its
+/// measurement (124 sizes with its perturbations, 46 with `-p 0`).
+pub fn check_np_run(path: &Path, stderr: &str, flags: &[&str], what: &str) {
+    if flags.contains(&"-i") {
+        check_np_integrity(path, stderr, what);
+    } else {
+        let min = if flags.contains(&"-p") { 40 } else { 100 };
+        check_np(path, what, min);
+    }
+}
