@@ -1366,3 +1366,32 @@ fn volley_streams_and_kernel_tcp_share_a_bottleneck_in_the_network() {
         runs.join("; ")
     );
 }
+
+/// A rank blocked in a matched receive from a rank of its own host (a wait that looks at the
+/// shared-memory rings only) while a message from another host arrives: the packets are taken
+/// in as they come, so the wait sleeps and costs almost no CPU, and the message is there
+/// afterwards. The packets were left in the socket, which stayed readable, so every sleep
+/// returned at once until the liveness thread drained it: 62 ranks waiting so on 2 cores made a
+/// ping-pong between the other two 100 to 1,000 times slower.
+#[test]
+fn a_rank_waiting_on_its_own_host_sleeps_while_packets_arrive_from_another() {
+    let h = Hosts::new(2, 1500);
+    for t in ["udp", "eth"] {
+        let out = ok(h.run(
+            4,
+            &[("VOLLEY_TRANSPORT", t)],
+            &[CHECK, "idle", "2000", "near"],
+        ));
+        let waited: u64 = values(&out, "waited_ms")[0].parse().unwrap();
+        let cpu: f64 = values(&out, "cpu_fraction")[0].parse().unwrap();
+        assert!(
+            waited >= 1900,
+            "{t}: the message came after {waited} ms, not 2 s:\n{out}"
+        );
+        assert!(
+            cpu < 0.05,
+            "{t}: a rank waiting 2 s used {:.1}% of a core:\n{out}",
+            cpu * 100.0
+        );
+    }
+}

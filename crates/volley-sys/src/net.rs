@@ -680,9 +680,9 @@ pub fn interfaces() -> io::Result<Vec<Interface>> {
     Ok(out)
 }
 
-/// Waits until one of `fds` is readable or `timeout_ns` passes (None: forever). Returns
-/// whether any is readable. EINTR counts as a timeout.
-pub fn poll_any(fds: &[RawFd], timeout_ns: Option<u64>) -> bool {
+/// Waits until one of `fds` (at most 4) is readable or `timeout_ns` passes (None: forever).
+/// Returns which are readable: bit k for `fds[k]`, 0 when none (a timeout; EINTR counts as one).
+pub fn poll_any(fds: &[RawFd], timeout_ns: Option<u64>) -> u32 {
     let mut p = [libc::pollfd {
         fd: -1,
         events: 0,
@@ -710,7 +710,12 @@ pub fn poll_any(fds: &[RawFd], timeout_ns: Option<u64>) -> bool {
             std::ptr::null(),
         )
     };
-    r > 0
+    if r <= 0 {
+        return 0;
+    }
+    (0..n)
+        .filter(|&k| p[k].revents != 0)
+        .fold(0, |m, k| m | 1 << k)
 }
 
 // The AF_PACKET ring ABI (linux/if_packet.h), stable since 2.6.

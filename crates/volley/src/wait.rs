@@ -184,7 +184,16 @@ impl<'h> Waiter<'h> {
                     (n.fd(), n.next_deadline_in())
                 };
                 let t = (timeout.as_nanos() as u64).min(due.unwrap_or(u64::MAX));
-                volley_sys::net::poll_any(&[fd, nfd], Some(t))
+                let ready = volley_sys::net::poll_any(&[fd, nfd], Some(t));
+                // Woken by packets, or slept until the protocol's timer: the network is pumped
+                // here, whatever the caller's pass looks at. A receive from a rank of this host
+                // looks at the rings only, so packets left unread kept the socket readable and
+                // every sleep returned at once: with 62 ranks waiting so on 2 cores, a
+                // ping-pong between the other two took 0.5-9 ms a hop instead of 6 us.
+                if ready & 2 != 0 || due.is_some_and(|d| d <= t) {
+                    net.borrow_mut().pump();
+                }
+                ready != 0
             }
         };
         // Awake: stop asking senders for wake-ups and let the caller look. Most wake-ups bring

@@ -894,19 +894,64 @@ fn backpressure(w: &World) -> R {
 
 /// Rank 0 waits for a message that rank 1 sends after `ms` milliseconds; rank 0 reports the CPU
 /// it used while waiting (as a fraction of the wall time) and how long after the send it woke.
-fn idle(w: &World, ms: u64) -> R {
+/// Rank 0 waits `ms` for a message from rank 1 and says how much CPU the wait took. With
+/// `near` (a job across hosts, ranks 0 and 1 on one host, the last rank on another), the wait is
+/// a matched receive from rank 1, which looks at the shared-memory rings only, while a message
+/// from the last rank arrives over the network at its start: the packets must not keep the wait
+/// awake. Rank 0 then receives that message too and checks it.
+fn idle(w: &World, ms: u64, near: bool) -> R {
     let ep = w.open(14)?;
-    if w.rank() == 1 {
+    if near {
+        ep.use_matching();
+    }
+    // The waker: rank 1, or with `near` the first rank on rank 0's host; the rank on another
+    // host: the last one not on rank 0's host.
+    let nodes = &w.info().nodes;
+    let waker = if near {
+        (1..w.size()).find(|&r| nodes[r] == nodes[0])
+    } else {
+        Some(1)
+    };
+    let far = (1..w.size()).rev().find(|&r| nodes[r] != nodes[0]);
+    let far = if near { far } else { Some(usize::MAX) };
+    let (Some(waker), Some(far)) = (waker, far) else {
+        return Err("idle near needs a second rank on rank 0's host and one on another".into());
+    };
+    let note = b"from another host, while rank 0 waits";
+    if w.rank() == waker {
         std::thread::sleep(Duration::from_millis(ms));
-        ep.send_to(0, 14, &volley_sys::monotonic_ns().to_le_bytes())?;
+        let t = volley_sys::monotonic_ns().to_le_bytes();
+        if near {
+            ep.send_tagged(0, 14, &t)?;
+        } else {
+            ep.send_to(0, 14, &t)?;
+        }
+    } else if near && w.rank() == far {
+        std::thread::sleep(Duration::from_millis(ms / 10));
+        ep.send_tagged(0, 15, note)?;
     } else if w.rank() == 0 {
         let cpu0 = volley_sys::cpu_time();
         let t0 = Instant::now();
-        let m = ep.recv()?;
+        let mut m = [0u8; 8];
+        if near {
+            ep.recv_matching(Some(waker), Some(14), &mut m)?;
+        } else {
+            let got = ep.recv()?;
+            m.copy_from_slice(got.get(..8).ok_or("a short message")?);
+        }
         let now = volley_sys::monotonic_ns();
         let wall = t0.elapsed();
         let cpu = volley_sys::cpu_time() - cpu0;
-        let sent = u64::from_le_bytes(m[..8].try_into()?);
+        let sent = u64::from_le_bytes(m);
+        if near {
+            let mut got = [0u8; 64];
+            let st = ep.recv_matching(Some(far), Some(15), &mut got)?;
+            if &got[..st.len] != note {
+                return Err(
+                    format!("rank {far}'s message arrived altered: {:?}", &got[..st.len]).into(),
+                );
+            }
+        }
         println!(
             "result: idle waited_ms={} cpu_fraction={:.4} wake_us={:.1}",
             wall.as_millis(),
@@ -1682,7 +1727,11 @@ fn main() {
         }
         Some("ports") => ports(&world),
         Some("quiet") => quiet(&world, num(1, 3000)),
-        Some("idle") => idle(&world, num(1, 2000)),
+        Some("idle") => idle(
+            &world,
+            num(1, 2000),
+            args.get(2).map(String::as_str) == Some("near"),
+        ),
         Some("send-with") => send_with(&world),
         Some("overlap") => overlap(
             &world,
@@ -1694,7 +1743,7 @@ fn main() {
         Some("backpressure") => backpressure(&world),
         Some("whoami") => whoami(&world, args.get(1).map(String::as_str) == Some("self")),
         _ => {
-            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer [exit] | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS | overlap SIZE MAX_MS [thread] [matched] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
+            eprintln!("usage: volley-check pingpong SIZES... | alltoall N | slow N SIZE | killed-peer [exit] | active N | fd | toosmall | self | big SIZE | ports | backpressure | idle MS [near] | overlap SIZE MAX_MS [thread] [matched] | send-with | whoami [self] | hold | threads N | match N | requests N | unexpected N [rendezvous] | active-match");
             std::process::exit(2);
         }
     };
