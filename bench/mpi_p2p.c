@@ -11,11 +11,15 @@
 //                              median over 7 batches
 //   mpi_p2p ring LAPS          N ranks; a token goes LAPS times round the ring, each rank adds
 //                              its rank; median time per hop over 7 batches, token checked
+//   mpi_p2p far SIZE...        N ranks; the ping-pong between rank 0 and rank N-1 while every
+//                              other rank waits in MPI_Barrier (what many idle peers cost a
+//                              pair: with ranks placed round-robin on two hosts, N-1 is on the
+//                              other host)
 //
 // Every batch runs about 50 ms (the iteration count is calibrated by rank 0 and broadcast),
 // after 100 ms of warm-up: a job's first milliseconds pay page faults on fresh shared memory,
 // and a calibration on a cold start made the batches far too short to leave them.
-// Output: one line per figure, "pingpong SIZE US MBPS", "rate WINDOW MMSGS", "ring N US".
+// Output: one line per figure, "pingpong SIZE US MBPS" (also for far), "rate WINDOW MMSGS", "ring N US".
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +27,9 @@
 #include <string.h>
 
 #define BATCHES 7
+
+// The communicator the figures are taken in: MPI_COMM_WORLD, or the pair of `far`.
+static MPI_Comm comm;
 #define BATCH_S 0.05
 
 static int cmp(const void *a, const void *b) {
@@ -57,7 +64,7 @@ static long calibrate(double trial_s, long trial_iters);
         while (more) {                                                                    \
             out_s = (call);                                                               \
             more = MPI_Wtime() - t0 < WARMUP_S;                                           \
-            MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);                              \
+            MPI_Bcast(&more, 1, MPI_INT, 0, comm);                                        \
         }                                                                                 \
         (void)chunk;                                                                      \
     } while (0)
@@ -66,7 +73,7 @@ static long calibrate(double trial_s, long trial_iters) {
     long n = trial_s > 0 ? (long)(BATCH_S / (trial_s / trial_iters)) : 1000;
     if (n < 4) n = 4;
     if (n > 10000000) n = 10000000;
-    MPI_Bcast(&n, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&n, 1, MPI_LONG, 0, comm);
     return n;
 }
 
@@ -74,11 +81,11 @@ static double pingpong_once(char *buf, char *in, long size, long iters, int me) 
     double t = MPI_Wtime();
     for (long i = 0; i < iters; i++) {
         if (me == 0) {
-            MPI_Send(buf, (int)size, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
-            MPI_Recv(in, (int)size, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, (int)size, MPI_BYTE, 1, 1, comm);
+            MPI_Recv(in, (int)size, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE);
         } else {
-            MPI_Recv(in, (int)size, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(buf, (int)size, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+            MPI_Recv(in, (int)size, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE);
+            MPI_Send(buf, (int)size, MPI_BYTE, 0, 1, comm);
         }
     }
     return MPI_Wtime() - t;
@@ -111,14 +118,14 @@ static double rate_once(long window, long iters, int me, MPI_Request *rq, uint64
     for (long i = 0; i < iters; i++) {
         if (me == 0) {
             for (long w = 0; w < window; w++)
-                MPI_Isend(&bufs[w], 8, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &rq[w]);
+                MPI_Isend(&bufs[w], 8, MPI_BYTE, 1, 2, comm, &rq[w]);
             MPI_Waitall((int)window, rq, MPI_STATUSES_IGNORE);
-            MPI_Recv(NULL, 0, MPI_BYTE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Recv(NULL, 0, MPI_BYTE, 1, 3, comm, MPI_STATUS_IGNORE);
         } else {
             for (long w = 0; w < window; w++)
-                MPI_Irecv(&bufs[w], 8, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &rq[w]);
+                MPI_Irecv(&bufs[w], 8, MPI_BYTE, 0, 2, comm, &rq[w]);
             MPI_Waitall((int)window, rq, MPI_STATUSES_IGNORE);
-            MPI_Send(NULL, 0, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
+            MPI_Send(NULL, 0, MPI_BYTE, 0, 3, comm);
         }
     }
     return MPI_Wtime() - t;
@@ -144,12 +151,12 @@ static double ring_once(long laps, int me, int n, int *ok) {
     double t = MPI_Wtime();
     for (long l = 0; l < laps; l++) {
         if (me == 0) {
-            MPI_Send(&token, 1, MPI_LONG, next, 4, MPI_COMM_WORLD);
-            MPI_Recv(&token, 1, MPI_LONG, prev, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(&token, 1, MPI_LONG, next, 4, comm);
+            MPI_Recv(&token, 1, MPI_LONG, prev, 4, comm, MPI_STATUS_IGNORE);
         } else {
-            MPI_Recv(&token, 1, MPI_LONG, prev, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Recv(&token, 1, MPI_LONG, prev, 4, comm, MPI_STATUS_IGNORE);
             token += me;
-            MPI_Send(&token, 1, MPI_LONG, next, 4, MPI_COMM_WORLD);
+            MPI_Send(&token, 1, MPI_LONG, next, 4, comm);
         }
     }
     double s = MPI_Wtime() - t;
@@ -166,7 +173,7 @@ static void ring(long laps, int me, int n) {
     for (int b = 0; b < BATCHES; b++) us[b] = ring_once(l, me, n, &ok) * 1e6 / (l * n);
     if (me == 0) {
         printf("ring %d %.3f%s\n", n, median(us, BATCHES), ok ? "" : " WRONG-TOKEN");
-        if (!ok) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (!ok) MPI_Abort(comm, 1);
     }
 }
 
@@ -175,10 +182,25 @@ int main(int argc, char **argv) {
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    if (argc < 3 || (strcmp(argv[1], "ring") && n != 2)) {
+    comm = MPI_COMM_WORLD;
+    int any_n = argc >= 3 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "far"));
+    if (argc < 3 || (!any_n && n != 2) || n < 2) {
         if (me == 0)
-            fprintf(stderr, "usage: mpi_p2p pingpong SIZE... | rate WINDOW (2 ranks) | ring LAPS\n");
+            fprintf(stderr, "usage: mpi_p2p pingpong SIZE... | rate WINDOW (2 ranks) | ring LAPS | far SIZE...\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (!strcmp(argv[1], "far")) {
+        int pair = me == 0 || me == n - 1;
+        MPI_Comm_split(MPI_COMM_WORLD, pair ? 0 : MPI_UNDEFINED, me, &comm);
+        if (pair) {
+            int pme;
+            MPI_Comm_rank(comm, &pme);
+            pingpong(argc, argv, pme);
+            MPI_Comm_free(&comm);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+        return 0;
     }
     if (!strcmp(argv[1], "pingpong")) pingpong(argc, argv, me);
     else if (!strcmp(argv[1], "rate")) rate(atol(argv[2]), me);

@@ -30,9 +30,11 @@
 pub mod cc;
 mod counters;
 mod peer;
+mod sched;
 
 pub use counters::{PeerCounters, DROP_REASONS, ENGINE_COUNTERS, PEER_COUNTERS};
 use peer::Peer;
+use sched::{Sched, NEVER};
 use std::collections::VecDeque;
 use volley_wire::{Malformed, Repr};
 
@@ -266,7 +268,8 @@ pub struct Engine {
     pool: peer::BufPool,
     /// Received packets dropped before a peer could be told, by reason (see [`DROP_REASONS`]).
     pub drops: [u64; DROP_REASONS.len()],
-    rr: usize,
+    /// The peers that may have a packet to send, and every peer's next timer (see [`sched`]).
+    sched: Sched,
 }
 
 impl Engine {
@@ -286,7 +289,7 @@ impl Engine {
             events: VecDeque::new(),
             pool: Default::default(),
             drops: [0; DROP_REASONS.len()],
-            rr: 0,
+            sched: Sched::default(),
         }
     }
 
@@ -305,7 +308,9 @@ impl Engine {
             self.peers.resize_with(i + 1, || None);
         }
         if self.peers[i].is_none() {
-            self.peers[i] = Some(Peer::new(rank, &self.cfg, now));
+            let p = Peer::new(rank, &self.cfg, now);
+            self.sched.touch(i, p.next_timeout(&self.cfg));
+            self.peers[i] = Some(p);
         }
     }
 
@@ -333,6 +338,7 @@ impl Engine {
         if let Some(Some(p)) = self.peers.get_mut(rank as usize) {
             if !p.lost {
                 p.lose(&mut self.events);
+                self.sched.touch(rank as usize, p.next_timeout(&self.cfg));
             }
         }
     }
@@ -415,7 +421,9 @@ impl Engine {
             p.counters.send_busy += 1;
             return Err(SendError::Busy(data));
         }
-        Ok(p.queue(cfg, now, tag, context, data, how, give_back))
+        let id = p.queue(cfg, now, tag, context, data, how, give_back);
+        self.sched.touch(peer as usize, p.next_timeout(cfg));
+        Ok(id)
     }
 
     /// The buffer of message `id` to `peer` (from [`Engine::send_returning`]), once acknowledged.
@@ -507,6 +515,7 @@ impl Engine {
             &mut self.pool,
             place,
         );
+        self.sched.touch(repr.src as usize, p.next_timeout(cfg));
         if let Err(e) = r {
             p.counters.bad_field += 1;
             return Err(e);
@@ -515,22 +524,28 @@ impl Engine {
     }
 
     /// Writes the next packet to send into `buf` (at least `max_packet` bytes), or returns None
-    /// when there is nothing to send now.
+    /// when there is nothing to send now. Peers with something to send take turns, a packet
+    /// each; a call that finds nothing looks at no peer but those that changed or came due.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let n = self.peers.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
-            if let Some(p) = self.peers[i].as_mut() {
-                if let Some(len) =
-                    p.transmit(&self.cfg, self.me, self.token, now, buf, &mut self.pool)
-                {
-                    self.rr = (i + 1) % n;
-                    return Some(Transmit {
-                        peer: i as u32,
-                        len,
-                        burst: p.burst(&self.cfg),
-                    });
-                }
+        // What a peer sends because time passed is due at its next timer: a caller that did not
+        // run the timers first still gets it.
+        self.sched.wake_due(now);
+        while let Some(i) = self.sched.next() {
+            let Some(p) = self.peers.get_mut(i).and_then(|p| p.as_mut()) else {
+                continue;
+            };
+            let sent = p.transmit(&self.cfg, self.me, self.token, now, buf, &mut self.pool);
+            // Sending arms timers, and a refusal may too (a credit probe).
+            self.sched
+                .timers
+                .set(i, p.next_timeout(&self.cfg).unwrap_or(NEVER));
+            if let Some(len) = sent {
+                self.sched.again(i);
+                return Some(Transmit {
+                    peer: i as u32,
+                    len,
+                    burst: p.burst(&self.cfg),
+                });
             }
         }
         None
@@ -538,19 +553,26 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
-            .iter()
-            .flatten()
-            .filter_map(|p| p.next_timeout(&self.cfg))
-            .min()
+        let t = self.sched.timers.earliest();
+        (t != NEVER).then_some(t)
     }
 
     /// Runs the timers due at `now`: retransmissions, delayed acknowledgements, heartbeats,
     /// credit probes, peer loss.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for p in self.peers.iter_mut().flatten() {
-            p.on_timeout(&self.cfg, now, &mut self.events);
+        if self.sched.timers.earliest() > now {
+            return;
         }
+        let mut due = std::mem::take(&mut self.sched.scratch);
+        due.clear();
+        self.sched.timers.due(now, &mut due);
+        for &i in &due {
+            if let Some(p) = self.peers.get_mut(i as usize).and_then(|p| p.as_mut()) {
+                p.on_timeout(&self.cfg, now, &mut self.events);
+                self.sched.touch(i as usize, p.next_timeout(&self.cfg));
+            }
+        }
+        self.sched.scratch = due;
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -561,10 +583,12 @@ impl Engine {
     /// CTS goes out and its fragments go through the placement sink as they arrive. False when
     /// no such message waits (already accepted, or the peer is lost).
     pub fn accept(&mut self, peer: u32, msg: u64) -> bool {
-        self.peers
-            .get_mut(peer as usize)
-            .and_then(|p| p.as_mut())
-            .is_some_and(|p| !p.lost && p.accept(msg))
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
+            return false;
+        };
+        let ok = !p.lost && p.accept(msg);
+        self.sched.touch(peer as usize, p.next_timeout(&self.cfg));
+        ok
     }
 
     /// The application no longer wants announced or accepted message `msg` from `peer` (its
@@ -573,6 +597,7 @@ impl Engine {
     pub fn discard(&mut self, peer: u32, msg: u64) {
         if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
             p.discard(msg);
+            self.sched.touch(peer as usize, p.next_timeout(&self.cfg));
         }
     }
 
@@ -585,14 +610,18 @@ impl Engine {
             .and_then(|p| p.as_mut())
         {
             p.release(cfg, credit, &mut self.pool);
+            self.sched.touch(credit.peer as usize, p.next_timeout(cfg));
         }
     }
 
     /// Says goodbye to every peer (once everything sent to it is acknowledged): they will not
     /// take our silence for a failure. Keep calling poll_transmit for a moment after.
     pub fn close(&mut self) {
-        for p in self.peers.iter_mut().flatten() {
-            p.bye_left = 3;
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                p.bye_left = 3;
+                self.sched.touch(i, p.next_timeout(&self.cfg));
+            }
         }
     }
 }
