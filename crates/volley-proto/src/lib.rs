@@ -893,3 +893,46 @@ mod burst_tests {
         assert_eq!(first_burst(fixed), 32);
     }
 }
+
+#[cfg(test)]
+mod sched_tests {
+    use super::*;
+
+    /// With many peers, a peer that changed is served, the others are not asked, and what is due
+    /// because time passed (here every peer's heartbeat) comes out when its time comes, once per
+    /// peer, whether or not the caller ran the timers first.
+    #[test]
+    fn many_peers_are_served_when_they_change_or_come_due() {
+        let cfg = Config::default();
+        let hb = cfg.heartbeat;
+        let mut e = Engine::new(cfg, 0, 9);
+        for r in 1..=1000 {
+            e.add_peer(r, 0);
+        }
+        let mut buf = vec![0u8; 2048];
+        // Nothing to send yet: the first call looks at every new peer once, then none.
+        assert_eq!(e.poll_transmit(1, &mut buf), None);
+        assert_eq!(e.poll_timeout(), Some(hb));
+        let d = e.buffer(8);
+        e.send(2, 500, 1, 0, d, Reliability::Reliable).unwrap();
+        let t = e
+            .poll_transmit(3, &mut buf)
+            .expect("the message to peer 500");
+        assert_eq!(t.peer, 500);
+        assert_eq!(e.poll_transmit(3, &mut buf), None);
+        // Peer 500's retransmission timer is now the earliest.
+        assert!(e.poll_timeout().unwrap() < hb);
+        // At the heartbeat every other peer sends one, without handle_timeout being called.
+        let mut seen = vec![0u32; 1001];
+        while let Some(t) = e.poll_transmit(hb, &mut buf) {
+            seen[t.peer as usize] += 1;
+        }
+        for (r, &n) in seen.iter().enumerate().skip(1) {
+            if r != 500 {
+                assert_eq!(n, 1, "peer {r} sent {n} heartbeats");
+            }
+        }
+        assert_eq!(seen[0], 0);
+        assert_eq!(e.poll_transmit(hb, &mut buf), None);
+    }
+}
