@@ -292,12 +292,17 @@ impl Config {
         // Up to 4 ranks a CPU, the rank waited for is likely to run soon: spinning (and
         // yielding at every pass) beats sleeping. 16-core server, MPI ring of 64 ranks: 12.1 us
         // per hop with 20 us, 3.7 with 200, 4.0 with 2000 (Open MPI 4.6); of 256 ranks, 16 a
-        // CPU, 28.6 with 20, 32.8 with 200, 36.5 with 2000 (Open MPI 19.4).
+        // CPU, 28.6 with 20, 32.8 with 200, 36.5 with 2000 (Open MPI 19.4). Beyond, no time at
+        // all: a wait still makes its first 64 passes (the clock is read only then), which
+        // catches a reply already on its way, and then sleeps. 2-core VM, MPI ring, 20 us -> 0:
+        // 64 ranks 21.2, 20.8 -> 9.1, 12.1 us per hop; 256 ranks 33.6, 30.0 -> 16.0, 15.1; over
+        // two namespaces (udp) 64 ranks 80, 102 -> 60, 53, 256 ranks 120, 128 -> 79, 77; an 8 B
+        // ping-pong between two of 64 ranks while the others wait 0.32 -> 0.27-0.31 us.
         let spin_oversubscribed = Duration::from_micros(
             env_usize("VOLLEY_SPIN_OVERSUBSCRIBED_US")?.unwrap_or(if nranks <= 4 * cpus {
                 200
             } else {
-                20
+                0
             }) as u64,
         );
         let unexpected_bytes = env_usize("VOLLEY_UNEXPECTED_BYTES")?.unwrap_or(16 << 20);

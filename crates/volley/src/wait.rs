@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 /// passes the spin limit after one such wait (10 ms idle waits: 0.40% of a core).
 const MIN_SPIN: Duration = Duration::from_micros(100);
 // Where the host runs more ranks than it has CPUs a wait spins at most
-// `Config::spin_oversubscribed` (200 us up to 4 ranks a CPU, 20 us beyond): with many ranks a
-// CPU a spinning rank holds a CPU the rank it waits for may need (even yielding at every pass),
-// and a sleeping one leaves it to the runnable ones. 2-core VM, MPI ring of 64 ranks, 3 runs
-// each: 13.5-14.2 us per hop spinning up to 500 us, 11.1-11.4 up to 20; of 16 ranks 8.8 and
-// 8.7. With few ranks a CPU the one waited for runs soon, and a sleep's wake-up costs more:
+// `Config::spin_oversubscribed` (200 us up to 4 ranks a CPU, none beyond: only its first 64
+// passes, see config.rs for the figures): with many ranks a CPU a spinning rank holds a CPU the
+// rank it waits for may need (even yielding at every pass), and a sleeping one leaves it to the
+// runnable ones. 2-core VM, MPI ring of 64 ranks, 3 runs each: 13.5-14.2 us per hop spinning up
+// to 500 us, 11.1-11.4 up to 20; of 16 ranks 8.8 and 8.7. With few ranks a CPU the one waited for runs soon, and a sleep's wake-up costs more:
 // 16-core server, ring of 64 ranks, 12.1 us per hop with 20 us, 3.7 with 200.
 /// The spin of a wait expected to be longer than the spin limit: long enough for a message
 /// already on its way, then sleep.
