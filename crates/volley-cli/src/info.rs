@@ -24,7 +24,9 @@ fn shm_for(n: usize) -> Result<(usize, usize), volley::InitError> {
 }
 
 pub fn info(n: Option<usize>) -> i32 {
-    let cfg = match Config::from_env(2) {
+    // The settings in force are those of a job of `n` ranks a host when asked (several adapt
+    // to it: ring size, oversubscription, spinning), else of two.
+    let cfg = match Config::from_env(n.unwrap_or(2)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("volley info: {e}");

@@ -367,6 +367,12 @@ fn two_hundred_fifty_six_ranks_stay_within_the_memory_bound() {
         line.contains("rings of 8 KiB, segment ") && line.contains("<- asked"),
         "{line}"
     );
+    // The settings listed are those of such a job (oversubscription is judged for 256 ranks).
+    assert!(
+        info.lines()
+            .any(|l| l.contains("VOLLEY_OVERSUBSCRIBED") && l.contains("(256 ranks here")),
+        "{info}"
+    );
     let announced_mib: f64 = line
         .split("segment ")
         .nth(1)
