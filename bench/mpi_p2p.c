@@ -19,7 +19,8 @@
 // Every batch runs about 50 ms (the iteration count is calibrated by rank 0 and broadcast),
 // after 100 ms of warm-up: a job's first milliseconds pay page faults on fresh shared memory,
 // and a calibration on a cold start made the batches far too short to leave them.
-// Output: one line per figure, "pingpong SIZE US MBPS" (also for far), "rate WINDOW MMSGS", "ring N US".
+// Output: one line per figure, "pingpong SIZE US MBPS" (also for far), "rate WINDOW MMSGS",
+// "ring N US".
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,10 +28,10 @@
 #include <string.h>
 
 #define BATCHES 7
+#define BATCH_S 0.05
 
 // The communicator the figures are taken in: MPI_COMM_WORLD, or the pair of `far`.
 static MPI_Comm comm;
-#define BATCH_S 0.05
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

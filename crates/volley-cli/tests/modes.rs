@@ -303,18 +303,7 @@ fn a_waiting_rank_in_block_or_spin_mode_costs_almost_no_cpu_and_still_wakes() {
             &["-n", "2", CHECK, "idle", "2000"],
             &[("VOLLEY_WAIT", mode)],
         );
-        let out = ok(o);
-        let waited: u64 = values(&out, "waited_ms")[0].parse().unwrap();
-        let cpu: f64 = values(&out, "cpu_fraction")[0].parse().unwrap();
-        assert!(
-            waited >= 1900,
-            "{mode}: the message came after {waited} ms, not 2 s:\n{out}"
-        );
-        assert!(
-            cpu < 0.05,
-            "{mode}: a rank waiting 2 s used {:.1}% of a core",
-            cpu * 100.0
-        );
+        check_idle_2s(&ok(o), mode);
     }
     // The measurement itself sees a spinning rank: busy-poll burns its core. Unbound, so that
     // the kernel can move it off a CPU where other tests' ranks are bound.

@@ -560,19 +560,14 @@ impl Engine {
     /// Runs the timers due at `now`: retransmissions, delayed acknowledgements, heartbeats,
     /// credit probes, peer loss.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.sched.timers.earliest() > now {
-            return;
-        }
-        let mut due = std::mem::take(&mut self.sched.scratch);
-        due.clear();
-        self.sched.timers.due(now, &mut due);
+        let due = self.sched.take_due(now);
         for &i in &due {
             if let Some(p) = self.peers.get_mut(i as usize).and_then(|p| p.as_mut()) {
                 p.on_timeout(&self.cfg, now, &mut self.events);
                 self.sched.touch(i as usize, p.next_timeout(&self.cfg));
             }
         }
-        self.sched.scratch = due;
+        self.sched.done_with(due);
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

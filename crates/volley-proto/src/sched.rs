@@ -91,7 +91,7 @@ pub(crate) struct Sched {
     ready: VecDeque<u32>,
     queued: Vec<bool>,
     /// The due slots of one call (kept: no allocation per call).
-    pub(crate) scratch: Vec<u32>,
+    scratch: Vec<u32>,
 }
 
 impl Sched {
@@ -111,18 +111,28 @@ impl Sched {
         }
     }
 
-    /// Puts the slots whose timer is due on the ready queue.
-    pub(crate) fn wake_due(&mut self, now: u64) {
-        if self.timers.earliest() > now {
-            return;
-        }
+    /// The slots whose timer is due at `now` (empty when none, without looking at any); hand the
+    /// list back with [`Sched::done_with`] so that its allocation is kept.
+    pub(crate) fn take_due(&mut self, now: u64) -> Vec<u32> {
         let mut due = std::mem::take(&mut self.scratch);
         due.clear();
-        self.timers.due(now, &mut due);
+        if self.timers.earliest() <= now {
+            self.timers.due(now, &mut due);
+        }
+        due
+    }
+
+    pub(crate) fn done_with(&mut self, due: Vec<u32>) {
+        self.scratch = due;
+    }
+
+    /// Puts the slots whose timer is due on the ready queue.
+    pub(crate) fn wake_due(&mut self, now: u64) {
+        let due = self.take_due(now);
         for &i in &due {
             self.wake(i as usize);
         }
-        self.scratch = due;
+        self.done_with(due);
     }
 
     /// The next slot to try, taken off the queue: [`Sched::again`] puts it back at the end.

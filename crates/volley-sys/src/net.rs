@@ -6,13 +6,13 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The per-packet system calls go to the kernel directly (`syscall(2)`), not through glibc's
-/// wrappers: recvmmsg, sendmmsg, send and sendto are cancellation points, and in a process with
-/// more than one thread (volley's liveness thread) glibc brackets each with
-/// `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`: 7% of a rank's time while
-/// it busy-polls a UDP socket (perf, 2-core VM), for a cancellation volley never uses. They
-/// return -1 with errno set on failure, as the wrappers do.
-///
+// The per-packet system calls go to the kernel directly (`syscall(2)`), not through glibc's
+// wrappers: recvmmsg, sendmmsg, send and sendto are cancellation points, and in a process with
+// more than one thread (volley's liveness thread) glibc brackets each with
+// `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`: 7% of a rank's time while
+// it busy-polls a UDP socket (perf, 2-core VM), for a cancellation volley never uses. They
+// return -1 with errno set on failure, as the wrappers do.
+
 /// A zero-length, non-blocking send on `fd`: asks the kernel to send what a mapped transmit
 /// ring (AF_PACKET's, AF_XDP's) holds.
 pub(crate) fn kick_tx(fd: RawFd) -> libc::c_int {

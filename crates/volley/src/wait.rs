@@ -21,8 +21,9 @@ const MIN_SPIN: Duration = Duration::from_micros(100);
 // passes, see config.rs for the figures): with many ranks a CPU a spinning rank holds a CPU the
 // rank it waits for may need (even yielding at every pass), and a sleeping one leaves it to the
 // runnable ones. 2-core VM, MPI ring of 64 ranks, 3 runs each: 13.5-14.2 us per hop spinning up
-// to 500 us, 11.1-11.4 up to 20; of 16 ranks 8.8 and 8.7. With few ranks a CPU the one waited for runs soon, and a sleep's wake-up costs more:
-// 16-core server, ring of 64 ranks, 12.1 us per hop with 20 us, 3.7 with 200.
+// to 500 us, 11.1-11.4 up to 20; of 16 ranks 8.8 and 8.7. With few ranks a CPU the one waited
+// for runs soon, and a sleep's wake-up costs more: 16-core server, ring of 64 ranks, 12.1 us per
+// hop with 20 us, 3.7 with 200.
 /// The spin of a wait expected to be longer than the spin limit: long enough for a message
 /// already on its way, then sleep.
 const SHORT_SPIN: Duration = Duration::from_micros(2);
@@ -190,7 +191,8 @@ impl<'h> Waiter<'h> {
                 // looks at the rings only, so packets left unread kept the socket readable and
                 // every sleep returned at once: with 62 ranks waiting so on 2 cores, a
                 // ping-pong between the other two took 0.5-9 ms a hop instead of 6 us.
-                if ready & 2 != 0 || due.is_some_and(|d| d <= t) {
+                let socket_ready = ready & (1 << 1) != 0; // bit k: the k-th descriptor
+                if socket_ready || due.is_some_and(|d| d <= t) {
                     net.borrow_mut().pump();
                 }
                 ready != 0

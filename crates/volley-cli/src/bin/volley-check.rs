@@ -894,28 +894,25 @@ fn backpressure(w: &World) -> R {
 
 /// Rank 0 waits for a message that rank 1 sends after `ms` milliseconds; rank 0 reports the CPU
 /// it used while waiting (as a fraction of the wall time) and how long after the send it woke.
-/// Rank 0 waits `ms` for a message from rank 1 and says how much CPU the wait took. With
-/// `near` (a job across hosts, ranks 0 and 1 on one host, the last rank on another), the wait is
-/// a matched receive from rank 1, which looks at the shared-memory rings only, while a message
-/// from the last rank arrives over the network at its start: the packets must not keep the wait
-/// awake. Rank 0 then receives that message too and checks it.
+/// With `near` (a job across hosts), the sender is the first other rank on rank 0's host and the
+/// wait a matched receive from it, which looks at the shared-memory rings only, while a message
+/// from the last rank on another host arrives over the network early on: the packets must not
+/// keep the wait awake. Rank 0 then receives that message too and checks it.
 fn idle(w: &World, ms: u64, near: bool) -> R {
     let ep = w.open(14)?;
     if near {
         ep.use_matching();
     }
-    // The waker: rank 1, or with `near` the first rank on rank 0's host; the rank on another
-    // host: the last one not on rank 0's host.
     let nodes = &w.info().nodes;
-    let waker = if near {
-        (1..w.size()).find(|&r| nodes[r] == nodes[0])
+    let (waker, far) = if near {
+        let waker = (1..w.size()).find(|&r| nodes[r] == nodes[0]);
+        let far = (1..w.size()).rev().find(|&r| nodes[r] != nodes[0]);
+        let (Some(waker), Some(far)) = (waker, far) else {
+            return Err("idle near needs a second rank on rank 0's host and one on another".into());
+        };
+        (waker, Some(far))
     } else {
-        Some(1)
-    };
-    let far = (1..w.size()).rev().find(|&r| nodes[r] != nodes[0]);
-    let far = if near { far } else { Some(usize::MAX) };
-    let (Some(waker), Some(far)) = (waker, far) else {
-        return Err("idle near needs a second rank on rank 0's host and one on another".into());
+        (1, None)
     };
     let note = b"from another host, while rank 0 waits";
     if w.rank() == waker {
@@ -926,7 +923,7 @@ fn idle(w: &World, ms: u64, near: bool) -> R {
         } else {
             ep.send_to(0, 14, &t)?;
         }
-    } else if near && w.rank() == far {
+    } else if far == Some(w.rank()) {
         std::thread::sleep(Duration::from_millis(ms / 10));
         ep.send_tagged(0, 15, note)?;
     } else if w.rank() == 0 {
@@ -943,7 +940,7 @@ fn idle(w: &World, ms: u64, near: bool) -> R {
         let wall = t0.elapsed();
         let cpu = volley_sys::cpu_time() - cpu0;
         let sent = u64::from_le_bytes(m);
-        if near {
+        if let Some(far) = far {
             let mut got = [0u8; 64];
             let st = ep.recv_matching(Some(far), Some(15), &mut got)?;
             if &got[..st.len] != note {

@@ -135,3 +135,19 @@ pub fn numa_report(out: &str) -> Vec<(String, Vec<RingNuma>)> {
         })
         .collect()
 }
+
+/// Checks what `volley-check idle 2000` printed: the message came after its 2 s, and the rank
+/// that waited for it used under 5% of a core meanwhile (a generous bound on a sleeping wait).
+pub fn check_idle_2s(out: &str, what: &str) {
+    let waited: u64 = values(out, "waited_ms")[0].parse().unwrap();
+    let cpu: f64 = values(out, "cpu_fraction")[0].parse().unwrap();
+    assert!(
+        waited >= 1900,
+        "{what}: the message came after {waited} ms, not 2 s:\n{out}"
+    );
+    assert!(
+        cpu < 0.05,
+        "{what}: a rank waiting 2 s used {:.1}% of a core:\n{out}",
+        cpu * 100.0
+    );
+}
