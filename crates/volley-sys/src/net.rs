@@ -525,9 +525,9 @@ impl UdpRx {
         None
     }
 
-    /// Receives up to a batch of datagrams without blocking; 0 when none is waiting.
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        // The first header always: a failed receive may have written to it.
+    /// Makes ready the headers the last receive may have written to (the first always: a
+    /// failed receive may have written to it).
+    fn reset(&mut self) {
         for i in 0..self.used.clamp(1, self.hdrs.len()) {
             self.iovs[i].iov_len = self.slot;
             let h = &mut self.hdrs[i].msg_hdr;
@@ -535,6 +535,11 @@ impl UdpRx {
             h.msg_controllen = CTRL_LEN;
             h.msg_flags = 0;
         }
+    }
+
+    /// Receives up to a batch of datagrams without blocking; 0 when none is waiting.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        self.reset();
         // SAFETY: hdrs point into this batch's live buffers, addresses and control space; the
         // kernel writes at most iov_len bytes per buffer, msg_namelen bytes per address and
         // msg_controllen bytes of control messages.
@@ -558,6 +563,36 @@ impl UdpRx {
         }
         self.used = r as usize;
         Ok(r as usize)
+    }
+
+    /// Receives at most one datagram (into the batch's first place) without blocking; 0 when
+    /// none is waiting. For a socket polled while nothing comes: the kernel finds an empty
+    /// queue sooner through recvmsg than through recvmmsg (0.5 against 0.9 us on the
+    /// development VM, under syscall tracing), and that shortens every pass of a busy wait,
+    /// so the pass that finds a message starts sooner after it arrives.
+    pub fn recv_one(&mut self, fd: RawFd) -> io::Result<usize> {
+        self.reset();
+        // SAFETY: the first header points into this batch's live buffer, address and control
+        // space, with the lengths `reset` set.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_recvmsg,
+                fd,
+                &mut self.hdrs[0].msg_hdr as *mut libc::msghdr,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            self.used = 1;
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        self.hdrs[0].msg_len = r as libc::c_uint;
+        self.used = 1;
+        Ok(1)
     }
 }
 

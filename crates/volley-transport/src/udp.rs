@@ -67,6 +67,8 @@ pub struct UdpDevice {
     lone_receives: u32,
     /// Times GRO was turned off or on again.
     gro_switches: u64,
+    /// Whether the last receive call found nothing: the next asks for one datagram.
+    idle: bool,
     /// Why GSO is off, if it was asked for and the kernel refused it.
     gso_refused: Option<String>,
     /// Times the socket buffer stayed full and packets were held for the next call.
@@ -110,6 +112,7 @@ impl UdpDevice {
             gro_on: gro,
             lone_receives: 0,
             gro_switches: 0,
+            idle: false,
             gso_refused: None,
             tx_full: 0,
             rx_foreign: 0,
@@ -253,7 +256,13 @@ impl Device for UdpDevice {
         let mut total = 0;
         // A few batches at most, so that one flood cannot starve the caller's other work.
         for _ in 0..4 {
-            let n = self.rx.recv(self.fd.as_raw_fd())?;
+            // While the socket keeps coming up empty (a busy wait's passes), ask for one
+            // datagram (the cheaper call); once something came, batches, as more may follow.
+            let n = if self.idle {
+                self.rx.recv_one(self.fd.as_raw_fd())?
+            } else {
+                self.rx.recv(self.fd.as_raw_fd())?
+            };
             for i in 0..n {
                 if self.rx.truncated(i) {
                     self.rx_truncated += 1;
@@ -281,6 +290,7 @@ impl Device for UdpDevice {
                 break;
             }
         }
+        self.idle = total == 0;
         self.adapt_gro(total);
         Ok(total)
     }

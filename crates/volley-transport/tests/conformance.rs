@@ -318,6 +318,38 @@ fn the_burst_limit_cuts_an_offloaded_run() {
     assert_eq!(counter(&b, "udp_gro_datagrams"), 4, "coalesced datagrams");
 }
 
+/// Issue 15: a device whose socket came up empty asks the kernel for one datagram at a time
+/// (the cheaper call for a busy wait's passes) until something comes, then for batches again.
+/// What waits is received whole either way: a coalesced run that arrives while it is idle, then
+/// plain datagrams and another run behind it, each packet intact and in order.
+#[test]
+fn an_idle_device_receives_what_comes_next_whole() {
+    let (mut a, mut b) = udp();
+    let max = a.max_packet();
+    assert_eq!(
+        b.receive(0, &mut |_| panic!("nothing was sent")).unwrap(),
+        0
+    );
+    let run: Vec<Vec<u8>> = (0..30).map(|i| raw(0, i, max)).collect();
+    assert_eq!(send(&mut a, 1, &run), run.len());
+    let got = receive(&mut b, &mut a, run.len());
+    assert!(got == run, "{} of 30 arrived, in order or not", got.len());
+    // Several things waiting at once, found by the next calls.
+    let mut more: Vec<Vec<u8>> = (0..5).map(|i| raw(0, 100 + i, 64 + i)).collect();
+    more.extend((0..20).map(|i| raw(0, 200 + i, max)));
+    for p in &more {
+        assert_eq!(send(&mut a, 1, std::slice::from_ref(p)), 1);
+    }
+    let got = receive(&mut b, &mut a, more.len());
+    assert!(
+        got == more,
+        "{} of {} arrived, in order or not",
+        got.len(),
+        more.len()
+    );
+    assert_eq!(b.receive(0, &mut |_| panic!("all was taken")).unwrap(), 0);
+}
+
 fn counter(d: &Dev, name: &str) -> u64 {
     d.counters()
         .into_iter()
