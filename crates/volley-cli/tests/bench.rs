@@ -185,6 +185,54 @@ fn pingpong_json_agrees_with_itself_and_netpipe_output_parses_back() {
     }
 }
 
+/// Kernel UDP beside volley, blocking and polled without blocking (`udp-busy`, sockperf's
+/// `--nonblocked`: issue 15's yardstick for busy-polled latency across hosts): both ping-pong
+/// every size, a message of several datagrams included, and both are left out, with a word
+/// why, of a test that needs flow control.
+#[test]
+fn kernel_udp_runs_blocking_and_busy_polled() {
+    let scratch = Scratch::new();
+    let json = scratch.file("udp.json");
+    let o = Command::new(VOLLEY)
+        .args(["bench", "pingpong", "--sizes", "8,4K,100000", "--vs"])
+        .args([
+            "udp,udp-busy",
+            "--reps",
+            "2",
+            "--iters",
+            "20",
+            "--budget-ms",
+            "5",
+        ])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let series = check_common(&r, "pingpong");
+    let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["volley-shm", "udp", "udp-busy"]);
+    for (name, points) in &series {
+        assert_eq!(sizes_of(points), [8, 4096, 100_000], "{name}");
+    }
+    let o = Command::new(VOLLEY)
+        .args(["bench", "stream", "--sizes", "8", "--vs", "udp-busy"])
+        .args(["--reps", "1", "--budget-ms", "5", "--stream-bytes", "10000"])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("udp-busy left out") && err.contains("no flow control"),
+        "{err}"
+    );
+    assert!(!out.contains("## udp-busy"), "{out}");
+}
+
 #[test]
 fn stream_bibw_and_rate_count_what_they_move() {
     for test in ["stream", "bibw", "rate"] {

@@ -14,6 +14,9 @@ pub enum Kind {
     Volley,
     Tcp,
     Udp,
+    /// Kernel UDP polled without blocking (sockperf's `--nonblocked`): the yardstick for
+    /// volley's own busy-polled small-message latency across hosts.
+    UdpBusy,
     Uds,
     Pipe,
 }
@@ -37,6 +40,7 @@ impl Kind {
             Kind::Volley => VOLLEY_LABEL.get().copied().unwrap_or("volley-shm"),
             Kind::Tcp => "tcp",
             Kind::Udp => "udp",
+            Kind::UdpBusy => "udp-busy",
             Kind::Uds => "uds",
             Kind::Pipe => "pipe",
         }
@@ -49,11 +53,12 @@ impl Kind {
             }
             "tcp" => Kind::Tcp,
             "udp" => Kind::Udp,
+            "udp-busy" => Kind::UdpBusy,
             "uds" | "unix" => Kind::Uds,
             "pipe" | "pipes" => Kind::Pipe,
             other => {
                 return Err(format!(
-                    "unknown transport {other:?}; choose from tcp, udp, uds, pipe, or (pingpong) the MPIs mpi, openmpi, mpich"
+                    "unknown transport {other:?}; choose from tcp, udp, udp-busy, uds, pipe, or (pingpong) the MPIs mpi, openmpi, mpich"
                 ))
             }
         })
@@ -71,7 +76,8 @@ pub enum Link {
     },
     /// Datagrams: a message is cut into datagrams of at most UDP_CHUNK bytes, the first of which
     /// starts with the 8-byte message length. No flow control: ping-pong and idle tests only.
-    Udp(UdpSocket, Vec<u8>),
+    /// The flag: the socket is polled without blocking (`udp-busy`).
+    Udp(UdpSocket, Vec<u8>, bool),
 }
 
 const UDP_CHUNK: usize = 65000;
@@ -84,6 +90,35 @@ fn udp_lost(e: io::Error) -> io::Error {
     }
 }
 
+/// One datagram: waiting in the kernel (the socket's 10 s timeout says it was lost), or, if
+/// `busy`, asking again until it comes, for as long.
+fn udp_recv(s: &UdpSocket, buf: &mut [u8], busy: bool) -> io::Result<usize> {
+    if !busy {
+        return s.recv(buf).map_err(udp_lost);
+    }
+    let mut since: Option<std::time::Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        match s.recv(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                spins = spins.wrapping_add(1);
+                // The clock only now and then: a message that comes within a few thousand
+                // polls (every one in a ping-pong) never reads it.
+                if spins.is_multiple_of(4096) {
+                    let t = *since.get_or_insert_with(std::time::Instant::now);
+                    if t.elapsed() > UDP_WAIT {
+                        return Err(udp_lost(e));
+                    }
+                }
+            }
+            r => return r.map_err(udp_lost),
+        }
+    }
+}
+
+/// How long a kernel UDP link waits for a datagram before it calls it lost.
+const UDP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -93,7 +128,8 @@ impl Link {
         match self {
             Link::Volley(_) => Kind::Volley,
             Link::Stream { kind, .. } => *kind,
-            Link::Udp(..) => Kind::Udp,
+            Link::Udp(_, _, false) => Kind::Udp,
+            Link::Udp(_, _, true) => Kind::UdpBusy,
         }
     }
 
@@ -101,7 +137,7 @@ impl Link {
         match self {
             Link::Volley(ep) => ep.send(buf).map_err(io_err),
             Link::Stream { w, .. } => write_msg(w, buf),
-            Link::Udp(s, scratch) => {
+            Link::Udp(s, scratch, _) => {
                 let first = buf.len().min(UDP_CHUNK - 8);
                 scratch.clear();
                 scratch.extend_from_slice(&(buf.len() as u64).to_le_bytes());
@@ -120,9 +156,9 @@ impl Link {
         match self {
             Link::Volley(ep) => ep.recv_into(buf).map(|(n, _)| n).map_err(io_err),
             Link::Stream { r, .. } => read_msg(r, buf),
-            Link::Udp(s, scratch) => {
+            Link::Udp(s, scratch, busy) => {
                 scratch.resize(UDP_CHUNK + 8, 0);
-                let k = s.recv(scratch).map_err(udp_lost)?;
+                let k = udp_recv(s, scratch, *busy)?;
                 if k < 8 {
                     return Err(io_err("short datagram"));
                 }
@@ -137,7 +173,7 @@ impl Link {
                 buf[..first].copy_from_slice(&scratch[8..k]);
                 let mut got = first;
                 while got < n {
-                    got += s.recv(&mut buf[got..n]).map_err(udp_lost)?;
+                    got += udp_recv(s, &mut buf[got..n], *busy)?;
                 }
                 Ok(n)
             }
@@ -285,7 +321,7 @@ pub fn connect(world: &World, ctl: &Ctl, kind: Kind, index: usize) -> io::Result
                 stream_link(kind, UnixStream::connect_addr(&addr)?.into())
             }
         }
-        Kind::Udp => {
+        Kind::Udp | Kind::UdpBusy => {
             let ip = bench_ip(world);
             let s = UdpSocket::bind((ip, 0))?;
             let mine = [s.local_addr()?.port() as u64, u32::from(ip) as u64];
@@ -302,8 +338,10 @@ pub fn connect(world: &World, ctl: &Ctl, kind: Kind, index: usize) -> io::Result
             use std::os::fd::AsRawFd;
             volley_sys::set_socket_buffers(s.as_raw_fd(), 64 << 20)?;
             // A lost datagram must not hang the benchmark.
-            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-            Ok(Link::Udp(s, Vec::with_capacity(UDP_CHUNK + 8)))
+            s.set_read_timeout(Some(UDP_WAIT))?;
+            let busy = kind == Kind::UdpBusy;
+            s.set_nonblocking(busy)?;
+            Ok(Link::Udp(s, Vec::with_capacity(UDP_CHUNK + 8), busy))
         }
         Kind::Pipe => {
             // Two FIFOs in a private directory, removed as soon as both ends are open.

@@ -38,7 +38,8 @@ pub struct BenchArgs {
     /// Add NetPIPE's perturbations: each size also minus and plus 3 bytes.
     #[arg(long)]
     pub perturb: bool,
-    /// Compare in the same run with kernel transports (tcp, udp, uds, pipe), or with MPIs: for
+    /// Compare in the same run with kernel transports (tcp, udp, udp-busy: kernel UDP polled
+    /// without blocking, as sockperf's --nonblocked; uds, pipe), or with MPIs: for
     /// pingpong, volley's own MPI (mpi), openmpi and mpich, each running a small C ping-pong; for
     /// a collective, openmpi and mpich beside volley's MPI. Comma-separated.
     #[arg(long, value_name = "LIST")]
@@ -359,7 +360,7 @@ fn run(args: BenchArgs, sizes: Vec<u64>, vs: Vec<Kind>) -> io::Result<()> {
                 "volley bench: {} left out: it cannot run the {} test ({})",
                 l.kind().name(),
                 args.test,
-                if l.kind() == Kind::Udp {
+                if matches!(l.kind(), Kind::Udp | Kind::UdpBusy) {
                     "no flow control; udp runs pingpong and idle"
                 } else {
                     "kernel sockets have no non-blocking send of a whole message"
