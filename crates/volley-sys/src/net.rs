@@ -537,6 +537,17 @@ impl UdpRx {
         }
     }
 
+    /// What a receive that returned -1 means: 0 datagrams when none was waiting, else the
+    /// error (read from errno first). Either way the next receive resets the first header only.
+    fn failed(&mut self) -> io::Result<usize> {
+        let e = io::Error::last_os_error();
+        self.used = 1;
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(0);
+        }
+        Err(e)
+    }
+
     /// Receives up to a batch of datagrams without blocking; 0 when none is waiting.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         self.reset();
@@ -554,12 +565,7 @@ impl UdpRx {
             ) as libc::c_int
         };
         if r < 0 {
-            self.used = 1;
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                return Ok(0);
-            }
-            return Err(e);
+            return self.failed();
         }
         self.used = r as usize;
         Ok(r as usize)
@@ -583,12 +589,7 @@ impl UdpRx {
             )
         };
         if r < 0 {
-            self.used = 1;
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                return Ok(0);
-            }
-            return Err(e);
+            return self.failed();
         }
         self.hdrs[0].msg_len = r as libc::c_uint;
         self.used = 1;
