@@ -485,10 +485,14 @@ fn pingpong_bench_puts_mpis_beside_volley_itself() {
 /// volley's ratio to each, and the build directory is gone afterwards.
 #[test]
 fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
+    // A temporary directory of this test's own, so that another test's bench running meanwhile
+    // does not read as left behind.
+    let tmp = Scratch::new();
     for test in ["allreduce", "barrier", "alltoall", "iallreduce"] {
         let o = Command::new(VOLLEY)
             .args(["bench", test, "-n", "2", "--sizes", "8,64K", "--vs"])
             .args(["openmpi,mpich", "--reps", "2", "--budget-ms", "20"])
+            .env("TMPDIR", &tmp.0)
             .output()
             .unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
@@ -512,7 +516,7 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
             "{err}"
         );
     }
-    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    let left: Vec<_> = std::fs::read_dir(&tmp.0)
         .unwrap()
         .flatten()
         .filter(|e| {
@@ -522,4 +526,66 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
         })
         .collect();
     assert!(left.is_empty(), "build directories left: {left:?}");
+}
+
+/// Collectives over two hosts (network namespaces of this machine): volley through its own
+/// launcher, Open MPI's mpirun and MPICH's mpiexec started in the first namespace with their
+/// daemons in each through the same template, placed as `volley run` places (round-robin, or
+/// filling each host's slots). Each MPI's driver says its ranks ran in both namespaces, and every
+/// median and ratio is a number.
+#[test]
+fn collective_bench_spans_hosts_for_every_mpi() {
+    let h = common::hosts::Hosts::new(2, 1500);
+    let list = h.list();
+    let filled = format!("{}:1,{}:1", h.names[0], h.names[1]);
+    for (test, hosts, cpus) in [
+        ("allreduce", list.as_str(), Some("0,1")),
+        ("barrier", filled.as_str(), None),
+    ] {
+        let mut c = Command::new(VOLLEY);
+        c.args(["bench", test, "-n", "2", "--sizes", "8,4K", "--vs"])
+            .args(["openmpi,mpich", "--reps", "1", "--budget-ms", "20"])
+            .args(["--hosts", hosts, "--launch", "ip netns exec {host}"])
+            .env("VOLLEY_TRANSPORT", "udp")
+            .env("VOLLEY_PROFILE", "none");
+        if let Some(l) = cpus {
+            c.args(["--cpus", l]);
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{test}: {out}\n{err}");
+        assert!(
+            out.contains("# network namespaces the ranks ran in: volley 2, openmpi 2, mpich 2"),
+            "{test}: {out}\n{err}"
+        );
+        for size in ["8", "4096"] {
+            let (_, nums) = table_row(&out, size);
+            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test} {size}: {nums:?}");
+            assert!(
+                nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
+                "{test} {size}: {nums:?}"
+            );
+        }
+    }
+    // Hosts place a collective's ranks; the two-rank tests run under `volley run --hosts`.
+    let o = Command::new(VOLLEY)
+        .args(["bench", "pingpong", "--hosts", &list])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("places the ranks of a collective"));
+    let o = Command::new(VOLLEY)
+        .args([
+            "bench",
+            "barrier",
+            "--hosts",
+            &list,
+            "--launch",
+            "ip netns exec",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("has no {host}"));
 }

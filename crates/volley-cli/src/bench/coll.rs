@@ -68,7 +68,10 @@ impl System {
         }
     }
 
-    fn launcher(self, me: &Path, n: usize, cpus: Option<&str>) -> Command {
+    fn launcher(self, me: &Path, n: usize, cpus: Option<&str>, across: Option<&Across>) -> Command {
+        if let Some(a) = across {
+            return self.launcher_across(me, n, cpus, a);
+        }
         let np = n.to_string();
         match self {
             System::Volley => {
@@ -99,6 +102,243 @@ impl System {
                 c
             }
         }
+    }
+
+    /// The job over several hosts: volley through its own launcher; Open MPI's mpirun and
+    /// MPICH's mpiexec started on the first host through the template (their daemons reach
+    /// back to it there), the daemons on every host through the template too (`Across::agent`).
+    fn launcher_across(self, me: &Path, n: usize, cpus: Option<&str>, a: &Across) -> Command {
+        let np = n.to_string();
+        if self == System::Volley {
+            let mut c = Command::new(me);
+            c.args([
+                "run",
+                "-n",
+                &np,
+                "--hosts",
+                &a.list,
+                "--launch",
+                &a.template.join(" "),
+            ]);
+            if let Some(l) = cpus {
+                c.args(["--cpus", l]);
+            }
+            return c;
+        }
+        let mut c = Command::new(&a.on_first[0]);
+        c.args(&a.on_first[1..]);
+        match self {
+            System::OpenMpi => {
+                // A remote shell does not carry this process's environment: the settings go
+                // through env(1) on the first host, and mpirun passes them on.
+                c.args([
+                    "env",
+                    "OMPI_ALLOW_RUN_AS_ROOT=1",
+                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                    "mpirun.openmpi",
+                    "-np",
+                    &np,
+                    "--mca",
+                    "btl",
+                    // Hosts that are namespaces of one machine share its /dev/shm, and vader's
+                    // segments of two hosts' ranks meet there (a crash in its polling, Open MPI
+                    // 4.1): TCP, as between machines.
+                    if a.one_machine {
+                        "self,tcp"
+                    } else {
+                        "self,vader,tcp"
+                    },
+                ]);
+                c.args(["--host", &a.openmpi_hosts(n)]);
+                if let Some(agent) = &a.agent {
+                    c.args(["--mca", "plm_rsh_agent"]).arg(agent);
+                }
+                match &a.rankfile {
+                    // Each rank on its host and on its CPU of the list, as volley's --cpus does
+                    // (Open MPI's own --cpu-set would start every host's ranks from the list's
+                    // first CPU). The rankfile is the mapping: no other policy beside it.
+                    Some(f) if cpus.is_some() => {
+                        c.arg("--rankfile").arg(f);
+                    }
+                    _ => {
+                        c.args(["--oversubscribe", "--bind-to", "none"]);
+                        if !a.fill() {
+                            c.args(["--map-by", "node"]);
+                        }
+                    }
+                }
+            }
+            System::Mpich => {
+                c.args(["mpiexec.hydra", "-n", &np, "-hosts", &a.list]);
+                if let Some(agent) = &a.agent {
+                    c.args(["-launcher", "rsh", "-launcher-exec"]).arg(agent);
+                }
+                if let Some(addr) = &a.first_addr {
+                    c.args(["-localhost", addr]);
+                }
+                if a.one_machine {
+                    // UCX (Debian's MPICH is ch4:ucx) finds its peers on one machine by its
+                    // boot id and would take shared memory between hosts that are namespaces of
+                    // it: TCP, as between machines (its ranks of one host then use TCP too).
+                    c.args(["-genv", "UCX_TLS", "self,tcp"]);
+                }
+                // Hydra binds every host's local ranks from the list's start, so ranks of two
+                // hosts that are one machine would share CPUs: left to the kernel (said once,
+                // in Across::new).
+            }
+            System::Volley => unreachable!("handled above"),
+        }
+        c
+    }
+}
+
+/// Where a collective's ranks run when they span hosts (`--hosts`, `--launch`).
+pub struct Across {
+    /// As given to --hosts.
+    list: String,
+    hosts: Vec<crate::multi::Host>,
+    /// The host index of each rank (volley's placement, which the others are told to follow).
+    placed: Vec<usize>,
+    /// The launch template's words, {host} in them.
+    template: Vec<String>,
+    /// The template for the first host: mpirun and mpiexec run there.
+    on_first: Vec<String>,
+    /// A script that starts a command on a host through the template, for Open MPI's and
+    /// Hydra's rsh launchers; None where the template is ssh, their default.
+    agent: Option<PathBuf>,
+    /// Open MPI's rankfile: rank i on its host and on the i-th CPU of --cpus.
+    rankfile: Option<PathBuf>,
+    /// The first host's address, where Hydra's proxies reach mpiexec.
+    first_addr: Option<String>,
+    /// Whether the hosts are one machine (network namespaces of it: one boot id).
+    one_machine: bool,
+}
+
+impl Across {
+    /// Checks the hosts and writes the agent (and the rankfile) into `dir`.
+    pub fn new(
+        list: &str,
+        launch: Option<&str>,
+        n: usize,
+        cpus: Option<&str>,
+        dir: &Path,
+    ) -> Result<Across, String> {
+        let hosts = crate::multi::parse_hosts(list).map_err(|e| format!("--hosts: {e}"))?;
+        let placed = crate::multi::place(&hosts, n).map_err(|e| format!("--hosts: {e}"))?;
+        let template: Vec<String> = launch
+            .unwrap_or("ssh {host}")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        if !template.iter().any(|w| w.contains("{host}")) {
+            return Err(format!(
+                "--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'",
+                launch.unwrap_or("")
+            ));
+        }
+        let on =
+            |h: &str| -> Vec<String> { template.iter().map(|w| w.replace("{host}", h)).collect() };
+        let on_first = on(&hosts[0].name);
+        let agent = if template[0] == "ssh" {
+            None
+        } else {
+            // Both launchers hand the agent the host, then the command as words of one shell
+            // line.
+            let words: Vec<String> = template
+                .iter()
+                .map(|w| w.replace("{host}", "\"$host\""))
+                .collect();
+            let f = dir.join("agent");
+            let text = format!(
+                "#!/bin/sh\n# Starts a command on a host for mpirun or mpiexec, as volley bench --launch says.\nhost=$1; shift\nexec {} sh -c \"$*\"\n",
+                words.join(" ")
+            );
+            std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("{}: {e}", f.display()))?;
+            Some(f)
+        };
+        if cpus.is_some() {
+            eprintln!("volley bench: --cpus binds volley's and Open MPI's ranks across hosts; MPICH's are left to the kernel (Hydra would bind every host's ranks from the list's first CPU)");
+        }
+        let rankfile = match cpus {
+            Some(l) => {
+                let cpus = crate::run::parse_cpus(l)?;
+                let text: String = placed
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &h)| {
+                        format!("rank {r}={} slot={}\n", hosts[h].name, cpus[r % cpus.len()])
+                    })
+                    .collect();
+                let f = dir.join("rankfile");
+                std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+                Some(f)
+            }
+            None => None,
+        };
+        // Where Hydra's proxies find mpiexec: the first host's own first address (its name
+        // may resolve to a loopback address there, or nowhere).
+        let mut c = Command::new(&on_first[0]);
+        c.args(&on_first[1..]).args(["hostname", "-I"]);
+        let first_addr = run_for(c, Duration::from_secs(30))
+            .ok()
+            .and_then(|o| o.split_whitespace().next().map(str::to_string));
+        let boot_ids: Vec<Option<String>> = hosts
+            .iter()
+            .map(|h| {
+                let w = on(&h.name);
+                let mut c = Command::new(&w[0]);
+                c.args(&w[1..])
+                    .args(["cat", "/proc/sys/kernel/random/boot_id"]);
+                run_for(c, Duration::from_secs(30)).ok()
+            })
+            .collect();
+        let one_machine = boot_ids[0].is_some() && boot_ids.iter().all(|b| *b == boot_ids[0]);
+        if one_machine {
+            eprintln!(
+                "volley bench: the hosts are one machine (one boot id): Open MPI and MPICH run over TCP alone (--mca btl self,tcp; UCX_TLS=self,tcp), their ranks of one host too, since their shared memory would cross between the hosts; volley tells hosts by their names"
+            );
+        }
+        Ok(Across {
+            list: list.to_string(),
+            hosts,
+            placed,
+            template,
+            on_first,
+            agent,
+            rankfile,
+            first_addr,
+            one_machine,
+        })
+    }
+
+    /// Whether ranks fill each host's slots in order (else round-robin).
+    fn fill(&self) -> bool {
+        self.hosts.iter().any(|h| h.slots.is_some())
+    }
+
+    /// Open MPI's --host: each host with as many slots as ranks placed on it.
+    fn openmpi_hosts(&self, n: usize) -> String {
+        self.hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                let k = self.placed[..n].iter().filter(|&&p| p == i).count();
+                (k > 0).then(|| format!("{}:{k}", h.name))
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// For the table's heading.
+    fn describe(&self) -> String {
+        format!(
+            "on hosts {} (started with '{}')",
+            self.list,
+            self.template.join(" ")
+        )
     }
 }
 
@@ -267,6 +507,16 @@ fn run(
     let dir = std::env::temp_dir().join(format!("volley-bench-coll-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _clean = Clean(dir.clone());
+    let across = match (&args.hosts, p2p) {
+        (Some(list), false) => Some(Across::new(
+            list,
+            args.launch.as_deref(),
+            n,
+            args.cpus.as_deref(),
+            &dir,
+        )?),
+        _ => None,
+    };
     let src = dir.join("coll_driver.c");
     std::fs::write(&src, DRIVER).map_err(|e| format!("{}: {e}", src.display()))?;
     let mut turns = Vec::new();
@@ -303,6 +553,8 @@ fn run(
     let mut got: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
     let limit = Duration::from_millis(args.budget_ms * 8 * sizes.len() as u64 + 120_000);
     let csv = dir.join("native.csv");
+    // How many network namespaces each MPI's ranks ran in (the driver says).
+    let mut spread: BTreeMap<String, usize> = BTreeMap::new();
     for round in 0..args.reps {
         for t in &turns {
             let rows = match t {
@@ -325,7 +577,7 @@ fn run(
                     parse_csv(&text)
                 }
                 Turn::Driver(m, exe) => {
-                    let mut c = m.launcher(&me, n, args.cpus.as_deref());
+                    let mut c = m.launcher(&me, n, args.cpus.as_deref(), across.as_ref());
                     c.arg(exe).args(&driver_args);
                     let out = run_for(c, limit)
                         .map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?;
@@ -333,6 +585,13 @@ fn run(
                         System::Volley if p2p => "volley-mpi".to_string(),
                         m => m.name().to_string(),
                     };
+                    if let Some(d) = out
+                        .lines()
+                        .find_map(|l| l.strip_prefix("netns: distinct="))
+                        .and_then(|d| d.trim().parse::<usize>().ok())
+                    {
+                        spread.insert(name.clone(), d);
+                    }
                     parse(&out)
                         .into_iter()
                         .map(|(s, v)| (name.clone(), s, v))
@@ -349,8 +608,12 @@ fn run(
     }
     // The table.
     println!(
-        "# volley bench {}, {n} ranks{}, {} in us: median of {} rounds (min-max of the rounds' medians), systems interleaved",
+        "# volley bench {}, {n} ranks{}{}, {} in us: median of {} rounds (min-max of the rounds' medians), systems interleaved",
         args.test,
+        across
+            .as_ref()
+            .map(|a| format!(" {}", a.describe()))
+            .unwrap_or_default(),
         args.cpus
             .as_deref()
             .map(|c| format!(" on CPUs {c}"))
@@ -392,6 +655,13 @@ fn run(
             row.push_str(&format!(" {:>14}", format!("{}x", ratio(r))));
         }
         println!("{row}");
+    }
+    if across.is_some() {
+        let each: Vec<String> = cols
+            .iter()
+            .filter_map(|c| spread.get(c).map(|d| format!("{c} {d}")))
+            .collect();
+        println!("# network namespaces the ranks ran in: {}", each.join(", "));
     }
     Ok(())
 }

@@ -11,11 +11,15 @@
  * batches of k calls (k chosen so a batch takes about BUDGET_MS / 20), each batch opened by a
  * barrier; a batch's time per call is the slowest rank's. Rank 0 prints one line per size:
  *   result: size=S calls=K batches=B median_us=M min_us=m
+ * and first, how many network namespaces the ranks run in (hosts that are namespaces of one
+ * machine: the launcher really spread them):
+ *   netns: distinct=D
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int op_of(const char *s) {
     const char *ops[] = {"barrier",  "bcast",    "reduce",     "allreduce", "allgather",
@@ -82,6 +86,25 @@ int main(int argc, char **argv) {
     MPI_Comm c = MPI_COMM_WORLD;
     MPI_Comm_rank(c, &rank);
     MPI_Comm_size(c, &n);
+    {
+        struct stat st;
+        unsigned long long me = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+        unsigned long long *all = malloc(sizeof *all * (size_t)n);
+        if (!all)
+            MPI_Abort(c, 3);
+        MPI_Gather(&me, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, 0, c);
+        if (rank == 0) {
+            int distinct = 0;
+            for (int i = 0; i < n; i++) {
+                int seen = 0;
+                for (int j = 0; j < i; j++)
+                    seen |= all[j] == all[i];
+                distinct += !seen;
+            }
+            printf("netns: distinct=%d\n", distinct);
+        }
+        free(all);
+    }
     int op = argc > 3 ? op_of(argv[1]) : -1;
     if (op < 0 || (op == PINGPONG && n < 2)) {
         if (rank == 0)

@@ -47,6 +47,16 @@ pub struct BenchArgs {
     /// Pin the ranks to these CPUs (A,B for the two-rank tests; a list for the collectives).
     #[arg(long, value_name = "A,B")]
     pub cpus: Option<String>,
+    /// Collectives only: run every MPI's ranks on these hosts, as `volley run --hosts` does
+    /// ("h1,h2" round-robin, "h1:4,h2:4" filling each host in order); Open MPI's mpirun
+    /// (its TCP transport between hosts) and MPICH's mpiexec are started on the first host
+    /// through --launch, their daemons on the others through it too.
+    #[arg(long, value_name = "LIST")]
+    pub hosts: Option<String>,
+    /// With --hosts: how to start a process on a host, {host} where its name goes (as `volley
+    /// run --launch`; network namespaces: 'ip netns exec {host}'). Default 'ssh {host}'.
+    #[arg(long, value_name = "TEMPLATE", requires = "hosts")]
+    pub launch: Option<String>,
     /// Measured iterations per size and transport, at least (time budget permitting more).
     #[arg(long, default_value_t = 200)]
     pub iters: u64,
@@ -246,6 +256,13 @@ pub fn bench(args: BenchArgs) -> i32 {
             return 2;
         }
     };
+    if args.hosts.is_some() && !collective {
+        eprintln!(
+            "volley bench: --hosts places the ranks of a collective test; {} runs on two ranks under `volley run --hosts ... volley bench {}`",
+            args.test, args.test
+        );
+        return 2;
+    }
     if collective {
         // (Sizes default to 8 B .. 1 MiB: the driver's buffers are a rank's part times the ranks.)
         let sizes = if args.sizes.is_none() {
