@@ -787,6 +787,31 @@ fn mpicc_show_prints_the_command() {
     assert!(pc.contains("Libs:") && pc.contains("-lmpi"), "{pc}");
 }
 
+/// Each rank of a pair starts 100 MiB of non-blocking sends to the other before either
+/// receives (more than any layer buffers): MPI_Isend returns at once, so it completes, intact
+/// and in order; on one host (volley and MPICH) and across two namespaces over udp, where the
+/// network engine's full queue used to keep MPI_Isend waiting for a receiver that was itself
+/// waiting in MPI_Isend.
+#[test]
+fn isends_both_ways_before_any_receive_complete() {
+    passes("isend_flood", 2);
+    let s = Scratch::new("isend-flood-net");
+    let exe = build(&s.0, "isend_flood", false);
+    let h = Hosts::new(2, 1500);
+    for transport in ["udp", "eth"] {
+        let o = h.run(
+            2,
+            &[("VOLLEY_TRANSPORT", transport)],
+            &[exe.to_str().expect("utf-8 path")],
+        );
+        let out = must(
+            o,
+            &format!("isend_flood, 2 ranks on 2 hosts over {transport}"),
+        );
+        assert!(out.contains("isend_flood: ok"), "{out}");
+    }
+}
+
 /// MPI_Comm_split_type with ranks on three hosts: MPI_COMM_TYPE_SHARED and HW_GUIDED by
 /// `mpi_shared_memory` give each host's two ranks, and HW_UNGUIDED splits the world by host.
 #[test]

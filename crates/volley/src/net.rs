@@ -372,6 +372,52 @@ pub(crate) struct Net {
     pub remote: Vec<usize>,
     /// Deaths the launcher forwarded (`AgentLink::watch`).
     pub notices: Arc<Notices>,
+    /// Non-blocking sends the engine could not take yet (its queue to the peer was full), in
+    /// the order they were started; each pump hands what it can to the engine, keeping the
+    /// order per peer. A non-blocking send never waits for the receiver (MPI-3.1 3.7), and two
+    /// ranks that start more sends to each other than the engine queues before either
+    /// receives would otherwise wait for each other for ever.
+    waiting: VecDeque<Waiting>,
+    /// What became of waiting sends, by ticket, until their requests look.
+    settled: Vec<(u64, usize, Settled)>,
+    next_ticket: u64,
+}
+
+/// The bytes of a send waiting for the network engine: a buffer of the request's, or memory
+/// lent to it.
+pub(crate) enum WaitData {
+    Owned(Vec<u8>),
+    Lent(volley_sys::lend::RawBuf),
+}
+
+impl WaitData {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            WaitData::Owned(v) => v,
+            WaitData::Lent(b) => b.as_slice(),
+        }
+    }
+}
+
+/// A send waiting in [`Net::waiting`].
+struct Waiting {
+    ticket: u64,
+    dst: usize,
+    tag: u32,
+    context: u32,
+    data: WaitData,
+    how: Reliability,
+    /// Its request is gone: what it settles to is dropped (the message still goes).
+    abandoned: bool,
+}
+
+/// What a waiting send became.
+pub(crate) enum Settled {
+    /// The engine copied it: the bytes are free (the request gives a buffer back).
+    Copied(WaitData),
+    /// The engine took the buffer over as message `.0`; done once the peer acknowledged it.
+    Handed(u64),
+    Failed(Refused),
 }
 
 /// The job's network key, hex, that rank 0 adds to its card after this separator (the other
@@ -684,6 +730,9 @@ impl Net {
             lost: Vec::new(),
             remote,
             notices: Arc::default(),
+            waiting: VecDeque::new(),
+            settled: Vec::new(),
+            next_ticket: 0,
         })
     }
 
@@ -750,6 +799,9 @@ impl Net {
         });
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
+        }
+        if !self.waiting.is_empty() {
+            self.drain_waiting(now);
         }
         self.transmit(now);
         let mut n = 0;
@@ -881,6 +933,136 @@ impl Net {
         let peer = peer as u32;
         self.placing.retain(|p| !(p.peer == peer && p.msg == msg));
         self.proto.discard(peer, msg);
+    }
+
+    /// Whether sends to `dst` wait for the engine: a new one goes behind them.
+    pub(crate) fn has_waiting(&self, dst: usize) -> bool {
+        !self.waiting.is_empty() && self.waiting.iter().any(|w| w.dst == dst)
+    }
+
+    /// Files a send the engine could not take now, behind any waiting to `dst`, and offers the
+    /// waiting sends to the engine at once. Returns its ticket ([`Net::take_settled`]).
+    pub(crate) fn queue_send(
+        &mut self,
+        dst: usize,
+        tag: u32,
+        context: u32,
+        data: WaitData,
+        how: Reliability,
+    ) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.waiting.push_back(Waiting {
+            ticket,
+            dst,
+            tag,
+            context,
+            data,
+            how,
+            abandoned: false,
+        });
+        let now = self.now();
+        self.drain_waiting(now);
+        self.transmit(now);
+        ticket
+    }
+
+    /// What became of the waiting send `ticket`, once the engine took it or refused it for
+    /// good (given once).
+    pub(crate) fn take_settled(&mut self, ticket: u64) -> Option<Settled> {
+        let i = self.settled.iter().position(|(t, ..)| *t == ticket)?;
+        Some(self.settled.swap_remove(i).2)
+    }
+
+    /// Nobody will ask after the waiting send `ticket`: it still goes, its outcome is dropped.
+    pub(crate) fn abandon_waiting(&mut self, ticket: u64) {
+        if let Some(w) = self.waiting.iter_mut().find(|w| w.ticket == ticket) {
+            w.abandoned = true;
+        } else if let Some(i) = self.settled.iter().position(|(t, ..)| *t == ticket) {
+            if let (_, dst, Settled::Handed(id)) = self.settled.swap_remove(i) {
+                // The engine drops the buffer once the peer acknowledged it.
+                self.proto.abandon(dst as u32, id);
+            }
+        }
+    }
+
+    /// Hands waiting sends to the engine in order, each peer's until the engine refuses one.
+    fn drain_waiting(&mut self, now: u64) {
+        // Peers whose next waiting send was refused this pass (rarely more than a few).
+        let mut blocked: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if blocked.contains(&self.waiting[i].dst) {
+                i += 1;
+                continue;
+            }
+            let w = self.waiting.remove(i).expect("in range");
+            match self.offer(now, w) {
+                Ok((w, settled)) => {
+                    if w.abandoned {
+                        if let Settled::Handed(id) = settled {
+                            self.proto.abandon(w.dst as u32, id);
+                        }
+                    } else {
+                        self.settled.push((w.ticket, w.dst, settled));
+                    }
+                }
+                Err(w) => {
+                    blocked.push(w.dst);
+                    self.waiting.insert(i, w);
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// Offers one waiting send to the engine: taken or failed for good (with what it settled
+    /// to), or refused for now (back to wait).
+    fn offer(&mut self, now: u64, mut w: Waiting) -> Result<(Waiting, Settled), Waiting> {
+        let dst = w.dst as u32;
+        let len = w.data.bytes().len();
+        let refused = |e: volley_proto::SendError| match e {
+            volley_proto::SendError::PeerLost => Refused::Lost,
+            volley_proto::SendError::TooLarge { len, max } => Refused::TooLarge { len, max },
+            volley_proto::SendError::NoSuchPeer => Refused::UnknownPeer,
+            volley_proto::SendError::Busy(_) => Refused::Full,
+        };
+        // A large buffer of the request's own is handed over, as `Path::start` does.
+        let hand = w.how == Reliability::Reliable
+            && len > self.proto.config().rndv_threshold
+            && matches!(w.data, WaitData::Owned(_));
+        if hand {
+            let WaitData::Owned(v) = std::mem::replace(&mut w.data, WaitData::Owned(Vec::new()))
+            else {
+                unreachable!("checked")
+            };
+            return match self.proto.send_returning(now, dst, w.tag, w.context, v) {
+                Ok(id) => Ok((w, Settled::Handed(id))),
+                Err(volley_proto::SendError::Busy(v)) => {
+                    w.data = WaitData::Owned(v);
+                    Err(w)
+                }
+                Err(e) => Ok((w, Settled::Failed(refused(e)))),
+            };
+        }
+        if !self.proto.can_send(dst, len) {
+            if self.proto.is_lost(dst) {
+                return Ok((w, Settled::Failed(Refused::Lost)));
+            }
+            return Err(w);
+        }
+        let buf = self.proto.buffer_from(w.data.bytes());
+        match self.proto.send(now, dst, w.tag, w.context, buf, w.how) {
+            Ok(()) => {
+                let data = std::mem::replace(&mut w.data, WaitData::Owned(Vec::new()));
+                Ok((w, Settled::Copied(data)))
+            }
+            Err(volley_proto::SendError::Busy(b)) => {
+                self.proto.recycle(b);
+                Err(w)
+            }
+            Err(e) => Ok((w, Settled::Failed(refused(e)))),
+        }
     }
 
     fn transmit(&mut self, now: u64) {
@@ -1078,7 +1260,7 @@ impl Net {
     /// Waits (pumping) until the peers have acknowledged everything sent, or `limit` passes.
     pub fn flush(&mut self, limit: std::time::Duration) {
         let t = std::time::Instant::now();
-        while !self.proto.all_acked() && t.elapsed() < limit {
+        while !(self.waiting.is_empty() && self.proto.all_acked()) && t.elapsed() < limit {
             self.pump();
             let wait = self.next_deadline_in().unwrap_or(MS).min(MS);
             volley_sys::net::poll_any(&[self.fd()], Some(wait));

@@ -7,7 +7,7 @@
 use crate::counters::Counter;
 use crate::engine::{Cursor, Payload};
 use crate::error::SendError;
-use crate::net::Refused;
+use crate::net::{Refused, WaitData};
 use crate::request::SendState;
 use crate::world::World;
 use volley_proto::Reliability;
@@ -151,10 +151,16 @@ impl Path<'_> {
                 })
             }
             Path::Net { w, dst } => {
-                // No pump first: a message that fits goes out at once, one system call.
-                let r = w
-                    .net()
-                    .try_send(dst, out.tag, out.context, out.data, out.how);
+                // No pump first: a message that fits goes out at once, one system call; behind
+                // non-blocking sends still waiting for the engine, it waits its turn.
+                let r = {
+                    let mut n = w.net();
+                    if n.has_waiting(dst) {
+                        Err(Refused::Full)
+                    } else {
+                        n.try_send(dst, out.tag, out.context, out.data, out.how)
+                    }
+                };
                 match r {
                     Ok(()) => {
                         let mut e = w.eng();
@@ -174,32 +180,38 @@ impl Path<'_> {
         dst: usize,
         context: u32,
         tag: u32,
-        mut data: Vec<u8>,
+        data: Vec<u8>,
     ) -> Result<SendState, SendError> {
         let Path::Net { w, .. } = *self else {
             unreachable!("only the network takes buffers over")
         };
         let len = data.len() as u64;
-        let mut b = crate::backoff::Backoff::new();
-        loop {
-            let r = w.net().send_returning(dst, tag, context, data);
-            match r {
-                Ok(id) => {
-                    let mut e = w.eng();
-                    e.count(Counter::MsgsSent, 1);
-                    e.count(Counter::BytesSent, len);
-                    e.count(Counter::NetHandovers, 1);
-                    return Ok(SendState::Net(dst, id));
-                }
-                Err((d, Refused::Full)) => data = d,
-                Err((_, why)) => {
-                    self.net_refused(why)?;
-                    unreachable!("only Full is not an error")
-                }
+        let mut n = w.net();
+        let r = if n.has_waiting(dst) {
+            Err((data, Refused::Full))
+        } else {
+            n.send_returning(dst, tag, context, data)
+        };
+        let state = match r {
+            Ok(id) => SendState::Net(dst, id),
+            // The engine's queue to the peer is full: the send waits in order and goes when
+            // there is room (a non-blocking send does not wait for the receiver).
+            Err((d, Refused::Full)) => SendState::NetWaiting(
+                dst,
+                n.queue_send(dst, tag, context, WaitData::Owned(d), Reliability::Reliable),
+            ),
+            Err((_, why)) => {
+                drop(n);
+                self.net_refused(why)?;
+                unreachable!("only Full is not an error")
             }
-            let _ = w.progress();
-            b.snooze();
-        }
+        };
+        drop(n);
+        let mut e = w.eng();
+        e.count(Counter::MsgsSent, 1);
+        e.count(Counter::BytesSent, len);
+        e.count(Counter::NetHandovers, 1);
+        Ok(state)
     }
 
     /// What a refusal of the network engine means to a send.
@@ -357,7 +369,15 @@ impl Path<'_> {
                         b
                     }
                 };
-                let r = w.net().send_owned(dst, tag, context, buf, how);
+                let r = {
+                    let mut n = w.net();
+                    if n.has_waiting(dst) {
+                        // Behind non-blocking sends waiting for the engine: its turn comes.
+                        Err((buf, Refused::Full))
+                    } else {
+                        n.send_owned(dst, tag, context, buf, how)
+                    }
+                };
                 match r {
                     Ok(()) => {
                         let mut e = w.eng();
@@ -401,9 +421,25 @@ impl Path<'_> {
                     }
                     d => d,
                 };
+                // One try (the network engine copies the message); refused for now, the send
+                // waits in order for room, and the request completes once it is copied.
+                let len = data.len();
                 let mut out = Out::new(context, tag, &data, how);
-                w.wait_steps(self, &mut out)?;
-                Ok(SendState::Done(data))
+                if self.step(&mut out)? == Step::Done {
+                    return Ok(SendState::Done(data));
+                }
+                let data = match data {
+                    Payload::Owned(v) => WaitData::Owned(v),
+                    Payload::Lent(b) => WaitData::Lent(b),
+                    Payload::Packed(_) => {
+                        unreachable!("the network engine takes whole messages, packed first (Endpoint::isend_packed)")
+                    }
+                };
+                let ticket = w.net().queue_send(dst, tag, context, data, how);
+                let mut e = w.eng();
+                e.count(Counter::MsgsSent, 1);
+                e.count(Counter::BytesSent, len as u64);
+                Ok(SendState::NetWaiting(dst, ticket))
             }
         }
     }

@@ -22,6 +22,7 @@ use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
 use crate::matched::{Gathering, Step};
 use crate::matching::{Pattern, Status};
+use crate::net::{Refused, Settled, WaitData};
 use crate::progress::LentState;
 use crate::wait::Waiter;
 use crate::world::World;
@@ -43,6 +44,9 @@ pub(crate) enum SendState {
     /// Handed to the network engine for job rank `.0` as message `.1`, without a copy: done
     /// when the engine gives the buffer back, once the peer acknowledged it.
     Net(usize, u64),
+    /// Waiting for room in the network engine's queue to job rank `.0`, in order behind
+    /// earlier sends to it, as ticket `.1` (`Net::queue_send`).
+    NetWaiting(usize, u64),
 }
 
 impl SendState {
@@ -61,6 +65,37 @@ impl SendState {
                 match n.fate_of(*rank) {
                     Some(fate) => Err(SendError::PeerLost(crate::PeerLost { rank: *rank, fate })),
                     None => Ok(false),
+                }
+            }
+            SendState::NetWaiting(rank, ticket) => {
+                let rank = *rank;
+                let mut n = w.net();
+                let Some(settled) = n.take_settled(*ticket) else {
+                    return Ok(false);
+                };
+                match settled {
+                    Settled::Copied(data) => {
+                        *self = SendState::Done(match data {
+                            WaitData::Owned(v) => Payload::Owned(v),
+                            WaitData::Lent(b) => Payload::Lent(b),
+                        });
+                        Ok(true)
+                    }
+                    Settled::Handed(id) => {
+                        drop(n);
+                        *self = SendState::Net(rank, id);
+                        self.check(w)
+                    }
+                    Settled::Failed(why) => Err(match why {
+                        Refused::TooLarge { len, max } => {
+                            SendError::TooLargeForNetwork { rank, len, max }
+                        }
+                        Refused::UnknownPeer => SendError::UnknownPeer { rank },
+                        Refused::Lost | Refused::Full => SendError::PeerLost(crate::PeerLost {
+                            rank,
+                            fate: n.fate_of(rank).unwrap_or(crate::Fate::Unreachable),
+                        }),
+                    }),
                 }
             }
             SendState::Lent(rank, l) => {
@@ -123,6 +158,8 @@ impl SendState {
         match self {
             SendState::Done(_) => true,
             SendState::Net(rank, id) => w.net().is_returned(*rank, *id),
+            // Settled or not, `check` moves it on.
+            SendState::NetWaiting(..) => false,
             SendState::Queued(_, p) => p.borrow_mut().done,
             // SYNC: Acquire; pairs with the Release in the progress thread.
             SendState::Lent(_, l) => l.done.load(Ordering::Acquire),
@@ -163,7 +200,10 @@ impl SendRequest {
         }
         match std::mem::replace(&mut self.state, SendState::Done(Payload::default())) {
             SendState::Done(d) => Ok(d.into_vec()),
-            SendState::Queued(..) | SendState::Lent(..) | SendState::Net(..) => {
+            SendState::Queued(..)
+            | SendState::Lent(..)
+            | SendState::Net(..)
+            | SendState::NetWaiting(..) => {
                 unreachable!("test() returned true")
             }
         }
@@ -174,8 +214,10 @@ impl Drop for SendRequest {
     fn drop(&mut self) {
         // A dropped request does not cancel its send; the buffer it would have given back goes
         // to the network engine's pool instead.
-        if let SendState::Net(rank, id) = self.state {
-            self.world.net().abandon(rank, id);
+        match self.state {
+            SendState::Net(rank, id) => self.world.net().abandon(rank, id),
+            SendState::NetWaiting(_, ticket) => self.world.net().abandon_waiting(ticket),
+            _ => {}
         }
     }
 }
