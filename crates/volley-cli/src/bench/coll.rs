@@ -135,6 +135,13 @@ impl System {
                     "env",
                     "OMPI_ALLOW_RUN_AS_ROOT=1",
                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                ]);
+                if a.one_machine {
+                    // PMIx's shared-memory key store would be one between the hosts too (its
+                    // "PMIX ERROR ... dstore_base.c", then a daemon that failed to start).
+                    c.arg("PMIX_MCA_gds=hash");
+                }
+                c.args([
                     "mpirun.openmpi",
                     "-np",
                     &np,
@@ -577,10 +584,27 @@ fn run(
                     parse_csv(&text)
                 }
                 Turn::Driver(m, exe) => {
-                    let mut c = m.launcher(&me, n, args.cpus.as_deref(), across.as_ref());
-                    c.arg(exe).args(&driver_args);
-                    let out = run_for(c, limit)
-                        .map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?;
+                    let start = || {
+                        let mut c = m.launcher(&me, n, args.cpus.as_deref(), across.as_ref());
+                        c.arg(exe).args(&driver_args);
+                        run_for(c, limit)
+                    };
+                    let out = match start() {
+                        Ok(out) => out,
+                        // Another MPI's launcher that fails to start its daemons now and then
+                        // (Open MPI's across namespaces) gets a second try, said on stderr;
+                        // volley's own failures are never retried.
+                        Err(e) if *m != System::Volley => {
+                            eprintln!(
+                                "volley bench: {} round {} failed, trying it once more: {}",
+                                m.name(),
+                                round + 1,
+                                e.lines().next().unwrap_or("")
+                            );
+                            start().map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?
+                        }
+                        Err(e) => return Err(format!("{} round {}: {e}", m.name(), round + 1)),
+                    };
                     let name = match m {
                         System::Volley if p2p => "volley-mpi".to_string(),
                         m => m.name().to_string(),
