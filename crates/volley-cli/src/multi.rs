@@ -159,16 +159,26 @@ enum FromAgent {
     Gone(usize),
 }
 
+/// The words of a --launch template (default `ssh {host}`), {host} where a host's name goes.
+pub fn launch_template(launch: Option<&str>) -> Result<Vec<String>, String> {
+    let template: Vec<String> = launch
+        .unwrap_or("ssh {host}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    if !template.iter().any(|w| w.contains("{host}")) {
+        return Err(format!(
+            "--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'",
+            launch.unwrap_or("")
+        ));
+    }
+    Ok(template)
+}
+
 /// The launcher's side of a job over several hosts.
 pub fn launch(a: &crate::run::RunArgs, hosts: Vec<Host>) -> anyhow::Result<i32> {
     let nodes = place(&hosts, a.n).map_err(anyhow::Error::msg)?;
-    let template: Vec<String> = match &a.launch {
-        Some(t) => t.split_whitespace().map(str::to_string).collect(),
-        None => vec!["ssh".into(), "{host}".into()],
-    };
-    if !template.iter().any(|w| w.contains("{host}")) {
-        bail!("--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'", a.launch.as_deref().unwrap_or(""));
-    }
+    let template = launch_template(a.launch.as_deref()).map_err(anyhow::Error::msg)?;
     let exe =
         std::env::current_exe().context("cannot find the volley executable to start the agents")?;
     let token = volley_sys::random_u64();

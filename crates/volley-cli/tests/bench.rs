@@ -417,6 +417,17 @@ fn table_row(out: &str, size: &str) -> (String, Vec<f64>) {
     (head.to_string(), nums)
 }
 
+/// A collective table's row for `size` with volley, Open MPI and MPICH: three medians with
+/// their spread, then two ratios, all positive numbers.
+fn three_mpis_row(out: &str, size: &str, test: &str) {
+    let (_, nums) = table_row(out, size);
+    assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test} {size}: {nums:?}");
+    assert!(
+        nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
+        "{test} {size}: {nums:?}"
+    );
+}
+
 /// MPIs beside volley's own ping-pong: volley's bench, then the driver's MPI ping-pong built
 /// with volley's, Open MPI's and MPICH's mpicc, in turn; each column a one-way latency, each
 /// ratio a column over volley's own (what that MPI adds), kernel transports in the same table.
@@ -504,12 +515,7 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
         }
         for size in ["8", "65536"] {
             // Three medians (with their spread), then two ratios: all positive numbers.
-            let (_, nums) = table_row(&out, size);
-            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test} {size}: {nums:?}");
-            assert!(
-                nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
-                "{test} {size}: {nums:?}"
-            );
+            three_mpis_row(&out, size, test);
         }
         assert!(
             !out.contains("left out") && !err.contains("left out"),
@@ -560,12 +566,7 @@ fn collective_bench_spans_hosts_for_every_mpi() {
             "{test}: {out}\n{err}"
         );
         for size in ["8", "4096"] {
-            let (_, nums) = table_row(&out, size);
-            assert_eq!(nums.len(), 1 + 3 * 3 + 2, "{test} {size}: {nums:?}");
-            assert!(
-                nums[1..].iter().all(|&x| x > 0.0 && x.is_finite()),
-                "{test} {size}: {nums:?}"
-            );
+            three_mpis_row(&out, size, test);
         }
     }
     // Hosts place a collective's ranks; the two-rank tests run under `volley run --hosts`.

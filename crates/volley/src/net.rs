@@ -6,6 +6,7 @@
 //! delivered. Every waiting operation of the world calls it.
 
 use crate::bootstrap::JobInfo;
+use crate::engine::Payload;
 use crate::error::InitError;
 use crate::matching::Pattern;
 use std::collections::VecDeque;
@@ -383,29 +384,15 @@ pub(crate) struct Net {
     next_ticket: u64,
 }
 
-/// The bytes of a send waiting for the network engine: a buffer of the request's, or memory
-/// lent to it.
-pub(crate) enum WaitData {
-    Owned(Vec<u8>),
-    Lent(volley_sys::lend::RawBuf),
-}
-
-impl WaitData {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            WaitData::Owned(v) => v,
-            WaitData::Lent(b) => b.as_slice(),
-        }
-    }
-}
-
 /// A send waiting in [`Net::waiting`].
 struct Waiting {
     ticket: u64,
     dst: usize,
     tag: u32,
     context: u32,
-    data: WaitData,
+    /// A buffer of the request's, or memory lent to it (never packed: the network engine takes
+    /// whole messages).
+    data: Payload,
     how: Reliability,
     /// Its request is gone: what it settles to is dropped (the message still goes).
     abandoned: bool,
@@ -414,7 +401,7 @@ struct Waiting {
 /// What a waiting send became.
 pub(crate) enum Settled {
     /// The engine copied it: the bytes are free (the request gives a buffer back).
-    Copied(WaitData),
+    Copied(Payload),
     /// The engine took the buffer over as message `.0`; done once the peer acknowledged it.
     Handed(u64),
     Failed(Refused),
@@ -522,6 +509,19 @@ pub(crate) enum Refused {
     TooLarge { len: u64, max: u64 },
     /// The rank is not a peer of this process's network engine.
     UnknownPeer,
+}
+
+impl Refused {
+    /// The error a send to job rank `rank` fails with; `fate` is how the rank left, for
+    /// [`Refused::Lost`]. [`Refused::Full`] is no error (the send goes later): not asked here.
+    pub(crate) fn error(self, rank: usize, fate: crate::Fate) -> crate::error::SendError {
+        use crate::error::SendError;
+        match self {
+            Refused::Lost | Refused::Full => crate::PeerLost { rank, fate }.into(),
+            Refused::TooLarge { len, max } => SendError::TooLargeForNetwork { rank, len, max },
+            Refused::UnknownPeer => SendError::UnknownPeer { rank },
+        }
+    }
 }
 
 /// The link to this node's agent (jobs `volley run` started on several hosts): the address
@@ -801,7 +801,7 @@ impl Net {
             self.proto.handle_timeout(now);
         }
         if !self.waiting.is_empty() {
-            self.drain_waiting(now);
+            self.drain_waiting();
         }
         self.transmit(now);
         let mut n = 0;
@@ -937,7 +937,15 @@ impl Net {
 
     /// Whether sends to `dst` wait for the engine: a new one goes behind them.
     pub(crate) fn has_waiting(&self, dst: usize) -> bool {
-        !self.waiting.is_empty() && self.waiting.iter().any(|w| w.dst == dst)
+        self.waiting.iter().any(|w| w.dst == dst)
+    }
+
+    /// Whether a send of `data` hands the buffer over to the engine instead of being copied: a
+    /// large, reliable one in a buffer of the request's own (given back once acknowledged).
+    pub(crate) fn hands_over(&self, data: &Payload, how: Reliability) -> bool {
+        matches!(data, Payload::Owned(_))
+            && how == Reliability::Reliable
+            && data.len() > self.rndv_threshold()
     }
 
     /// Files a send the engine could not take now, behind any waiting to `dst`, and offers the
@@ -947,7 +955,7 @@ impl Net {
         dst: usize,
         tag: u32,
         context: u32,
-        data: WaitData,
+        data: Payload,
         how: Reliability,
     ) -> u64 {
         let ticket = self.next_ticket;
@@ -961,9 +969,7 @@ impl Net {
             how,
             abandoned: false,
         });
-        let now = self.now();
-        self.drain_waiting(now);
-        self.transmit(now);
+        self.drain_waiting();
         ticket
     }
 
@@ -987,7 +993,7 @@ impl Net {
     }
 
     /// Hands waiting sends to the engine in order, each peer's until the engine refuses one.
-    fn drain_waiting(&mut self, now: u64) {
+    fn drain_waiting(&mut self) {
         // Peers whose next waiting send was refused this pass (rarely more than a few).
         let mut blocked: Vec<usize> = Vec::new();
         let mut i = 0;
@@ -997,7 +1003,7 @@ impl Net {
                 continue;
             }
             let w = self.waiting.remove(i).expect("in range");
-            match self.offer(now, w) {
+            match self.offer(w) {
                 Ok((w, settled)) => {
                     if w.abandoned {
                         if let Settled::Handed(id) = settled {
@@ -1016,52 +1022,30 @@ impl Net {
         }
     }
 
-    /// Offers one waiting send to the engine: taken or failed for good (with what it settled
-    /// to), or refused for now (back to wait).
-    fn offer(&mut self, now: u64, mut w: Waiting) -> Result<(Waiting, Settled), Waiting> {
-        let dst = w.dst as u32;
-        let len = w.data.bytes().len();
-        let refused = |e: volley_proto::SendError| match e {
-            volley_proto::SendError::PeerLost => Refused::Lost,
-            volley_proto::SendError::TooLarge { len, max } => Refused::TooLarge { len, max },
-            volley_proto::SendError::NoSuchPeer => Refused::UnknownPeer,
-            volley_proto::SendError::Busy(_) => Refused::Full,
-        };
-        // A large buffer of the request's own is handed over, as `Path::start` does.
-        let hand = w.how == Reliability::Reliable
-            && len > self.proto.config().rndv_threshold
-            && matches!(w.data, WaitData::Owned(_));
-        if hand {
-            let WaitData::Owned(v) = std::mem::replace(&mut w.data, WaitData::Owned(Vec::new()))
-            else {
-                unreachable!("checked")
+    /// Offers one waiting send to the engine, as a send that did not wait would be offered
+    /// (handed over or copied): taken or failed for good (with what it settled to), or
+    /// refused for now (back to wait).
+    fn offer(&mut self, mut w: Waiting) -> Result<(Waiting, Settled), Waiting> {
+        if self.hands_over(&w.data, w.how) {
+            let Payload::Owned(v) = std::mem::take(&mut w.data) else {
+                unreachable!("hands_over takes owned buffers only")
             };
-            return match self.proto.send_returning(now, dst, w.tag, w.context, v) {
+            return match self.send_returning(w.dst, w.tag, w.context, v) {
                 Ok(id) => Ok((w, Settled::Handed(id))),
-                Err(volley_proto::SendError::Busy(v)) => {
-                    w.data = WaitData::Owned(v);
+                Err((v, Refused::Full)) => {
+                    w.data = Payload::Owned(v);
                     Err(w)
                 }
-                Err(e) => Ok((w, Settled::Failed(refused(e)))),
+                Err((_, why)) => Ok((w, Settled::Failed(why))),
             };
         }
-        if !self.proto.can_send(dst, len) {
-            if self.proto.is_lost(dst) {
-                return Ok((w, Settled::Failed(Refused::Lost)));
-            }
-            return Err(w);
-        }
-        let buf = self.proto.buffer_from(w.data.bytes());
-        match self.proto.send(now, dst, w.tag, w.context, buf, w.how) {
+        match self.try_send(w.dst, w.tag, w.context, &w.data, w.how) {
             Ok(()) => {
-                let data = std::mem::replace(&mut w.data, WaitData::Owned(Vec::new()));
+                let data = std::mem::take(&mut w.data);
                 Ok((w, Settled::Copied(data)))
             }
-            Err(volley_proto::SendError::Busy(b)) => {
-                self.proto.recycle(b);
-                Err(w)
-            }
-            Err(e) => Ok((w, Settled::Failed(refused(e)))),
+            Err(Refused::Full) => Err(w),
+            Err(why) => Ok((w, Settled::Failed(why))),
         }
     }
 

@@ -7,7 +7,7 @@
 use crate::counters::Counter;
 use crate::engine::{Cursor, Payload};
 use crate::error::SendError;
-use crate::net::{Refused, WaitData};
+use crate::net::Refused;
 use crate::request::SendState;
 use crate::world::World;
 use volley_proto::Reliability;
@@ -198,7 +198,7 @@ impl Path<'_> {
             // there is room (a non-blocking send does not wait for the receiver).
             Err((d, Refused::Full)) => SendState::NetWaiting(
                 dst,
-                n.queue_send(dst, tag, context, WaitData::Owned(d), Reliability::Reliable),
+                n.queue_send(dst, tag, context, Payload::Owned(d), Reliability::Reliable),
             ),
             Err((_, why)) => {
                 drop(n);
@@ -227,14 +227,11 @@ impl Path<'_> {
                 let mut n = w.net();
                 n.pump();
                 let fate = n.fate_of(dst).unwrap_or(crate::Fate::Unreachable);
-                Err(crate::PeerLost { rank: dst, fate }.into())
+                Err(why.error(dst, fate))
             }
-            Refused::TooLarge { len, max } => Err(SendError::TooLargeForNetwork {
-                rank: dst,
-                len,
-                max,
-            }),
-            Refused::UnknownPeer => Err(SendError::UnknownPeer { rank: dst }),
+            Refused::TooLarge { .. } | Refused::UnknownPeer => {
+                Err(why.error(dst, crate::Fate::Unreachable))
+            }
         }
     }
 
@@ -413,14 +410,12 @@ impl Path<'_> {
                 // the peer acknowledged it: no copy (the liveness thread keeps acknowledgements
                 // coming while the application computes). Anything else is copied, and free at
                 // once.
-                let data = match data {
-                    Payload::Owned(v)
-                        if how == Reliability::Reliable && v.len() > w.net().rndv_threshold() =>
-                    {
-                        return self.hand_over(dst, context, tag, v);
-                    }
-                    d => d,
-                };
+                if w.net().hands_over(&data, how) {
+                    let Payload::Owned(v) = data else {
+                        unreachable!("hands_over takes owned buffers only")
+                    };
+                    return self.hand_over(dst, context, tag, v);
+                }
                 // One try (the network engine copies the message); refused for now, the send
                 // waits in order for room, and the request completes once it is copied.
                 let len = data.len();
@@ -428,13 +423,6 @@ impl Path<'_> {
                 if self.step(&mut out)? == Step::Done {
                     return Ok(SendState::Done(data));
                 }
-                let data = match data {
-                    Payload::Owned(v) => WaitData::Owned(v),
-                    Payload::Lent(b) => WaitData::Lent(b),
-                    Payload::Packed(_) => {
-                        unreachable!("the network engine takes whole messages, packed first (Endpoint::isend_packed)")
-                    }
-                };
                 let ticket = w.net().queue_send(dst, tag, context, data, how);
                 let mut e = w.eng();
                 e.count(Counter::MsgsSent, 1);

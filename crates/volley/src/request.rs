@@ -22,7 +22,7 @@ use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
 use crate::matched::{Gathering, Step};
 use crate::matching::{Pattern, Status};
-use crate::net::{Refused, Settled, WaitData};
+use crate::net::Settled;
 use crate::progress::LentState;
 use crate::wait::Waiter;
 use crate::world::World;
@@ -75,10 +75,7 @@ impl SendState {
                 };
                 match settled {
                     Settled::Copied(data) => {
-                        *self = SendState::Done(match data {
-                            WaitData::Owned(v) => Payload::Owned(v),
-                            WaitData::Lent(b) => Payload::Lent(b),
-                        });
+                        *self = SendState::Done(data);
                         Ok(true)
                     }
                     Settled::Handed(id) => {
@@ -86,16 +83,9 @@ impl SendState {
                         *self = SendState::Net(rank, id);
                         self.check(w)
                     }
-                    Settled::Failed(why) => Err(match why {
-                        Refused::TooLarge { len, max } => {
-                            SendError::TooLargeForNetwork { rank, len, max }
-                        }
-                        Refused::UnknownPeer => SendError::UnknownPeer { rank },
-                        Refused::Lost | Refused::Full => SendError::PeerLost(crate::PeerLost {
-                            rank,
-                            fate: n.fate_of(rank).unwrap_or(crate::Fate::Unreachable),
-                        }),
-                    }),
+                    Settled::Failed(why) => {
+                        Err(why.error(rank, n.fate_of(rank).unwrap_or(crate::Fate::Unreachable)))
+                    }
                 }
             }
             SendState::Lent(rank, l) => {

@@ -156,7 +156,7 @@ impl System {
                         "self,vader,tcp"
                     },
                 ]);
-                c.args(["--host", &a.openmpi_hosts(n)]);
+                c.args(["--host", &a.openmpi_hosts()]);
                 if let Some(agent) = &a.agent {
                     c.args(["--mca", "plm_rsh_agent"]).arg(agent);
                 }
@@ -232,19 +232,16 @@ impl Across {
     ) -> Result<Across, String> {
         let hosts = crate::multi::parse_hosts(list).map_err(|e| format!("--hosts: {e}"))?;
         let placed = crate::multi::place(&hosts, n).map_err(|e| format!("--hosts: {e}"))?;
-        let template: Vec<String> = launch
-            .unwrap_or("ssh {host}")
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        if !template.iter().any(|w| w.contains("{host}")) {
-            return Err(format!(
-                "--launch {:?} has no {{host}} in it: say where the host name goes, e.g. 'ssh {{host}}'",
-                launch.unwrap_or("")
-            ));
-        }
+        let template = crate::multi::launch_template(launch)?;
         let on =
             |h: &str| -> Vec<String> { template.iter().map(|w| w.replace("{host}", h)).collect() };
+        // `cmd` run on host `h` through the template, its standard output.
+        let output_on = |h: &str, cmd: &[&str]| {
+            let w = on(h);
+            let mut c = Command::new(&w[0]);
+            c.args(&w[1..]).args(cmd);
+            run_for(c, Duration::from_secs(30)).ok()
+        };
         let on_first = on(&hosts[0].name);
         let agent = if template[0] == "ssh" {
             None
@@ -287,20 +284,11 @@ impl Across {
         };
         // Where Hydra's proxies find mpiexec: the first host's own first address (its name
         // may resolve to a loopback address there, or nowhere).
-        let mut c = Command::new(&on_first[0]);
-        c.args(&on_first[1..]).args(["hostname", "-I"]);
-        let first_addr = run_for(c, Duration::from_secs(30))
-            .ok()
+        let first_addr = output_on(&hosts[0].name, &["hostname", "-I"])
             .and_then(|o| o.split_whitespace().next().map(str::to_string));
         let boot_ids: Vec<Option<String>> = hosts
             .iter()
-            .map(|h| {
-                let w = on(&h.name);
-                let mut c = Command::new(&w[0]);
-                c.args(&w[1..])
-                    .args(["cat", "/proc/sys/kernel/random/boot_id"]);
-                run_for(c, Duration::from_secs(30)).ok()
-            })
+            .map(|h| output_on(&h.name, &["cat", "/proc/sys/kernel/random/boot_id"]))
             .collect();
         let one_machine = boot_ids[0].is_some() && boot_ids.iter().all(|b| *b == boot_ids[0]);
         if one_machine {
@@ -327,12 +315,12 @@ impl Across {
     }
 
     /// Open MPI's --host: each host with as many slots as ranks placed on it.
-    fn openmpi_hosts(&self, n: usize) -> String {
+    fn openmpi_hosts(&self) -> String {
         self.hosts
             .iter()
             .enumerate()
             .filter_map(|(i, h)| {
-                let k = self.placed[..n].iter().filter(|&&p| p == i).count();
+                let k = self.placed.iter().filter(|&&p| p == i).count();
                 (k > 0).then(|| format!("{}:{k}", h.name))
             })
             .collect::<Vec<_>>()
