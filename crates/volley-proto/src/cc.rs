@@ -47,7 +47,7 @@ pub const BETA: f64 = 0.7;
 /// TCP-friendly region (RFC 9438, section 4.3).
 pub const ALPHA: f64 = 3.0 * (1.0 - BETA) / (1.0 + BETA);
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Cc {
     on: bool,
     /// Packets in flight allowed.
@@ -110,6 +110,15 @@ impl Cc {
         self.cwnd = MIN_WINDOW;
         self.recovery = snd_nxt;
         true
+    }
+
+    /// Puts back the state `before` a retransmission timeout that turned out spurious (the
+    /// packets it took for lost had arrived: their acknowledgements were late, not missing),
+    /// as TCP's undo does (RFC 4015's response to Eifel detection): a peer descheduled for a
+    /// few milliseconds is not a congested network, and a window of two packets after every
+    /// such pause would cost far more than the pause.
+    pub(crate) fn undo(&mut self, before: Cc) {
+        *self = before;
     }
 
     /// Whether the controller limits the sender (else only the fixed window does).

@@ -45,6 +45,7 @@ peer_counters! {
     bad_field, "packets", "intact packets with an impossible field (dropped)";
     after_lost, "packets", "packets received after the peer was declared lost (dropped)";
     rto_backoffs, "events", "retransmission timer expirations (each doubles the timeout)";
+    spurious_timeouts, "events", "retransmission timeouts undone: the packets taken for lost had arrived, their acknowledgements were late (window and timeout restored)";
     tail_probes, "packets", "tail loss probes: the last packet sent again because nothing was acknowledged for two round trips (RACK-TLP)";
     cwnd_reductions, "events", "times congestion control cut the window to the peer (a loss among packets sent after the last cut, or a retransmission timeout)";
     stale_retransmits, "packets", "retransmissions due of a message already complete (an ACK sent instead; only after a forged packet)";

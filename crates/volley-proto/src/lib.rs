@@ -685,6 +685,149 @@ mod unit_tests {
 }
 
 #[cfg(test)]
+mod undo_tests {
+    use super::*;
+
+    /// Two engines over a link of fixed one-way latency, where what either sends can be held
+    /// back (a peer descheduled: it received, but its answers are late) or dropped (lost).
+    struct Pair {
+        e: [Engine; 2],
+        now: Instant,
+        wire: Vec<(Instant, usize, Vec<u8>)>,
+        held: Vec<Vec<u8>>,
+        buf: Vec<u8>,
+    }
+
+    const LATENCY: u64 = 10 * US;
+
+    impl Pair {
+        fn new() -> Pair {
+            let cfg = Config::default();
+            let mut e = [Engine::new(cfg.clone(), 0, 9), Engine::new(cfg, 1, 9)];
+            e[0].add_peer(1, 0);
+            e[1].add_peer(0, 0);
+            Pair {
+                e,
+                now: 0,
+                wire: Vec::new(),
+                held: Vec::new(),
+                buf: vec![0; 2048],
+            }
+        }
+
+        /// Runs for `dt`, 1 us a step; `from_b` says what happens to what rank 1 sends.
+        fn run(&mut self, dt: u64, from_b: Fate, from_a: Fate) {
+            let end = self.now + dt;
+            while self.now < end {
+                self.now += US;
+                let now = self.now;
+                let mut i = 0;
+                while i < self.wire.len() {
+                    if self.wire[i].0 <= now {
+                        let (_, dst, pkt) = self.wire.swap_remove(i);
+                        let _ = self.e[dst].handle(now, &pkt);
+                    } else {
+                        i += 1;
+                    }
+                }
+                for k in 0..2 {
+                    self.e[k].handle_timeout(now);
+                    while let Some(t) = self.e[k].poll_transmit(now, &mut self.buf) {
+                        let pkt = self.buf[..t.len].to_vec();
+                        match if k == 0 { from_a } else { from_b } {
+                            Fate::Deliver => self.wire.push((now + LATENCY, 1 - k, pkt)),
+                            Fate::Hold => self.held.push(pkt),
+                            Fate::Drop => {}
+                        }
+                    }
+                    while self.e[k].poll_event().is_some() {}
+                }
+            }
+        }
+
+        /// What rank 1 said while held back reaches rank 0 now.
+        fn release(&mut self) {
+            for pkt in std::mem::take(&mut self.held) {
+                self.wire.push((self.now, 0, pkt));
+            }
+        }
+
+        fn send(&mut self, len: usize) {
+            let d = vec![7u8; len];
+            self.e[0]
+                .send(self.now, 1, 0, 0, d, Reliability::Reliable)
+                .unwrap();
+        }
+
+        fn cwnd(&self) -> f64 {
+            self.e[0].peers[1].as_ref().unwrap().cwnd()
+        }
+
+        fn counters(&self) -> PeerCounters {
+            self.e[0].peer_counters(1).unwrap().clone()
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    enum Fate {
+        Deliver,
+        Hold,
+        Drop,
+    }
+
+    /// Warmed up: round trips measured and the window grown past its start.
+    fn warm() -> Pair {
+        let mut p = Pair::new();
+        for _ in 0..20 {
+            p.send(64 << 10);
+            p.run(200 * US, Fate::Deliver, Fate::Deliver);
+        }
+        assert!(p.e[0].all_acked());
+        assert!(p.cwnd() > 40.0, "window {}", p.cwnd());
+        p
+    }
+
+    #[test]
+    fn a_timeout_for_packets_that_arrived_is_undone_when_their_late_acks_come() {
+        let mut p = warm();
+        let before = p.cwnd();
+        p.send(64 << 10);
+        // The receiver gets everything but its answers are held for 3 ms: the timer fires.
+        p.run(3 * MS, Fate::Hold, Fate::Deliver);
+        let c = p.counters();
+        assert!(c.rto_backoffs >= 1, "{c:?}");
+        assert!(p.cwnd() <= 2.0, "the timeout cut the window: {}", p.cwnd());
+        p.release();
+        p.run(200 * US, Fate::Deliver, Fate::Deliver);
+        let c = p.counters();
+        assert_eq!(c.spurious_timeouts, 1, "{c:?}");
+        assert!(p.cwnd() >= before, "window {} back to {before}", p.cwnd());
+        assert!(p.e[0].all_acked());
+    }
+
+    #[test]
+    fn a_timeout_for_packets_really_lost_is_not_undone() {
+        let mut p = warm();
+        let before = p.cwnd();
+        p.send(64 << 10);
+        // The flight is lost on the way: the receiver never sees it.
+        p.run(100 * US, Fate::Deliver, Fate::Drop);
+        p.run(MS, Fate::Deliver, Fate::Deliver);
+        let c = p.counters();
+        assert!(c.rto_backoffs >= 1, "{c:?}");
+        assert!(
+            p.cwnd() < before,
+            "window {} not restored to {before}",
+            p.cwnd()
+        );
+        p.run(5 * MS, Fate::Deliver, Fate::Deliver);
+        let c = p.counters();
+        assert_eq!(c.spurious_timeouts, 0, "{c:?}");
+        assert!(p.e[0].all_acked());
+    }
+}
+
+#[cfg(test)]
 mod pool_tests {
     use super::*;
 

@@ -388,6 +388,10 @@ pub(crate) struct Peer {
     rttvar: u64,
     rto: u64,
     rto_at: Option<Instant>,
+    /// The window and timeout before the retransmission timer last fired, until the first
+    /// acknowledgement of a packet it took for lost says whether that packet had been lost
+    /// (see [`Peer::undo_timeout`]).
+    rto_undo: Option<(Cc, u64)>,
     /// Send time and sequence of the latest-sent acknowledged packet (RACK).
     rack: (Instant, u64),
     /// When to run loss detection again for packets not yet late enough.
@@ -481,6 +485,7 @@ impl Peer {
             rttvar: 0,
             rto: cfg.initial_rto,
             rto_at: None,
+            rto_undo: None,
             rack: (0, 0),
             rack_at: None,
             tlp_at: None,
@@ -1139,8 +1144,9 @@ impl Peer {
         let acked_before = self.sacked;
         let mut progress = false;
         let mut sample: Option<(Instant, u64)> = None;
+        let mut spurious: Option<bool> = None;
         for s in self.snd_una..cum {
-            progress |= self.mark(now, s, &mut sample);
+            progress |= self.mark(now, s, &mut sample, &mut spurious);
         }
         if let Some(r) = ranges {
             for k in 0..r.len() {
@@ -1148,9 +1154,14 @@ impl Peer {
                 let s = unwrap32(self.snd_una, s32).max(self.snd_una);
                 let e = unwrap32(self.snd_una, e32).min(self.snd_nxt);
                 for q in s..e {
-                    progress |= self.mark(now, q, &mut sample);
+                    progress |= self.mark(now, q, &mut sample, &mut spurious);
                 }
             }
+        }
+        match spurious {
+            Some(true) => self.undo_timeout(),
+            Some(false) => self.rto_undo = None,
+            None => {}
         }
         self.cc.on_acked(self.sacked - acked_before, pipe);
         while self.sent.front().is_some_and(|p| p.acked) {
@@ -1171,8 +1182,16 @@ impl Peer {
         Ok(())
     }
 
-    /// Marks `seq` acknowledged; returns whether it was news.
-    fn mark(&mut self, now: Instant, seq: u64, sample: &mut Option<(Instant, u64)>) -> bool {
+    /// Marks `seq` acknowledged; returns whether it was news. A packet the retransmission
+    /// timer took for lost, acknowledged while an undo is possible, adds its evidence to
+    /// `spurious`: true if this acknowledgement is for its first copy.
+    fn mark(
+        &mut self,
+        now: Instant,
+        seq: u64,
+        sample: &mut Option<(Instant, u64)>,
+        spurious: &mut Option<bool>,
+    ) -> bool {
         let Some(p) = self.sent.get_mut((seq - self.snd_una) as usize) else {
             return false;
         };
@@ -1181,6 +1200,14 @@ impl Peer {
         }
         p.acked = true;
         self.sacked += 1;
+        if p.by_timer && self.rto_undo.is_some() {
+            // Its copy has not gone again yet, or went less than the least round trip ago:
+            // what the peer acknowledges is the first copy, so it was never lost (Eifel
+            // detection, RFC 3522, with RACK's round-trip test in place of timestamps).
+            let first = p.queued
+                || (p.retx && self.srtt.is_some() && now.saturating_sub(p.sent_at) < self.min_rtt);
+            *spurious = Some(spurious.unwrap_or(false) || first);
+        }
         if !p.retx && sample.is_none_or(|(at, _)| p.sent_at > at) {
             *sample = Some((p.sent_at, now.saturating_sub(p.sent_at)));
         }
@@ -1344,6 +1371,10 @@ impl Peer {
             // allows: otherwise they would count as in flight and hold the window shut, and
             // each would wait for a timer of its own, each twice as long as the last.
             let rto = self.rto;
+            // The first expiry of a series keeps what an undo would put back.
+            if self.rto_undo.is_none() && self.cc.is_on() {
+                self.rto_undo = Some((self.cc, rto));
+            }
             let all = self.cc.on_timeout(self.snd_nxt);
             if all {
                 self.counters.cwnd_reductions += 1;
@@ -1367,6 +1398,36 @@ impl Peer {
             self.ack_now = true;
             self.ack_at = None;
         }
+    }
+
+    /// The retransmission timer fired for packets that had arrived (their acknowledgements
+    /// came late: a peer descheduled for longer than the timeout, on a machine with more
+    /// busy ranks than cores, is the common case). The window and timeout go back to what
+    /// they were, and the packets the timer queued that have not gone again yet are in
+    /// flight again rather than lost.
+    fn undo_timeout(&mut self) {
+        let Some((cc, rto)) = self.rto_undo.take() else {
+            return;
+        };
+        self.cc.undo(cc);
+        self.rto = rto;
+        self.counters.spurious_timeouts += 1;
+        let (una, sent) = (self.snd_una, &mut self.sent);
+        self.retx.retain(|&seq| {
+            match seq.checked_sub(una).and_then(|k| sent.get_mut(k as usize)) {
+                Some(p) if p.queued && p.by_timer => {
+                    p.queued = false;
+                    false
+                }
+                _ => true,
+            }
+        });
+    }
+
+    /// Congestion control's window, in packets.
+    #[cfg(test)]
+    pub(crate) fn cwnd(&self) -> f64 {
+        self.cc.window()
     }
 
     pub fn lose(&mut self, events: &mut VecDeque<Event>) {
