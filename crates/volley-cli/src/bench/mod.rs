@@ -220,6 +220,14 @@ struct Bench {
     probe_round: u64,
     /// Buffer pool for --cold (empty otherwise).
     pool: Vec<u8>,
+    /// bibw's receive buffers, one per message of a window (grown on first use).
+    rx_window: Vec<u8>,
+}
+
+/// Messages of one bibw window: OSU's 64 would hold 1 GiB of receive buffers at 8 MiB; 16,
+/// and no more than 64 MiB of them (at least 2).
+fn bibw_window(size: usize) -> usize {
+    ((64 << 20) / size.max(1)).clamp(2, 16)
 }
 
 /// Bytes of the --cold pool: well beyond any last-level cache of today's CPUs.
@@ -409,6 +417,7 @@ fn run(args: BenchArgs, sizes: Vec<u64>, vs: Vec<Kind>) -> io::Result<()> {
         probe,
         probe_round: 0,
         pool: Vec::new(),
+        rx_window: Vec::new(),
     };
     if b.args.cold {
         b.pool = pattern(COLD_POOL.max(2 * maxsize.next_multiple_of(4096)));
@@ -563,35 +572,45 @@ impl Bench {
         }
     }
 
-    /// Both directions at once: `count` messages each way.
+    /// Both directions at once: `count` messages each way. volley's side goes as OSU's
+    /// osu_bibw does: rounds of a window of receives (each into a buffer of its own, allocated
+    /// once) and a window of sends from the one send buffer, all posted before any completes,
+    /// then waited for; the kernel streams send and receive with one buffer each.
     fn bibw_once(&mut self, li: u64, size: usize, count: u64) -> io::Result<()> {
         let buf = &self.buf[..size];
         match &mut self.links[li as usize] {
             Link::Volley(ep) => {
-                let window = 16usize;
-                let mut pool: Vec<Vec<u8>> = (0..window).map(|_| buf.to_vec()).collect();
-                let mut reqs = std::collections::VecDeque::new();
-                let (mut sent, mut got) = (0u64, 0u64);
-                while sent < count || got < count || !reqs.is_empty() {
-                    if sent < count {
-                        if let Some(v) = pool.pop() {
-                            reqs.push_back(ep.isend(v).map_err(err)?);
-                            sent += 1;
+                let (peer, port) = ep.target_of().ok_or_else(|| err("the link has no peer"))?;
+                if port != ep.port() {
+                    return Err(err("bibw needs the same port at both ends"));
+                }
+                let stride = size.max(1);
+                let window = bibw_window(size);
+                if self.rx_window.len() < window * stride {
+                    self.rx_window.resize(window * stride, 0);
+                }
+                let world = ep.world();
+                let mut left = count;
+                while left > 0 {
+                    let n = left.min(window as u64) as usize;
+                    let rx = &mut self.rx_window;
+                    world.scope(|s| -> io::Result<()> {
+                        let mut ids = Vec::with_capacity(2 * n);
+                        for chunk in rx.chunks_mut(stride).take(n) {
+                            ids.push(
+                                s.irecv(ep, Some(peer), None, &mut chunk[..size])
+                                    .map_err(err)?,
+                            );
                         }
-                    }
-                    while let Some(front) = reqs.front_mut() {
-                        if front.test().map_err(err)? {
-                            pool.push(reqs.pop_front().expect("front").wait().map_err(err)?);
-                        } else {
-                            break;
+                        for _ in 0..n {
+                            ids.push(s.isend(ep, peer, port, buf).map_err(err)?);
                         }
-                    }
-                    if got < count {
-                        if let Some(m) = ep.try_recv().map_err(err)? {
-                            drop(m);
-                            got += 1;
+                        for id in ids {
+                            world.wait(id).map_err(err)?;
                         }
-                    }
+                        Ok(())
+                    })?;
+                    left -= n as u64;
                 }
                 Ok(())
             }
