@@ -33,7 +33,7 @@ mod peer;
 mod sched;
 
 pub use counters::{PeerCounters, DROP_REASONS, ENGINE_COUNTERS, PEER_COUNTERS};
-use peer::Peer;
+use peer::{Data, Peer};
 use sched::{Sched, NEVER};
 use std::collections::VecDeque;
 use volley_wire::{Malformed, Repr};
@@ -193,6 +193,21 @@ pub enum SendError {
     TooLarge { len: u64, max: u64 },
     /// No peer with this number was added.
     NoSuchPeer,
+}
+
+/// Why the engine's queue did not take a message, with the message when it was only busy.
+enum Refusal {
+    Busy(Data),
+    Other(SendError),
+}
+
+impl From<Refusal> for SendError {
+    fn from(r: Refusal) -> SendError {
+        match r {
+            Refusal::Busy(d) => SendError::Busy(d.into_vec()),
+            Refusal::Other(e) => e,
+        }
+    }
 }
 
 /// Credit an application hands back with [`Engine::release`] once it consumed a message.
@@ -373,8 +388,9 @@ impl Engine {
         data: Vec<u8>,
         how: Reliability,
     ) -> Result<(), SendError> {
-        self.queue(now, peer, tag, context, data, how, false)
+        self.queue(now, peer, tag, context, Data::Owned(data), how, false)
             .map(|_| ())
+            .map_err(SendError::from)
     }
 
     /// Like [`Engine::send`] for a reliable message whose buffer the sender wants back: once
@@ -388,7 +404,45 @@ impl Engine {
         context: u32,
         data: Vec<u8>,
     ) -> Result<u64, SendError> {
-        self.queue(now, peer, tag, context, data, Reliability::Reliable, true)
+        self.queue(
+            now,
+            peer,
+            tag,
+            context,
+            Data::Owned(data),
+            Reliability::Reliable,
+            true,
+        )
+        .map_err(SendError::from)
+    }
+
+    /// Like [`Engine::send_returning`] for memory the sender lends rather than a buffer it
+    /// hands over: the engine reads each fragment from it as the fragment goes (no copy of the
+    /// message is made), and drops the loan once the peer acknowledged the whole message, or
+    /// was lost, or the engine closed; [`Engine::take_returned`] then gives an empty buffer.
+    /// Refused for now ([`SendError::Busy`], whose buffer is empty), the loan comes back with
+    /// the error.
+    pub fn send_lent(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: volley_sys::lend::RawBuf,
+    ) -> Result<u64, (Option<volley_sys::lend::RawBuf>, SendError)> {
+        self.queue(
+            now,
+            peer,
+            tag,
+            context,
+            Data::Lent(data),
+            Reliability::Reliable,
+            true,
+        )
+        .map_err(|r| match r {
+            Refusal::Busy(Data::Lent(b)) => (Some(b), SendError::Busy(Vec::new())),
+            r => (None, SendError::from(r)),
+        })
     }
 
     /// Both sends: the checks, then the peer's queue. Returns the message's id.
@@ -399,27 +453,28 @@ impl Engine {
         peer: u32,
         tag: u32,
         context: u32,
-        data: Vec<u8>,
+        data: Data,
         how: Reliability,
         give_back: bool,
-    ) -> Result<u64, SendError> {
-        if data.len() as u64 > self.cfg.max_message {
-            return Err(SendError::TooLarge {
-                len: data.len() as u64,
+    ) -> Result<u64, Refusal> {
+        let len = data.bytes().len();
+        if len as u64 > self.cfg.max_message {
+            return Err(Refusal::Other(SendError::TooLarge {
+                len: len as u64,
                 max: self.cfg.max_message,
-            });
+            }));
         }
         // Field borrows, so the configuration need not be copied per message.
         let cfg = &self.cfg;
         let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
-            return Err(SendError::NoSuchPeer);
+            return Err(Refusal::Other(SendError::NoSuchPeer));
         };
         if p.lost {
-            return Err(SendError::PeerLost);
+            return Err(Refusal::Other(SendError::PeerLost));
         }
-        if how == Reliability::Reliable && !p.has_room(cfg, data.len(), !give_back) {
+        if how == Reliability::Reliable && !p.has_room(cfg, len, !give_back) {
             p.counters.send_busy += 1;
-            return Err(SendError::Busy(data));
+            return Err(Refusal::Busy(data));
         }
         let id = p.queue(cfg, now, tag, context, data, how, give_back);
         self.sched.touch(peer as usize, p.next_timeout(cfg));
@@ -685,7 +740,7 @@ mod unit_tests {
 }
 
 #[cfg(test)]
-mod undo_tests {
+mod pair_tests {
     use super::*;
 
     /// Two engines over a link of fixed one-way latency, where what either sends can be held
@@ -696,6 +751,8 @@ mod undo_tests {
         wire: Vec<(Instant, usize, Vec<u8>)>,
         held: Vec<Vec<u8>>,
         buf: Vec<u8>,
+        /// Messages rank 1 was given: (tag, bytes).
+        delivered: Vec<(u32, Vec<u8>)>,
     }
 
     const LATENCY: u64 = 10 * US;
@@ -712,6 +769,7 @@ mod undo_tests {
                 wire: Vec::new(),
                 held: Vec::new(),
                 buf: vec![0; 2048],
+                delivered: Vec::new(),
             }
         }
 
@@ -740,7 +798,17 @@ mod undo_tests {
                             Fate::Drop => {}
                         }
                     }
-                    while self.e[k].poll_event().is_some() {}
+                    while let Some(ev) = self.e[k].poll_event() {
+                        if let Event::Message {
+                            tag, data, credit, ..
+                        } = ev
+                        {
+                            self.e[k].release(credit);
+                            if k == 1 {
+                                self.delivered.push((tag, data));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -803,6 +871,39 @@ mod undo_tests {
         assert_eq!(c.spurious_timeouts, 1, "{c:?}");
         assert!(p.cwnd() >= before, "window {} back to {before}", p.cwnd());
         assert!(p.e[0].all_acked());
+    }
+
+    #[test]
+    fn lent_memory_goes_without_a_copy_and_its_loan_ends_once_acknowledged() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let p = std::cell::RefCell::new(Pair::new());
+        let mut settles = 0;
+        let id = volley_sys::lend::scope(
+            || {
+                settles += 1;
+                p.borrow_mut().run(10 * US, Fate::Deliver, Fate::Deliver);
+            },
+            |lender| {
+                let mut q = p.borrow_mut();
+                let now = q.now;
+                q.e[0]
+                    .send_lent(now, 1, 5, 0, lender.lend(&data))
+                    .map_err(|(_, e)| e)
+                    .unwrap()
+            },
+        );
+        // The scope returns once the engine let go of the memory: not before the peer
+        // acknowledged every fragment (the acknowledgements take a round trip to come).
+        let mut q = p.into_inner();
+        assert!(settles > 1, "the loan outlived the call that made it");
+        assert!(
+            q.e[0].all_acked(),
+            "the loan ended before the acknowledgements"
+        );
+        assert_eq!(q.e[0].take_returned(1, id), Some(Vec::new()));
+        assert_eq!(q.delivered.len(), 1);
+        assert_eq!(q.delivered[0].0, 5);
+        assert!(q.delivered[0].1 == data, "the bytes arrived changed");
     }
 
     #[test]

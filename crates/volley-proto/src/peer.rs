@@ -206,7 +206,8 @@ fn emit_fragment(
     crc: bool,
 ) -> usize {
     let o = off as usize;
-    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len].copy_from_slice(&m.data[o..o + len]);
+    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len]
+        .copy_from_slice(&m.data.bytes()[o..o + len]);
     wire::emit_data_header(
         buf,
         token,
@@ -266,11 +267,40 @@ enum OutState {
     Cleared,
 }
 
+/// The bytes of a message being sent.
+pub(crate) enum Data {
+    /// A buffer the engine holds (a copy it made, or one handed over to give back).
+    Owned(Vec<u8>),
+    /// Memory the sender lent: read as each fragment goes (the one pass over the message on
+    /// this side is the one into the packet), the loan ending when this is dropped, once the
+    /// peer acknowledged every fragment or was lost.
+    Lent(volley_sys::lend::RawBuf),
+}
+
+impl Data {
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Owned(v) => v,
+            Data::Lent(b) => b.as_slice(),
+        }
+    }
+
+    /// What goes back to the sender once acknowledged: its buffer, or (lent memory, whose loan
+    /// this ends) an empty one.
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        match self {
+            Data::Owned(v) => v,
+            Data::Lent(_) => Vec::new(),
+        }
+    }
+}
+
 struct OutMsg {
     id: u64,
     tag: u32,
     context: u32,
-    data: Vec<u8>,
+    data: Data,
     state: OutState,
     /// Next byte to send for the first time.
     next_off: u64,
@@ -287,7 +317,7 @@ struct OutMsg {
 
 impl OutMsg {
     fn len(&self) -> u64 {
-        self.data.len() as u64
+        self.data.bytes().len() as u64
     }
     fn fully_sent(&self) -> bool {
         self.started && self.next_off == self.len()
@@ -571,12 +601,12 @@ impl Peer {
         _now: Instant,
         tag: u32,
         context: u32,
-        data: Vec<u8>,
+        data: Data,
         how: Reliability,
         give_back: bool,
     ) -> u64 {
         let frag = cfg.fragment() as u64;
-        let len = data.len() as u64;
+        let len = data.bytes().len() as u64;
         let frags_total = len.div_ceil(frag).max(1);
         let mut m = OutMsg {
             id: 0,
@@ -1308,9 +1338,9 @@ impl Peer {
             self.cursor = self.cursor.saturating_sub(1);
             self.queued_bytes -= m.len();
             if m.give_back {
-                self.returned.push_back((m.id, m.data));
+                self.returned.push_back((m.id, m.data.into_vec()));
             } else {
-                pool.give(m.data);
+                pool.give(m.data.into_vec());
             }
         }
     }
@@ -1765,7 +1795,7 @@ impl Peer {
         m.started = true;
         if m.fully_sent() {
             let m = self.be_out.pop_front().expect("front");
-            pool.give(m.data);
+            pool.give(m.data.into_vec());
         }
         Some(n)
     }

@@ -382,6 +382,9 @@ pub(crate) struct Net {
     /// What became of waiting sends, by ticket, until their requests look.
     settled: Vec<(u64, usize, Settled)>,
     next_ticket: u64,
+    /// The last transmit stopped at its budget ([`TX_BUDGET`]) with more perhaps to send: the
+    /// next pump is due at once.
+    tx_more: bool,
 }
 
 /// A send waiting in [`Net::waiting`].
@@ -497,6 +500,13 @@ fn finish_device(dev: Box<dyn Device>, key: Option<[u8; 32]>, cfg: &NetConfig) -
         None => dev,
     }
 }
+
+/// Packets one pump sends at most (about 370 KB at MTU 1500, 150 us on the development VM)
+/// before it goes back to receiving: a window of a large message sent in one go (megabytes,
+/// milliseconds) left the peer's packets unread and unacknowledged meanwhile, so the peer's
+/// retransmission timer (500 us at least) fired for packets that had arrived. The next pump is
+/// due at once ([`Net::next_deadline_in`]).
+const TX_BUDGET: usize = 256;
 
 /// Why the network engine did not take a message.
 #[derive(Debug, PartialEq, Eq)]
@@ -733,6 +743,7 @@ impl Net {
             waiting: VecDeque::new(),
             settled: Vec::new(),
             next_ticket: 0,
+            tx_more: false,
         })
     }
 
@@ -751,6 +762,9 @@ impl Net {
     /// Nanoseconds until the engine or the device next needs a call, from now.
     pub fn next_deadline_in(&self) -> Option<u64> {
         let now = self.now();
+        if self.tx_more {
+            return Some(0);
+        }
         let t = match (self.proto.poll_timeout(), self.dev.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -940,10 +954,12 @@ impl Net {
         self.waiting.iter().any(|w| w.dst == dst)
     }
 
-    /// Whether a send of `data` hands the buffer over to the engine instead of being copied: a
-    /// large, reliable one in a buffer of the request's own (given back once acknowledged).
+    /// Whether a send of `data` hands its bytes over to the engine instead of being copied: a
+    /// large, reliable one in a buffer of the request's own (given back once acknowledged) or
+    /// in memory its request lent (read by the engine as it sends, the loan ending once
+    /// acknowledged). Either way the request completes when the peer has acknowledged it.
     pub(crate) fn hands_over(&self, data: &Payload, how: Reliability) -> bool {
-        matches!(data, Payload::Owned(_))
+        matches!(data, Payload::Owned(_) | Payload::Lent(_))
             && how == Reliability::Reliable
             && data.len() > self.rndv_threshold()
     }
@@ -1027,13 +1043,10 @@ impl Net {
     /// refused for now (back to wait).
     fn offer(&mut self, mut w: Waiting) -> Result<(Waiting, Settled), Waiting> {
         if self.hands_over(&w.data, w.how) {
-            let Payload::Owned(v) = std::mem::take(&mut w.data) else {
-                unreachable!("hands_over takes owned buffers only")
-            };
-            return match self.send_returning(w.dst, w.tag, w.context, v) {
+            return match self.hand_over(w.dst, w.tag, w.context, std::mem::take(&mut w.data)) {
                 Ok(id) => Ok((w, Settled::Handed(id))),
-                Err((v, Refused::Full)) => {
-                    w.data = Payload::Owned(v);
+                Err((d, Refused::Full)) => {
+                    w.data = d;
                     Err(w)
                 }
                 Err((_, why)) => Ok((w, Settled::Failed(why))),
@@ -1050,8 +1063,15 @@ impl Net {
     }
 
     fn transmit(&mut self, now: u64) {
-        let proto = &mut self.proto;
+        let (proto, more) = (&mut self.proto, &mut self.tx_more);
+        let mut budget = TX_BUDGET;
+        *more = false;
         let _ = self.dev.transmit(&mut |buf| {
+            if budget == 0 {
+                *more = true;
+                return None;
+            }
+            budget -= 1;
             proto
                 .poll_transmit(now, buf)
                 .map(|t| volley_transport::Out {
@@ -1083,30 +1103,42 @@ impl Net {
             .map_err(|(_, why)| why)
     }
 
-    /// Queues a reliable message the engine takes over and gives back once acknowledged (see
-    /// `take_returned`): no copy of it is made. Returns its id.
-    pub fn send_returning(
+    /// Queues a reliable message whose bytes the engine takes over, a buffer it gives back or
+    /// memory whose loan it ends once the peer acknowledged it (see `take_returned`): no copy
+    /// of it is made. Returns its id; refused, the bytes come back with why ([`Payload`]'s
+    /// default when the refusal is for good).
+    pub(crate) fn hand_over(
         &mut self,
         dst: usize,
         tag: u32,
         context: u32,
-        data: Vec<u8>,
-    ) -> Result<u64, (Vec<u8>, Refused)> {
+        data: Payload,
+    ) -> Result<u64, (Payload, Refused)> {
+        use volley_proto::SendError as E;
         let now = self.now();
-        match self
-            .proto
-            .send_returning(now, dst as u32, tag, context, data)
-        {
+        let (peer, r) = (dst as u32, &mut self.proto);
+        let r = match data {
+            Payload::Owned(v) => {
+                r.send_returning(now, peer, tag, context, v)
+                    .map_err(|e| match e {
+                        E::Busy(v) => (Payload::Owned(v), E::Busy(Vec::new())),
+                        e => (Payload::default(), e),
+                    })
+            }
+            Payload::Lent(b) => r
+                .send_lent(now, peer, tag, context, b)
+                .map_err(|(b, e)| (b.map_or_else(Payload::default, Payload::Lent), e)),
+            Payload::Packed(_) => unreachable!("hands_over takes owned and lent bytes only"),
+        };
+        match r {
             Ok(id) => {
                 self.transmit(now);
                 Ok(id)
             }
-            Err(volley_proto::SendError::Busy(d)) => Err((d, Refused::Full)),
-            Err(volley_proto::SendError::PeerLost) => Err((Vec::new(), Refused::Lost)),
-            Err(volley_proto::SendError::TooLarge { len, max }) => {
-                Err((Vec::new(), Refused::TooLarge { len, max }))
-            }
-            Err(volley_proto::SendError::NoSuchPeer) => Err((Vec::new(), Refused::UnknownPeer)),
+            Err((d, E::Busy(_))) => Err((d, Refused::Full)),
+            Err((d, E::PeerLost)) => Err((d, Refused::Lost)),
+            Err((d, E::TooLarge { len, max })) => Err((d, Refused::TooLarge { len, max })),
+            Err((d, E::NoSuchPeer)) => Err((d, Refused::UnknownPeer)),
         }
     }
 

@@ -180,7 +180,7 @@ impl Path<'_> {
         dst: usize,
         context: u32,
         tag: u32,
-        data: Vec<u8>,
+        data: Payload,
     ) -> Result<SendState, SendError> {
         let Path::Net { w, .. } = *self else {
             unreachable!("only the network takes buffers over")
@@ -190,7 +190,7 @@ impl Path<'_> {
         let r = if n.has_waiting(dst) {
             Err((data, Refused::Full))
         } else {
-            n.send_returning(dst, tag, context, data)
+            n.hand_over(dst, tag, context, data)
         };
         let state = match r {
             Ok(id) => SendState::Net(dst, id),
@@ -198,7 +198,7 @@ impl Path<'_> {
             // there is room (a non-blocking send does not wait for the receiver).
             Err((d, Refused::Full)) => SendState::NetWaiting(
                 dst,
-                n.queue_send(dst, tag, context, Payload::Owned(d), Reliability::Reliable),
+                n.queue_send(dst, tag, context, d, Reliability::Reliable),
             ),
             Err((_, why)) => {
                 drop(n);
@@ -394,8 +394,8 @@ impl Path<'_> {
 
     /// Starts a non-blocking send of `data`: what can go now goes, the rest is handed over to
     /// go on while the caller does other things (queued in order behind earlier sends, or lent
-    /// to the progress thread). The network engine copies at once (waiting while its queue to
-    /// the rank is full).
+    /// to the progress thread). The network engine takes large owned or lent bytes as they
+    /// are and copies the rest (either waits in order while its queue to the rank is full).
     pub fn start(
         &self,
         context: u32,
@@ -406,15 +406,12 @@ impl Path<'_> {
         match *self {
             Path::Ring { w, dst } => w.eng().start_send(dst, tag, context, data),
             Path::Net { w, dst } => {
-                // A large owned buffer is handed to the network engine, which gives it back once
-                // the peer acknowledged it: no copy (the liveness thread keeps acknowledgements
-                // coming while the application computes). Anything else is copied, and free at
-                // once.
+                // A large owned buffer or lent memory is handed to the network engine, which
+                // reads it as it sends and lets go once the peer acknowledged it: no copy (the
+                // liveness thread keeps acknowledgements coming while the application
+                // computes). Anything else is copied, and free at once.
                 if w.net().hands_over(&data, how) {
-                    let Payload::Owned(v) = data else {
-                        unreachable!("hands_over takes owned buffers only")
-                    };
-                    return self.hand_over(dst, context, tag, v);
+                    return self.hand_over(dst, context, tag, data);
                 }
                 // One try (the network engine copies the message); refused for now, the send
                 // waits in order for room, and the request completes once it is copied.
