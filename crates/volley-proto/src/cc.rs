@@ -47,7 +47,7 @@ pub const BETA: f64 = 0.7;
 /// TCP-friendly region (RFC 9438, section 4.3).
 pub const ALPHA: f64 = 3.0 * (1.0 - BETA) / (1.0 + BETA);
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Cc {
     on: bool,
     /// Packets in flight allowed.

@@ -761,10 +761,10 @@ impl Net {
 
     /// Nanoseconds until the engine or the device next needs a call, from now.
     pub fn next_deadline_in(&self) -> Option<u64> {
-        let now = self.now();
         if self.tx_more {
             return Some(0);
         }
+        let now = self.now();
         let t = match (self.proto.poll_timeout(), self.dev.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
