@@ -907,6 +907,48 @@ mod pair_tests {
     }
 
     #[test]
+    fn a_peer_that_received_everything_and_left_completes_the_send_its_goodbye_acknowledges() {
+        let mut p = warm();
+        let d = vec![3u8; 60_000];
+        let now = p.now;
+        let id = p.e[0].send_returning(now, 1, 8, 0, d).unwrap();
+        // Everything arrives; every acknowledgement is lost.
+        p.run(300 * US, Fate::Drop, Fate::Deliver);
+        assert_eq!(p.delivered.last().map(|m| m.1.len()), Some(60_000));
+        assert!(
+            !p.e[0].is_returned(1, id),
+            "acknowledged without an acknowledgement"
+        );
+        // The receiver closes, and its goodbyes get through.
+        p.e[1].close();
+        p.run(300 * US, Fate::Deliver, Fate::Drop);
+        assert!(p.e[0].is_lost(1), "the goodbye did not arrive");
+        assert_eq!(
+            p.e[0].take_returned(1, id).map(|b| b.len()),
+            Some(60_000),
+            "the send the goodbye acknowledged did not complete"
+        );
+    }
+
+    #[test]
+    fn a_peer_that_left_before_receiving_does_not_complete_the_send() {
+        let mut p = warm();
+        let now = p.now;
+        let id = p.e[0]
+            .send_returning(now, 1, 8, 0, vec![3u8; 60_000])
+            .unwrap();
+        // Nothing arrives; the receiver closes (it has nothing of its own to send).
+        p.run(50 * US, Fate::Deliver, Fate::Drop);
+        p.e[1].close();
+        p.run(300 * US, Fate::Deliver, Fate::Drop);
+        assert!(p.e[0].is_lost(1), "the goodbye did not arrive");
+        assert!(
+            !p.e[0].is_returned(1, id),
+            "a send nobody received completed"
+        );
+    }
+
+    #[test]
     fn a_timeout_for_packets_really_lost_is_not_undone() {
         let mut p = warm();
         let before = p.cwnd();

@@ -699,6 +699,11 @@ impl Peer {
                 ranges,
             } => {
                 if *bye {
+                    // The goodbye says what the peer received last: what its lost
+                    // acknowledgements did not say completes now (the last message to a peer
+                    // that received it and left is sent, not lost), then the peer is gone.
+                    // Malformed or not, the goodbye stands.
+                    let _ = self.on_ack(cfg, now, *cum, *credit, Some(ranges), pool);
                     self.lost = true;
                     self.clear();
                     events.push_back(Event::PeerFinished { peer: self.rank });
