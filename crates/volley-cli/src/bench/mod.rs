@@ -825,14 +825,7 @@ impl Bench {
     /// budget holds, at least `min` (the Directed Point method's 200 for ping-pong) as long as
     /// those take no more than five budgets, and never fewer than 10.
     fn iters_for(&self, per_iter_us: f64, min: u64) -> u64 {
-        let budget = self.args.budget_ms as f64 * 1e3;
-        let fit = (budget / per_iter_us.max(0.01)) as u64;
-        let floor = if (min as f64) * per_iter_us <= 5.0 * budget {
-            min
-        } else {
-            10.min(min)
-        };
-        fit.clamp(floor.max(1), 1_000_000)
+        iters_for(self.args.budget_ms, per_iter_us, min)
     }
 
     /// Rank 0: the whole run.
@@ -1117,9 +1110,35 @@ fn progress_bar(total: u64, test: &str) -> indicatif::ProgressBar {
     b
 }
 
+/// See [`Bench::iters_for`]. The budget's fill stops at a million iterations, but never below
+/// the `min` asked for (`--iters` beyond a million is honoured).
+fn iters_for(budget_ms: u64, per_iter_us: f64, min: u64) -> u64 {
+    let budget = budget_ms as f64 * 1e3;
+    let fit = (budget / per_iter_us.max(0.01)) as u64;
+    let floor = if (min as f64) * per_iter_us <= 5.0 * budget {
+        min
+    } else {
+        10.min(min)
+    };
+    fit.min(1_000_000).max(floor.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iterations_fill_the_budget_within_the_cap_and_honour_the_minimum_asked() {
+        // 200 ms at 5 us each: 40,000.
+        assert_eq!(iters_for(200, 5.0, 200), 40_000);
+        // Slow ones still get the minimum while it takes at most five budgets...
+        assert_eq!(iters_for(200, 2_000.0, 200), 200);
+        // ... and 10 beyond that.
+        assert_eq!(iters_for(200, 100_000.0, 200), 10);
+        // A huge budget stops at a million, unless more were asked for.
+        assert_eq!(iters_for(100_000, 0.01, 200), 1_000_000);
+        assert_eq!(iters_for(15_000, 5.0, 2_000_000), 2_000_000);
+    }
 
     #[test]
     fn sizes_lists_ranges_and_perturbations() {
