@@ -113,6 +113,21 @@ pub fn udp_socket_with(addr: SocketAddrV4, rcvbuf: usize, sndbuf: usize) -> io::
     Ok(fd)
 }
 
+/// Connects UDP socket `fd` to `to`: its datagrams then come only from there, and sends to it
+/// use the route found now. (Not undone here: dissolving it unbinds a port the kernel chose.)
+pub fn connect_udp(fd: RawFd, to: SocketAddrV4) -> io::Result<()> {
+    let sa = sockaddr_in(to);
+    // SAFETY: sa is a valid sockaddr_in of the size given.
+    cvt(unsafe {
+        libc::connect(
+            fd,
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// The address a socket is bound to.
 pub fn local_addr(fd: RawFd) -> io::Result<SocketAddrV4> {
     // SAFETY: an all-zero sockaddr_in is valid; getsockname writes at most len bytes.
@@ -201,6 +216,8 @@ pub struct UdpTx {
     packets: usize,
     /// Sends of several packets the kernel took, since the batch was made.
     gso_sent: u64,
+    /// The address the socket is connected to, if any: a lone packet to it goes without one.
+    connected: Option<SocketAddrV4>,
 }
 
 // SAFETY: the raw pointers in the headers point into the batch's own vectors (heap memory that
@@ -237,6 +254,7 @@ impl UdpTx {
             end: 0,
             packets: 0,
             gso_sent: 0,
+            connected: None,
         };
         link_headers(&mut b.hdrs, &mut b.iovs, &mut b.addrs);
         b
@@ -325,6 +343,9 @@ impl UdpTx {
         if first == n {
             return Ok(0);
         }
+        if n - first == 1 && self.ents[first].count == 1 {
+            return self.send_lone(fd);
+        }
         for i in first..n {
             let e = self.ents[i];
             self.addrs[i] = sockaddr_in(e.to);
@@ -385,6 +406,51 @@ impl UdpTx {
             self.packets = 0;
         }
         Ok(sent)
+    }
+
+    /// The one datagram waiting, through sendto: the kernel copies in no message header or
+    /// scatter list (sendmmsg's), a shorter path for the lone packet of a ping-pong.
+    fn send_lone(&mut self, fd: RawFd) -> io::Result<usize> {
+        let e = self.ents[self.first];
+        let to = sockaddr_in(e.to);
+        let (addr, alen) = if self.connected == Some(e.to) {
+            // The connected socket's route, found once at connect(2): none looked up per send.
+            (std::ptr::null(), 0)
+        } else {
+            (
+                &to as *const libc::sockaddr_in as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        // SAFETY: the packet is `e.total` bytes of this batch's live arena from `e.start`; the
+        // address is a sockaddr_in of the length given.
+        let r = unsafe {
+            libc::sendto(
+                fd,
+                self.arena[e.start..].as_ptr() as *const libc::c_void,
+                e.total,
+                libc::MSG_DONTWAIT,
+                addr,
+                alen,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        self.first = 0;
+        self.n = 0;
+        self.end = 0;
+        self.packets = 0;
+        Ok(1)
+    }
+
+    /// Tells the batch the socket is now connected to `to` (or to nothing).
+    pub fn set_connected(&mut self, to: Option<SocketAddrV4>) {
+        self.connected = to;
     }
 
     /// Whether the next send waiting carries several packets (a GSO send).
@@ -592,6 +658,37 @@ impl UdpRx {
             return self.failed();
         }
         self.hdrs[0].msg_len = r as libc::c_uint;
+        self.used = 1;
+        Ok(1)
+    }
+
+    /// [`UdpRx::recv_one`] through recvfrom, which takes no message header, scatter list or
+    /// control messages (the kernel copies none of them in): a shorter pass for a busy wait.
+    /// Only for a socket that coalesces nothing (UDP GRO off, and no datagram coalesced before
+    /// it was turned off still queued): no control message says a segment size.
+    pub fn recv_one_plain(&mut self, fd: RawFd) -> io::Result<usize> {
+        let mut alen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: the first slot of the live buffer is `slot` bytes long and the first address
+        // is a sockaddr_in of `alen` bytes; with MSG_TRUNC the kernel writes at most `slot`
+        // bytes and returns the datagram's real length.
+        let r = unsafe {
+            libc::recvfrom(
+                fd,
+                self.bufs.as_mut_ptr() as *mut libc::c_void,
+                self.slot,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                &mut self.addrs[0] as *mut libc::sockaddr_in as *mut libc::sockaddr,
+                &mut alen,
+            )
+        };
+        if r < 0 {
+            return self.failed();
+        }
+        let h = &mut self.hdrs[0];
+        // `truncated` reads a length beyond the slot; `seg_size` finds no control message.
+        h.msg_len = r as libc::c_uint;
+        h.msg_hdr.msg_controllen = 0;
+        h.msg_hdr.msg_flags = 0;
         self.used = 1;
         Ok(1)
     }

@@ -118,7 +118,9 @@ pub trait Device: Send {
     fn max_packet(&self) -> usize;
     /// This device's address, for the peers.
     fn local_addr(&self) -> Addr;
-    /// Tells the device where rank `rank` is.
+    /// Tells the device where rank `rank` is. Give every peer before the first send or
+    /// receive: a UDP device with one peer connects its socket to it then, and refuses a
+    /// second peer address after that.
     fn set_peer(&mut self, rank: u32, addr: Addr) -> io::Result<()>;
     fn fd(&self) -> RawFd;
     /// Hands each waiting packet to `f`; returns how many. `now` is the caller's clock in ns.
@@ -189,6 +191,11 @@ pub const DEVICE_COUNTERS: &[(&str, &str, &str)] = &[
         "eth_rx_foreign",
         "frames",
         "frames dropped because they did not come from the hardware address of the rank they name (forged, or from outside the job)",
+    ),
+    (
+        "udp_icmp_refused",
+        "events",
+        "times the kernel reported an ICMP port-unreachable from the one peer the UDP socket is connected to (its process had closed the socket, e.g. finished): nothing is lost by it, the protocol decides about the peer",
     ),
     (
         "udp_tx_full",

@@ -524,8 +524,12 @@ fn a_packet_not_from_the_rank_it_names_is_dropped_and_counted() {
             .map(|(_, &v)| v);
         assert_eq!(foreign, Some(2), "{name}: {c:?}");
     });
-    // A plain UDP socket of another process, sending a packet that names rank 0.
+    // A plain UDP socket of another process, sending a packet that names rank 0, to a device
+    // with two peers (with one, its socket is connected and the kernel drops the stranger's
+    // packet before the device sees it: `a_udp_device_with_one_peer_hears_only_it_...`).
     let (_a, mut b) = udp();
+    let (c, _) = udp();
+    b.set_peer(2, c.local_addr()).unwrap();
     let Addr::Udp(to) = b.local_addr() else {
         unreachable!("a UDP device")
     };
@@ -740,4 +744,56 @@ fn protocol_over(name: &str, a: Dev, b: Dev) {
             );
         }
     }
+}
+
+/// With one peer the UDP socket is connected to it at its first send or receive (as a
+/// point-to-point UDP program's is, so that no route is looked up per datagram either way): a
+/// datagram from any other socket never reaches the device, the kernel drops it. Once the
+/// peer's socket is gone the kernel reports the ICMP port-unreachable its datagrams draw to the
+/// next call on the socket: counted, and neither a send nor a receive fails for it (whether the
+/// peer finished or died is the protocol's to say). A second peer given after that is refused
+/// with an error that says so; given before, the socket stays unconnected and the device checks
+/// each packet's claim itself (`a_packet_not_from_the_rank_it_names_is_dropped_and_counted`).
+#[test]
+fn a_udp_device_with_one_peer_hears_only_it_and_outlives_its_leaving() {
+    let (mut a, mut b) = udp();
+    let Addr::Udp(at) = a.local_addr() else {
+        panic!("a UDP device has a UDP address")
+    };
+    let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // The first call connects.
+    send(&mut a, 1, &[]);
+    stranger.send_to(&raw(1, 0, 64), at).unwrap();
+    let p = vec![raw(1, 1, 64)];
+    assert_eq!(send(&mut b, 0, &p), 1);
+    assert_eq!(
+        receive(&mut a, &mut b, 1),
+        p,
+        "the stranger's datagram came first"
+    );
+    assert_eq!(
+        counter(&a, "udp_rx_foreign"),
+        0,
+        "the device dropped it: the kernel let it through"
+    );
+
+    drop(b);
+    assert_eq!(send(&mut a, 1, &[raw(0, 2, 64)]), 1);
+    let mut got = 0;
+    for _ in 0..3 {
+        a.receive(0, &mut |_| got += 1)
+            .expect("a refused port fails no receive");
+        send(&mut a, 1, &[raw(0, 3, 64)]);
+    }
+    assert_eq!(got, 0);
+    assert!(
+        counter(&a, "udp_icmp_refused") >= 1,
+        "the peer's leaving not reported"
+    );
+
+    let Ok(std::net::SocketAddr::V4(s)) = stranger.local_addr() else {
+        panic!("an IPv4 socket")
+    };
+    let e = a.set_peer(2, Addr::Udp(s)).unwrap_err();
+    assert!(e.to_string().contains("give every peer before"), "{e}");
 }
