@@ -24,6 +24,7 @@ use crate::coll::{
 };
 use crate::err::{from_recv, R};
 use crate::nbc::Seq;
+use crate::scratch::Scratch;
 use crate::state::CommCore;
 use volley::{ShmGroup, SlotId};
 
@@ -199,33 +200,54 @@ impl Hier {
                 }
             }
         }
-        // 2. The leaders trade their hosts' results and fold them in the leaders' order.
+        // 2. The leaders trade their hosts' results and fold them in the leaders' order, the
+        // same on every leader (so that all get the same bits): t0 op (t1 op (... op t(h-1))).
+        // Ours is sent from `out`, which nothing writes until every send is done; the others'
+        // land in scratch slots (kept between calls, never zeroed), so that at most one copy
+        // of the vector is made (there were a copy out, a fresh zeroed vector for all hosts and
+        // two copies back, and two allocations, per call).
         if self.leader() {
             let tag = s.tag(TAG_ALLREDUCE);
             let h = self.leaders.len();
             let me = self.host(c);
-            let partial = user(out).to_vec();
-            let mut theirs = vec![0u8; len * h];
+            // Leader k's slot (k != me).
+            let slot = |k: usize| if k < me { k } else { k - 1 };
+            let mut theirs = Scratch::new(len * (h - 1));
             {
+                let mine: &[u8] = user(out);
                 let sends: Vec<(usize, u32, &[u8])> = (0..h)
                     .filter(|&k| k != me)
-                    .map(|k| (self.leaders[k], tag, &partial[..]))
+                    .map(|k| (self.leaders[k], tag, mine))
                     .collect();
                 let mut recvs: Vec<(usize, u32, &mut [u8])> = theirs
                     .chunks_mut(len)
                     .enumerate()
-                    .filter(|&(k, _)| k != me)
-                    .map(|(k, b)| (self.leaders[k], tag, &mut b[..len]))
+                    .map(|(i, b)| {
+                        let k = if i < me { i } else { i + 1 };
+                        (self.leaders[k], tag, b)
+                    })
                     .collect();
                 exchange(c, &sends, &mut recvs)?;
             }
-            if len > 0 {
-                theirs[me * len..(me + 1) * len].copy_from_slice(&partial);
-            }
             let o = user(out);
-            o.copy_from_slice(&theirs[(h - 1) * len..h * len]);
-            for k in (0..h - 1).rev() {
-                apply(red.op, red.t, red.th, n, &theirs[k * len..(k + 1) * len], o)?;
+            if me == h - 1 {
+                // Ours is the innermost: fold the others into it in place.
+                for k in (0..h - 1).rev() {
+                    let i = slot(k) * len;
+                    apply(red.op, red.t, red.th, n, &theirs[i..i + len], o)?;
+                }
+            } else {
+                // The fold runs in the last leader's slot (the last one); ours joins at its turn.
+                let (srcs, acc) = theirs.split_at_mut(slot(h - 1) * len);
+                for k in (0..h - 1).rev() {
+                    let src: &[u8] = if k == me {
+                        o
+                    } else {
+                        &srcs[slot(k) * len..(slot(k) + 1) * len]
+                    };
+                    apply(red.op, red.t, red.th, n, src, acc)?;
+                }
+                o.copy_from_slice(acc);
             }
         }
         // 3. The result from each leader to its host.
