@@ -457,7 +457,7 @@ impl Engine {
         how: Reliability,
         give_back: bool,
     ) -> Result<u64, Refusal> {
-        let len = data.bytes().len();
+        let len = data.len();
         if len as u64 > self.cfg.max_message {
             return Err(Refusal::Other(SendError::TooLarge {
                 len: len as u64,
@@ -492,6 +492,19 @@ impl Engine {
     /// Whether message `id`'s buffer is back.
     pub fn is_returned(&self, peer: u32, id: u64) -> bool {
         self.peer(peer).is_some_and(|p| p.is_returned(id))
+    }
+
+    /// Ends the loan of lent message `id` to `peer` early, once at most a window of it is still
+    /// to go, copying what is not acknowledged yet (see `Peer::release_lent`): the lender may
+    /// reuse its memory, and nobody takes the message back. False: not now (no CTS yet, or more
+    /// than a window to go, or it is no lent message in the queue), or never (it completed:
+    /// see [`Engine::take_returned`]).
+    pub fn release_lent(&mut self, peer: u32, id: u64) -> bool {
+        let (cfg, pool) = (&self.cfg, &mut self.pool);
+        self.peers
+            .get_mut(peer as usize)
+            .and_then(|p| p.as_mut())
+            .is_some_and(|p| p.release_lent(cfg, id, pool))
     }
 
     /// The sender will not take message `id`'s buffer back: it returns to the pool.
@@ -946,6 +959,53 @@ mod pair_tests {
             !p.e[0].is_returned(1, id),
             "a send nobody received completed"
         );
+    }
+
+    #[test]
+    fn a_loan_released_with_a_window_to_go_leaves_the_unacknowledged_rest_in_a_copy() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let original = data.clone();
+        let mut data = data;
+        let p = std::cell::RefCell::new(Pair::new());
+        let mut settles = 0;
+        let mut released_before_acked = false;
+        volley_sys::lend::scope(
+            || settles += 1,
+            |lender| {
+                let now = p.borrow().now;
+                let id = p.borrow_mut().e[0]
+                    .send_lent(now, 1, 6, 0, lender.lend(&data))
+                    .map_err(|(_, e)| e)
+                    .unwrap();
+                let mut q = p.borrow_mut();
+                let mut steps = 0;
+                while !q.e[0].release_lent(1, id) {
+                    q.run(US, Fate::Deliver, Fate::Deliver);
+                    steps += 1;
+                    assert!(steps < 100_000, "never within a window of the end");
+                }
+                released_before_acked = !q.e[0].all_acked();
+                // What was on its way to the peer is lost: it goes again, from the copy.
+                q.wire.retain(|(_, dst, _)| *dst != 1);
+            },
+        );
+        assert_eq!(settles, 0, "the loan outlived its release");
+        assert!(
+            released_before_acked,
+            "released only once all was acknowledged"
+        );
+        // The lender's memory is its own again.
+        data.fill(0xee);
+        let mut q = p.into_inner();
+        q.run(20 * MS, Fate::Deliver, Fate::Deliver);
+        assert!(q.e[0].all_acked());
+        let c = q.counters();
+        assert!(
+            c.retransmits_fast + c.retransmits_timeout + c.tail_probes > 0,
+            "nothing went again: {c:?}"
+        );
+        assert_eq!(q.delivered.len(), 1);
+        assert!(q.delivered[0].1 == original, "the bytes arrived changed");
     }
 
     #[test]

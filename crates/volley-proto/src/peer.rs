@@ -206,8 +206,7 @@ fn emit_fragment(
     crc: bool,
 ) -> usize {
     let o = off as usize;
-    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len]
-        .copy_from_slice(&m.data.bytes()[o..o + len]);
+    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len].copy_from_slice(m.data.range(o, len));
     wire::emit_data_header(
         buf,
         token,
@@ -275,14 +274,29 @@ pub(crate) enum Data {
     /// this side is the one into the packet), the loan ending when this is dropped, once the
     /// peer acknowledged every fragment or was lost.
     Lent(volley_sys::lend::RawBuf),
+    /// The bytes from `from` on of a message of `len` bytes, copied when its loan ended early
+    /// (`Peer::release_lent`): every fragment before `from` was acknowledged, and only
+    /// fragments from there are read again.
+    Tail { from: usize, len: usize, v: Vec<u8> },
 }
 
 impl Data {
     #[inline]
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub(crate) fn len(&self) -> usize {
         match self {
-            Data::Owned(v) => v,
-            Data::Lent(b) => b.as_slice(),
+            Data::Owned(v) => v.len(),
+            Data::Lent(b) => b.len(),
+            Data::Tail { len, .. } => *len,
+        }
+    }
+
+    /// Bytes `[o, o + n)` of the message.
+    #[inline]
+    fn range(&self, o: usize, n: usize) -> &[u8] {
+        match self {
+            Data::Owned(v) => &v[o..o + n],
+            Data::Lent(b) => &b.as_slice()[o..o + n],
+            Data::Tail { from, v, .. } => &v[o - from..o - from + n],
         }
     }
 
@@ -290,7 +304,7 @@ impl Data {
     /// this ends) an empty one.
     pub(crate) fn into_vec(self) -> Vec<u8> {
         match self {
-            Data::Owned(v) => v,
+            Data::Owned(v) | Data::Tail { v, .. } => v,
             Data::Lent(_) => Vec::new(),
         }
     }
@@ -317,7 +331,7 @@ struct OutMsg {
 
 impl OutMsg {
     fn len(&self) -> u64 {
-        self.data.bytes().len() as u64
+        self.data.len() as u64
     }
     fn fully_sent(&self) -> bool {
         self.started && self.next_off == self.len()
@@ -606,7 +620,7 @@ impl Peer {
         give_back: bool,
     ) -> u64 {
         let frag = cfg.fragment() as u64;
-        let len = data.bytes().len() as u64;
+        let len = data.len() as u64;
         let frags_total = len.div_ceil(frag).max(1);
         let mut m = OutMsg {
             id: 0,
@@ -669,6 +683,50 @@ impl Peer {
     }
 
     /// Nobody will take message `id`'s buffer back: it goes to the pool when acknowledged.
+    /// Ends the loan of lent message `id` early, once its CTS came and at most a window of it is
+    /// still to go for the first time: the bytes from its lowest unacknowledged fragment on
+    /// (what is in flight and the last window, about two windows) are copied into a buffer of
+    /// the engine's, which every later fragment and retransmission is read from, and nobody
+    /// takes the message back (its buffer goes to the pool once acknowledged). A blocking send
+    /// thus returns with its tail still to go, and the next message's RTS and CTS cross while
+    /// it goes: waiting for the whole acknowledgement left the pipe empty after every message,
+    /// and a lost last packet nothing behind it to reveal it (under 1% loss an 8 MiB stream ran
+    /// at 0.4 of the copying send's rate). Returns whether the loan ended.
+    pub fn release_lent(&mut self, cfg: &Config, id: u64, pool: &mut BufPool) -> bool {
+        let Some(i) = self.out.iter().position(|m| m.id == id) else {
+            return false;
+        };
+        let m = &self.out[i];
+        // Released while a window is still to go, so that the next message's RTS and CTS cross
+        // while this one's last window is sent: the copy is about two windows.
+        let ahead = (self.cc.window().max(2.0) as u64) * cfg.fragment() as u64;
+        if !matches!(m.data, Data::Lent(_))
+            || m.state != OutState::Cleared
+            || !m.started
+            || m.len() - m.next_off > ahead
+        {
+            return false;
+        }
+        let msg = self.out_base + i as u64;
+        let len = m.data.len();
+        let from = self
+            .sent
+            .iter()
+            .filter(|p| !p.acked)
+            .filter_map(|p| match p.what {
+                What::Frag { msg: k, off, .. } if k == msg => Some(off as usize),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(len);
+        let mut v = pool.take(len - from);
+        v.copy_from_slice(m.data.range(from, len - from));
+        let m = &mut self.out[i];
+        m.data = Data::Tail { from, len, v };
+        m.give_back = false;
+        true
+    }
+
     pub fn abandon(&mut self, id: u64, pool: &mut BufPool) {
         if let Some(m) = self.out.iter_mut().find(|m| m.id == id) {
             m.give_back = false;

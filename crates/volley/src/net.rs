@@ -385,6 +385,8 @@ pub(crate) struct Net {
     /// The last transmit stopped at its budget ([`TX_BUDGET`]) with more perhaps to send: the
     /// next pump is due at once.
     tx_more: bool,
+    /// See [`Net::moved`].
+    moved: u64,
 }
 
 /// A send waiting in [`Net::waiting`].
@@ -744,6 +746,7 @@ impl Net {
             settled: Vec::new(),
             next_ticket: 0,
             tx_more: false,
+            moved: 0,
         })
     }
 
@@ -808,9 +811,11 @@ impl Net {
             }
         };
         // A device error here is a broken socket; the engine will declare the peers lost.
-        let _ = self.dev.receive(now, &mut |p| {
+        if let Ok(k) = self.dev.receive(now, &mut |p| {
             let _ = proto.handle_placing(now, p, &mut place);
-        });
+        }) {
+            self.moved += k as u64;
+        }
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
         }
@@ -997,6 +1002,13 @@ impl Net {
     }
 
     /// Nobody will ask after the waiting send `ticket`: it still goes, its outcome is dropped.
+    /// Ends the loan of lent message `id` to job rank `dst` once at most a window is to go
+    /// (`Engine::release_lent`): what is not acknowledged yet is copied, and the message
+    /// completes for nobody. Whether the loan ended.
+    pub(crate) fn release_lent(&mut self, dst: usize, id: u64) -> bool {
+        self.proto.release_lent(dst as u32, id)
+    }
+
     pub(crate) fn abandon_waiting(&mut self, ticket: u64) {
         if let Some(w) = self.waiting.iter_mut().find(|w| w.ticket == ticket) {
             w.abandoned = true;
@@ -1080,6 +1092,13 @@ impl Net {
                     burst: t.burst,
                 })
         });
+        self.moved += (TX_BUDGET - budget) as u64;
+    }
+
+    /// Packets received and made so far: moves while a transfer goes on (a waiting loop that
+    /// sees it move keeps polling instead of drifting into sleeps).
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved
     }
 
     /// Queues a message (copied). Says why not if it cannot: [`Refused::Full`] means pump and

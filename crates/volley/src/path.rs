@@ -155,6 +155,15 @@ impl Path<'_> {
                 // non-blocking sends still waiting for the engine, it waits its turn.
                 let r = {
                     let mut n = w.net();
+                    // A large reliable message is lent to the engine instead of copied into it
+                    // (`Endpoint::send_rendezvous`): the engine reads it as it sends, and the
+                    // call returns once every fragment went, the rest copied then.
+                    if out.rendezvous
+                        && out.how == Reliability::Reliable
+                        && out.data.len() > n.rndv_threshold()
+                    {
+                        return Ok(Step::Rendezvous);
+                    }
                     if n.has_waiting(dst) {
                         Err(Refused::Full)
                     } else {
@@ -417,6 +426,7 @@ impl Path<'_> {
                 // waits in order for room, and the request completes once it is copied.
                 let len = data.len();
                 let mut out = Out::new(context, tag, &data, how);
+                out.rendezvous = false;
                 if self.step(&mut out)? == Step::Done {
                     return Ok(SendState::Done(data));
                 }

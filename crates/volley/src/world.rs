@@ -498,6 +498,14 @@ impl World {
         Some(net)
     }
 
+    /// Packets the network moved so far (0 without a network): see `Net::moved`.
+    pub(crate) fn net_moved(&self) -> u64 {
+        self.inner
+            .net
+            .as_ref()
+            .map_or(0, |n| n.borrow_mut().moved())
+    }
+
     /// Why nothing more can come from the network, if so.
     pub(crate) fn net_dead_end(&self, from: Option<usize>) -> Option<RecvError> {
         let net = self.inner.net.as_ref()?.borrow_mut();
