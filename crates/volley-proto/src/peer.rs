@@ -682,7 +682,6 @@ impl Peer {
         self.returned.iter().any(|(x, _)| *x == id)
     }
 
-    /// Nobody will take message `id`'s buffer back: it goes to the pool when acknowledged.
     /// Ends the loan of lent message `id` early, once its CTS came and at most a window of it is
     /// still to go for the first time: the bytes from its lowest unacknowledged fragment on
     /// (what is in flight and the last window, about two windows) are copied into a buffer of
@@ -727,6 +726,7 @@ impl Peer {
         true
     }
 
+    /// Nobody will take message `id`'s buffer back: it goes to the pool when acknowledged.
     pub fn abandon(&mut self, id: u64, pool: &mut BufPool) {
         if let Some(m) = self.out.iter_mut().find(|m| m.id == id) {
             m.give_back = false;

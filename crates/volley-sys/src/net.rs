@@ -102,29 +102,27 @@ pub fn udp_socket_with(addr: SocketAddrV4, rcvbuf: usize, sndbuf: usize) -> io::
         }
     }
     let sa = sockaddr_in(addr);
-    // SAFETY: sa is a valid sockaddr_in of the size given.
-    cvt(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    })?;
+    let (p, len) = sockaddr_ptr(&sa);
+    // SAFETY: p points at sa, a valid sockaddr_in of len bytes.
+    cvt(unsafe { libc::bind(fd.as_raw_fd(), p, len) })?;
     Ok(fd)
+}
+
+/// `sa` as the generic address pointer and length the socket calls take.
+fn sockaddr_ptr(sa: &libc::sockaddr_in) -> (*const libc::sockaddr, libc::socklen_t) {
+    (
+        sa as *const libc::sockaddr_in as *const libc::sockaddr,
+        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+    )
 }
 
 /// Connects UDP socket `fd` to `to`: its datagrams then come only from there, and sends to it
 /// use the route found now. (Not undone here: dissolving it unbinds a port the kernel chose.)
 pub fn connect_udp(fd: RawFd, to: SocketAddrV4) -> io::Result<()> {
     let sa = sockaddr_in(to);
-    // SAFETY: sa is a valid sockaddr_in of the size given.
-    cvt(unsafe {
-        libc::connect(
-            fd,
-            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    })?;
+    let (p, len) = sockaddr_ptr(&sa);
+    // SAFETY: p points at sa, a valid sockaddr_in of len bytes.
+    cvt(unsafe { libc::connect(fd, p, len) })?;
     Ok(())
 }
 
@@ -400,10 +398,7 @@ impl UdpTx {
             .count() as u64;
         self.first = done;
         if done == n {
-            self.first = 0;
-            self.n = 0;
-            self.end = 0;
-            self.packets = 0;
+            self.emptied();
         }
         Ok(sent)
     }
@@ -417,10 +412,7 @@ impl UdpTx {
             // The connected socket's route, found once at connect(2): none looked up per send.
             (std::ptr::null(), 0)
         } else {
-            (
-                &to as *const libc::sockaddr_in as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
+            sockaddr_ptr(&to)
         };
         // SAFETY: the packet is `e.total` bytes of this batch's live arena from `e.start`; the
         // address is a sockaddr_in of the length given.
@@ -441,16 +433,26 @@ impl UdpTx {
             }
             return Err(e);
         }
+        self.emptied();
+        Ok(1)
+    }
+
+    /// Everything in the batch went: it starts over empty.
+    fn emptied(&mut self) {
         self.first = 0;
         self.n = 0;
         self.end = 0;
         self.packets = 0;
-        Ok(1)
     }
 
     /// Tells the batch the socket is now connected to `to` (or to nothing).
     pub fn set_connected(&mut self, to: Option<SocketAddrV4>) {
         self.connected = to;
+    }
+
+    /// The address the socket is connected to, if any (see [`UdpTx::set_connected`]).
+    pub fn connected(&self) -> Option<SocketAddrV4> {
+        self.connected
     }
 
     /// Whether the next send waiting carries several packets (a GSO send).

@@ -69,10 +69,6 @@ pub struct UdpDevice {
     lone_receives: u32,
     /// Times GRO was turned off or on again.
     gro_switches: u64,
-    /// Whether the kernel refused to switch GRO, which leaves it as it was (on or off).
-    gro_unknown: bool,
-    /// The one peer address the socket is connected to, if there is only one.
-    connected: Option<SocketAddrV4>,
     /// Whether the first send or receive has decided about connecting (see `settle`).
     settled: bool,
     /// Whether the last receive call found nothing: the next asks for one datagram.
@@ -126,8 +122,6 @@ impl UdpDevice {
             gro_on: gro,
             lone_receives: 0,
             gro_switches: 0,
-            gro_unknown: false,
-            connected: None,
             settled: false,
             idle: false,
             plain: false,
@@ -160,8 +154,9 @@ impl UdpDevice {
     /// brings [`GRO_ON_AT`] or more packets (a run that the kernel had to cut up, or several
     /// messages) turns it on again. Two are not a run: a ping-pong sees a message and a heartbeat
     /// or acknowledgement together now and then, and turned GRO on about once per 2,000
-    /// messages (each time for the next 256 receives). At most two setsockopt calls per `GRO_OFF_AFTER` receives, none while
-    /// the traffic keeps its shape. A refused switch leaves GRO off for good, and says so.
+    /// messages (each time for the next 256 receives). At most two setsockopt calls per
+    /// `GRO_OFF_AFTER` receives, none while the traffic keeps its shape. A refused switch stops
+    /// the switching for good; `gro_on` keeps what the socket still has.
     fn adapt_gro(&mut self, packets: usize) {
         if !self.gro {
             return;
@@ -194,12 +189,10 @@ impl UdpDevice {
                 self.plain = false;
             }
             Err(_) => {
-                // Not expected once the kernel accepted it at open; the socket keeps whatever
-                // it had, and the device stops switching (the receive buffers fit either way).
+                // Not expected once the kernel accepted it at open; the socket keeps what it
+                // had (`gro_on` still says which), and the device stops switching (the
+                // receive buffers fit either way).
                 self.gro = false;
-                self.gro_on = false;
-                self.plain = false;
-                self.gro_unknown = true;
             }
         }
     }
@@ -217,15 +210,13 @@ impl UdpDevice {
         let alone = first.filter(|f| it.all(|a| a == f));
         if let Some(to) = alone {
             net::connect_udp(self.fd.as_raw_fd(), to)?;
-            self.connected = Some(to);
             self.tx.set_connected(Some(to));
         }
         Ok(())
     }
 
     /// Whether `e` is the report of an ICMP port-unreachable that a connected socket gets
-    /// (once per report) when the peer's socket is gone, or a report left pending from when it
-    /// was connected: counted, and the call is tried again. What it means for the peer
+    /// (once per report) when the peer's socket is gone: counted, and the call is tried again. What it means for the peer
     /// (finished, or dead) is the protocol's to decide, by its goodbye or its silence.
     fn refused(&mut self, e: &io::Error) -> bool {
         if e.kind() == io::ErrorKind::ConnectionRefused {
@@ -301,7 +292,7 @@ impl Device for UdpDevice {
         let Addr::Udp(a) = addr else {
             return Err(crate::wrong_address(rank, "UDP", addr));
         };
-        if self.connected.is_some_and(|c| c != a) {
+        if self.tx.connected().is_some_and(|c| c != a) {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
@@ -329,7 +320,7 @@ impl Device for UdpDevice {
                 self.rx.recv_one_plain(self.fd.as_raw_fd())
             } else if self.idle {
                 let r = self.rx.recv_one(self.fd.as_raw_fd());
-                self.plain = matches!(r, Ok(0)) && !self.gro_on && !self.gro_unknown;
+                self.plain = matches!(r, Ok(0)) && !self.gro_on;
                 r
             } else {
                 self.rx.recv(self.fd.as_raw_fd())

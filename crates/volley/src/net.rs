@@ -1001,7 +1001,6 @@ impl Net {
         Some(self.settled.swap_remove(i).2)
     }
 
-    /// Nobody will ask after the waiting send `ticket`: it still goes, its outcome is dropped.
     /// Ends the loan of lent message `id` to job rank `dst` once at most a window is to go
     /// (`Engine::release_lent`): what is not acknowledged yet is copied, and the message
     /// completes for nobody. Whether the loan ended.
@@ -1009,6 +1008,7 @@ impl Net {
         self.proto.release_lent(dst as u32, id)
     }
 
+    /// Nobody will ask after the waiting send `ticket`: it still goes, its outcome is dropped.
     pub(crate) fn abandon_waiting(&mut self, ticket: u64) {
         if let Some(w) = self.waiting.iter_mut().find(|w| w.ticket == ticket) {
             w.abandoned = true;

@@ -157,7 +157,7 @@ impl Path<'_> {
                     let mut n = w.net();
                     // A large reliable message is lent to the engine instead of copied into it
                     // (`Endpoint::send_rendezvous`): the engine reads it as it sends, and the
-                    // call returns once every fragment went, the rest copied then.
+                    // call returns once at most a window is to go, the rest copied then.
                     if out.rendezvous
                         && out.how == Reliability::Reliable
                         && out.data.len() > n.rndv_threshold()
