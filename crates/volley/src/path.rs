@@ -447,6 +447,7 @@ impl World {
         // A caller that waits here has chosen the pipeline.
         out.rendezvous = false;
         let mut b = crate::backoff::Backoff::new();
+        let mut seen = self.moved();
         loop {
             match path.step(out)? {
                 Step::Done => return Ok(()),
@@ -454,7 +455,8 @@ impl World {
                 Step::Busy | Step::Rendezvous => {}
             }
             let _ = self.progress();
-            b.snooze();
+            // A full network queue empties as acknowledgements come: not a stuck wait.
+            b.snooze_in(self, &mut seen);
         }
     }
 }

@@ -185,8 +185,9 @@ impl SendRequest {
     /// Waits until the message is in the ring and gives the buffer back.
     pub fn wait(mut self) -> Result<Vec<u8>, SendError> {
         let mut b = Backoff::new();
+        let mut seen = self.world.moved();
         while !self.test()? {
-            b.snooze();
+            b.snooze_in(&self.world, &mut seen);
         }
         match std::mem::replace(&mut self.state, SendState::Done(Payload::default())) {
             SendState::Done(d) => Ok(d.into_vec()),
@@ -516,6 +517,7 @@ impl World {
     {
         let ids: std::rc::Rc<std::cell::RefCell<Vec<RequestId>>> = Default::default();
         let mut b = Backoff::new();
+        let mut seen = self.moved();
         volley_sys::lend::scope(
             || {
                 self.drive_requests();
@@ -534,7 +536,7 @@ impl World {
                 if !ids.borrow().is_empty() {
                     // Sends waiting for their receivers (a send to a peer that left fails in
                     // `seen`, which ends its loan).
-                    b.snooze();
+                    b.snooze_in(self, &mut seen);
                 }
             },
             |lender| {
@@ -1024,7 +1026,7 @@ impl World {
     ) {
         let mut waiter = Waiter::new(self.inner.cfg.wait, &self.inner.waits);
         let mut backoff = Backoff::new();
-        let mut seen = self.eng().activity();
+        let mut seen = self.moved();
         loop {
             self.drive_requests();
             let Sweep {
@@ -1040,7 +1042,7 @@ impl World {
             if sends || waiter.pause(self).is_err() {
                 // A send streaming its data (or waiting for room) backs off from the start
                 // again whenever something moved.
-                backoff.snooze_unless_moved(self.eng().activity(), &mut seen);
+                backoff.snooze_in(self, &mut seen);
             }
         }
     }

@@ -78,11 +78,7 @@ impl Endpoint {
                 let mut state =
                     self.isend_env(rank, context, tag, Payload::Lent(lender.lend(data)))?;
                 let mut b = crate::backoff::Backoff::new();
-                // The ring's traffic and the network's: a long send to another host moves
-                // only the latter (counting the ring's alone, a send of 8 MiB under loss fell
-                // into 100 us sleeps after 2 ms, and its acknowledgements waited).
-                let moved = || w.eng().activity() + w.net_moved();
-                let mut seen = moved();
+                let mut seen = w.moved();
                 while !state.poll(w)? {
                     if let SendState::Net(dst, id) = state {
                         if w.net().release_lent(dst, id) {
@@ -90,7 +86,7 @@ impl Endpoint {
                         }
                     }
                     // Streaming the data: each piece that goes starts the backoff again.
-                    b.snooze_unless_moved(moved(), &mut seen);
+                    b.snooze_in(w, &mut seen);
                 }
                 Ok(())
             },
@@ -116,6 +112,7 @@ impl Endpoint {
         let path = w.path(rank)?;
         let (mut fill, mut staged) = (Some(fill), None);
         let mut b = crate::backoff::Backoff::new();
+        let mut seen = w.moved();
         loop {
             match path.step_with(port, self.port, len, self.how(), &mut fill, &mut staged)? {
                 Step::Done => return Ok(()),
@@ -124,7 +121,7 @@ impl Endpoint {
                 Step::Busy | Step::Rendezvous => {}
             }
             let _ = w.progress();
-            b.snooze();
+            b.snooze_in(w, &mut seen);
         }
     }
 

@@ -498,6 +498,12 @@ impl World {
         Some(net)
     }
 
+    /// What moved so far, in the rings and on the network: a wait that sees it move is not
+    /// stuck (see `Backoff::snooze_in`).
+    pub(crate) fn moved(&self) -> u64 {
+        self.eng().activity() + self.net_moved()
+    }
+
     /// Packets the network moved so far (0 without a network): see `Net::moved`.
     pub(crate) fn net_moved(&self) -> u64 {
         self.inner
