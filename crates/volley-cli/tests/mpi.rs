@@ -514,6 +514,48 @@ fn non_contiguous_datatypes_with_single_copy_and_an_idle_rank() {
     );
 }
 
+/// The same program with its two ranks on two hosts (network namespaces), over udp and eth and
+/// under the fault device's loss and reordering: a non-contiguous message above the network's
+/// rendezvous threshold is packed into each packet as it goes (again for a packet that goes
+/// again) and unpacked from each as it comes, so neither side's peak memory grows by the
+/// message's size (the program asserts under half of it), and every value arrives.
+#[test]
+fn non_contiguous_datatypes_move_piece_by_piece_across_hosts() {
+    let s = Scratch::new("vector-net");
+    let exe = build(&s.0, "vector", false);
+    let h = Hosts::new(2, 1500);
+    for (transport, faults) in [
+        ("udp", ""),
+        ("eth", ""),
+        ("udp", "loss=0.02,reorder=0.1,delay_us=50,seed=5"),
+    ] {
+        let mut env = vec![("VOLLEY_TRANSPORT", transport), ("VOLLEY_COUNTERS", "1")];
+        if !faults.is_empty() {
+            env.push(("VOLLEY_FAULTS", faults));
+        }
+        let o = h.run(2, &env, &[exe.to_str().expect("utf-8 path")]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = must(
+            o,
+            &format!("vector, 2 ranks on 2 hosts over {transport} {faults}"),
+        );
+        assert!(out.contains("vector: ok"), "{out}");
+        if !faults.is_empty() {
+            // Packets were lost, so fragments went again: packed a second time.
+            let again: u64 = ["net_retransmits_fast", "net_retransmits_timeout"]
+                .iter()
+                .flat_map(|name| {
+                    err.lines().filter_map(move |l| {
+                        let mut w = l.split_whitespace().skip_while(|w| w != name);
+                        w.nth(1)?.parse::<u64>().ok()
+                    })
+                })
+                .sum();
+            assert!(again > 0, "nothing went again under loss:\n{err}");
+        }
+    }
+}
+
 /// Large messages by single copy, which the waiting sender helps copy (volley_shm::coop): every
 /// byte lands in place whichever side waits; a sender whose writes are refused leaves its
 /// chunks to the receiver, and with helping off the receiver copies alone.

@@ -33,6 +33,7 @@ mod peer;
 mod sched;
 
 pub use counters::{PeerCounters, DROP_REASONS, ENGINE_COUNTERS, PEER_COUNTERS};
+pub use peer::Fill;
 use peer::{Data, Peer};
 use sched::{Sched, NEVER};
 use std::collections::VecDeque;
@@ -443,6 +444,44 @@ impl Engine {
             Refusal::Busy(Data::Lent(b)) => (Some(b), SendError::Busy(Vec::new())),
             r => (None, SendError::from(r)),
         })
+    }
+
+    /// Sends a reliable message of `len` bytes that a [`Fill`] makes piece by piece (a
+    /// non-contiguous datatype): each fragment is packed straight into its packet as it goes,
+    /// and packed again if it must go again, so the message is never whole in memory here.
+    /// Otherwise as [`Engine::send_lent`]: the maker is dropped once the peer acknowledged the
+    /// whole message (or was lost, or the engine closed), and [`Engine::take_returned`] then
+    /// gives an empty buffer. The engine takes the maker out of `src` only when it accepts the
+    /// message: refused for now ([`SendError::Busy`]), it stays there, the caller's still.
+    pub fn send_packed<F: Fill + 'static>(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        len: usize,
+        src: &mut Option<F>,
+    ) -> Result<u64, SendError> {
+        let cfg = &self.cfg;
+        if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
+            if !p.lost && !p.has_room(cfg, len, false) {
+                p.counters.send_busy += 1;
+                return Err(SendError::Busy(Vec::new()));
+            }
+        }
+        let Some(f) = src.take() else {
+            return Err(SendError::Busy(Vec::new()));
+        };
+        let data = Data::Packed {
+            len,
+            src: Box::new(f),
+        };
+        self.queue(now, peer, tag, context, data, Reliability::Reliable, true)
+            .map_err(|r| match r {
+                // Room was checked above, under the same rule.
+                Refusal::Busy(_) => SendError::Busy(Vec::new()),
+                r => SendError::from(r),
+            })
     }
 
     /// Both sends: the checks, then the peer's queue. Returns the message's id.
@@ -1006,6 +1045,70 @@ mod pair_tests {
         );
         assert_eq!(q.delivered.len(), 1);
         assert!(q.delivered[0].1 == original, "the bytes arrived changed");
+    }
+
+    /// Makes byte i of a message as `i * 13 % 251`, counting the bytes it made, and says when
+    /// it is dropped.
+    struct Maker {
+        made: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Fill for Maker {
+        fn fill(&mut self, off: usize, out: &mut [u8]) {
+            for (k, b) in out.iter_mut().enumerate() {
+                *b = ((off + k) * 13 % 251) as u8;
+            }
+            self.made
+                .fetch_add(out.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    impl Drop for Maker {
+        fn drop(&mut self) {
+            self.dropped
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_packed_message_is_made_as_it_goes_and_made_again_where_lost() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let len = 300_000;
+        let original: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+        let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut p = Pair::new();
+        let mut src = Some(Maker {
+            made: made.clone(),
+            dropped: dropped.clone(),
+        });
+        let id = p.e[0].send_packed(p.now, 1, 6, 0, len, &mut src).unwrap();
+        assert!(src.is_none(), "the engine left the maker with the caller");
+        // Part of it goes, then what is on its way to the peer is lost.
+        let mut steps = 0;
+        while made.load(Relaxed) < len / 2 {
+            p.run(US, Fate::Deliver, Fate::Deliver);
+            steps += 1;
+            assert!(steps < 100_000, "nothing was made");
+        }
+        assert!(
+            made.load(Relaxed) < len,
+            "made whole before it went: {}",
+            made.load(Relaxed)
+        );
+        p.wire.retain(|(_, dst, _)| *dst != 1);
+        p.run(50 * MS, Fate::Deliver, Fate::Deliver);
+        assert!(p.e[0].all_acked());
+        assert!(
+            made.load(Relaxed) > len,
+            "the lost fragments were not made again: {} bytes for {len}",
+            made.load(Relaxed)
+        );
+        assert!(dropped.load(Relaxed), "the maker outlived its message");
+        assert_eq!(p.e[0].take_returned(1, id), Some(Vec::new()));
+        assert_eq!(p.delivered.len(), 1);
+        assert!(p.delivered[0].1 == original, "the bytes arrived changed");
     }
 
     #[test]

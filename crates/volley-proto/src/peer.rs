@@ -200,13 +200,18 @@ fn emit_fragment(
     me: u32,
     dst: u32,
     seq: &Seq,
-    m: &OutMsg,
+    m: &mut OutMsg,
     off: u64,
     len: usize,
     crc: bool,
 ) -> usize {
     let o = off as usize;
-    buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len].copy_from_slice(m.data.range(o, len));
+    let out = &mut buf[wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + len];
+    match &mut m.data {
+        // Packed straight into the packet, as often as the fragment goes.
+        Data::Packed { src, .. } => src.fill(o, out),
+        d => out.copy_from_slice(d.range(o, len)),
+    }
     wire::emit_data_header(
         buf,
         token,
@@ -278,6 +283,17 @@ pub(crate) enum Data {
     /// (`Peer::release_lent`): every fragment before `from` was acknowledged, and only
     /// fragments from there are read again.
     Tail { from: usize, len: usize, v: Vec<u8> },
+    /// A message of `len` bytes that `src` makes piece by piece (a non-contiguous datatype):
+    /// each fragment is packed straight into its packet, again if it goes again, and the message
+    /// is never whole in memory on this side.
+    Packed { len: usize, src: Box<dyn Fill> },
+}
+
+/// Makes a message's bytes on demand (see [`crate::Engine::send_packed`]).
+pub trait Fill: Send {
+    /// Writes bytes `off .. off + out.len()` of the message into `out`. Pieces are asked for
+    /// mostly in order, but a piece may be asked for again (a retransmission), after later ones.
+    fn fill(&mut self, off: usize, out: &mut [u8]);
 }
 
 impl Data {
@@ -286,7 +302,7 @@ impl Data {
         match self {
             Data::Owned(v) => v.len(),
             Data::Lent(b) => b.len(),
-            Data::Tail { len, .. } => *len,
+            Data::Tail { len, .. } | Data::Packed { len, .. } => *len,
         }
     }
 
@@ -297,6 +313,7 @@ impl Data {
             Data::Owned(v) => &v[o..o + n],
             Data::Lent(b) => &b.as_slice()[o..o + n],
             Data::Tail { from, v, .. } => &v[o - from..o - from + n],
+            Data::Packed { .. } => unreachable!("packed bytes are filled, never read in place"),
         }
     }
 
@@ -305,7 +322,7 @@ impl Data {
     pub(crate) fn into_vec(self) -> Vec<u8> {
         match self {
             Data::Owned(v) | Data::Tail { v, .. } => v,
-            Data::Lent(_) => Vec::new(),
+            Data::Lent(_) | Data::Packed { .. } => Vec::new(),
         }
     }
 }
@@ -1660,9 +1677,10 @@ impl Peer {
         let pb = Some(self.piggyback(cfg));
         match what {
             What::Frag { msg, off, len } => {
+                let rank = self.rank;
                 let Some(m) = msg
                     .checked_sub(self.out_base)
-                    .and_then(|i| self.out.get(i as usize))
+                    .and_then(|i| self.out.get_mut(i as usize))
                 else {
                     // Complete already: every fragment was acknowledged, this one included
                     // (only a forged acknowledgement gets here). Say what we have instead.
@@ -1679,7 +1697,7 @@ impl Peer {
                     buf,
                     token,
                     me,
-                    self.rank,
+                    rank,
                     &s,
                     m,
                     off,
@@ -1841,6 +1859,7 @@ impl Peer {
     ) -> Option<usize> {
         let frag = cfg.fragment() as u64;
         let credit = self.credit_limit(cfg);
+        let rank = self.rank;
         let m = self.be_out.front_mut()?;
         let off = m.next_off;
         let l = frag.min(m.len() - off) as usize;
@@ -1853,7 +1872,7 @@ impl Peer {
             best_effort: true,
             msg: m.id as u32,
         };
-        let n = emit_fragment(buf, token, me, self.rank, &s, m, off, l, cfg.checksums);
+        let n = emit_fragment(buf, token, me, rank, &s, m, off, l, cfg.checksums);
         m.next_off += l as u64;
         m.started = true;
         if m.fully_sent() {

@@ -79,7 +79,8 @@ pub trait Packer: Send + Sync {
         self.len() == 0
     }
     /// Writes bytes `off .. off + out.len()` of the message into `out`. Pieces are asked for in
-    /// order, each once.
+    /// order, each once, except by the network, which asks for a lost packet's piece again,
+    /// after later ones.
     fn pack(&mut self, off: usize, out: &mut [u8]);
 }
 
@@ -92,6 +93,7 @@ pub trait Unpacker: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Stores bytes `off .. off + data.len()` of the message. Pieces come in order, each once.
+    /// Stores bytes `off .. off + data.len()` of the message. Pieces come each once, in order
+    /// except from the network, whose packets may arrive in any order.
     fn unpack(&mut self, off: usize, data: &[u8]);
 }

@@ -695,9 +695,10 @@ impl World {
     }
 
     /// [`World::match_step`] for a receive into an unpacker: a rendezvous is granted and its
-    /// stream unpacked piece by piece as it comes (never whole in a buffer); any other message
-    /// (an eager one, at most VOLLEY_EAGER_BYTES, or one from the network) is copied into a
-    /// buffer of its size, then unpacked.
+    /// stream unpacked piece by piece as it comes (never whole in a buffer), from the ring or,
+    /// from another host, from each packet ([`Step::Placing`]: the caller lends the unpacker
+    /// to the network); an eager message from the network is unpacked from the engine's buffer,
+    /// one from a ring (at most VOLLEY_EAGER_BYTES) copied into a buffer of its size first.
     pub(crate) fn match_step_unpack(
         &self,
         pat: &Pattern,
@@ -736,6 +737,23 @@ impl World {
             } else {
                 Step::Started(st, g)
             });
+        }
+        if let Found::Net = found {
+            // From another host: an announced message is accepted into the unpacker
+            // ([`Step::Placing`]: the caller hands it to the network, which unpacks each
+            // fragment as it comes); an eager one is unpacked from the engine's buffer.
+            let net = self.inner.net.as_ref().expect("found on the network");
+            let m = net.borrow_mut().take_matching(pat).expect("found");
+            if let Some(a) = m.announced {
+                return Ok(Step::Placing(st, m.src, a.msg));
+            }
+            u.unpack(0, &m.data);
+            net.borrow_mut().recycle(m.data);
+            let mut e = self.eng();
+            e.count(Counter::MsgsRecvd, 1);
+            e.count(Counter::BytesRecvd, st.len as u64);
+            e.count(Counter::StagingCopies, 1);
+            return Ok(Step::Done(st));
         }
         let mut stage = vec![0u8; st.len];
         match self.take(pat, st, found, &mut stage, waiter, false)? {

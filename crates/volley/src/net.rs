@@ -220,6 +220,10 @@ enum Into {
     Lent(RawBufMut),
     /// A buffer of our own, for a receive that lends messages in place.
     Own(Vec<u8>),
+    /// The unpacker of the receive that matched it (a non-contiguous datatype): each fragment
+    /// is unpacked where it belongs as it comes, in whatever order, and the message is never
+    /// whole in a buffer.
+    Unpack(Box<dyn crate::Unpacker>),
 }
 
 struct Placing {
@@ -806,6 +810,7 @@ impl Net {
                 let to = match &mut p.into {
                     Into::Lent(b) => b.as_mut_slice(),
                     Into::Own(v) => &mut v[..],
+                    Into::Unpack(u) => return u.unpack(off, pl.bytes),
                 };
                 to[off..off + pl.bytes.len()].copy_from_slice(pl.bytes);
             }
@@ -874,7 +879,7 @@ impl Net {
                     else {
                         continue;
                     };
-                    if matches!(self.placing[i].into, Into::Lent(_)) {
+                    if matches!(self.placing[i].into, Into::Lent(_) | Into::Unpack(_)) {
                         // Its receive takes it (take_placed).
                         self.placing[i].done = true;
                         continue;
@@ -931,6 +936,20 @@ impl Net {
         }
     }
 
+    /// Accepts announced message `msg` from `peer` into the unpacker `u` of the receive that
+    /// matched it: its fragments are unpacked as they come (see [`Net::take_placed`]).
+    pub fn place_unpacked(&mut self, peer: usize, msg: u64, u: Box<dyn crate::Unpacker>) {
+        let peer = peer as u32;
+        if self.proto.accept(peer, msg) {
+            self.placing.push(Placing {
+                peer,
+                msg,
+                into: Into::Unpack(u),
+                done: false,
+            });
+        }
+    }
+
     /// Whether message `msg` from `peer` is whole in its receive buffer; if so the loan ends.
     pub fn take_placed(&mut self, peer: usize, msg: u64) -> bool {
         let i = self
@@ -962,10 +981,13 @@ impl Net {
     /// Whether a send of `data` hands its bytes over to the engine instead of being copied: a
     /// large, reliable one in a buffer of the request's own (given back once acknowledged) or
     /// in memory its request lent (read by the engine as it sends, the loan ending once
-    /// acknowledged). Either way the request completes when the peer has acknowledged it.
+    /// acknowledged), or made by a packer (packed into each packet as it goes, never whole).
+    /// Either way the request completes when the peer has acknowledged it.
     pub(crate) fn hands_over(&self, data: &Payload, how: Reliability) -> bool {
-        matches!(data, Payload::Owned(_) | Payload::Lent(_))
-            && how == Reliability::Reliable
+        matches!(
+            data,
+            Payload::Owned(_) | Payload::Lent(_) | Payload::Packed(_)
+        ) && how == Reliability::Reliable
             && data.len() > self.rndv_threshold()
     }
 
@@ -1147,7 +1169,18 @@ impl Net {
             Payload::Lent(b) => r
                 .send_lent(now, peer, tag, context, b)
                 .map_err(|(b, e)| (b.map_or_else(Payload::default, Payload::Lent), e)),
-            Payload::Packed(_) => unreachable!("hands_over takes owned and lent bytes only"),
+            Payload::Packed(p) => {
+                let len = p.len();
+                let mut f = Some(PackFill(p));
+                r.send_packed(now, peer, tag, context, len, &mut f)
+                    .map_err(|e| match e {
+                        E::Busy(_) => match f.take() {
+                            Some(PackFill(p)) => (Payload::Packed(p), E::Busy(Vec::new())),
+                            None => (Payload::default(), E::Busy(Vec::new())),
+                        },
+                        e => (Payload::default(), e),
+                    })
+            }
         };
         match r {
             Ok(id) => {
@@ -1343,6 +1376,16 @@ impl Net {
             .iter()
             .filter_map(|&r| Some((r, self.proto.peer_counters(r as u32)?.values())))
             .collect()
+    }
+}
+
+/// A packer as the network engine asks for its bytes: each fragment packed straight into its
+/// packet, again for a retransmission (see `volley_proto::Engine::send_packed`).
+struct PackFill(Box<dyn crate::Packer>);
+
+impl volley_proto::Fill for PackFill {
+    fn fill(&mut self, off: usize, out: &mut [u8]) {
+        self.0.pack(off, out)
     }
 }
 

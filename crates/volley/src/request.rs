@@ -413,10 +413,11 @@ impl Endpoint {
     }
 
     /// Starts sending the message `p` makes to `rank` on this endpoint's port with `tag`
-    /// (MPI_Isend of a non-contiguous datatype). A message that goes by rendezvous to a rank of
-    /// this host is packed straight into the ring's records as they go, never whole; any other
-    /// (an eager one, at most VOLLEY_EAGER_BYTES, or one for the network engine, which takes
-    /// whole messages) is packed into a buffer of its size first.
+    /// (MPI_Isend of a non-contiguous datatype). A message that goes by rendezvous is packed as
+    /// it goes, never whole: to a rank of this host straight into the ring's records, to
+    /// another host straight into each packet (again into a packet that goes again). An eager
+    /// one (at most VOLLEY_EAGER_BYTES in a ring, the network's rendezvous threshold between
+    /// hosts) is packed into a buffer of its size first.
     pub fn isend_packed(
         &self,
         rank: usize,
@@ -426,7 +427,7 @@ impl Endpoint {
         let len = p.len();
         let piecewise = match self.world.path(rank)? {
             crate::path::Path::Ring { w, .. } => w.eng().wants_rendezvous(self.port, len),
-            crate::path::Path::Net { .. } => false,
+            crate::path::Path::Net { w, .. } => len > w.net().rndv_threshold(),
         };
         let data = if piecewise {
             Payload::Packed(p)
@@ -699,8 +700,13 @@ impl World {
                             };
                             Change::Continue(Op::GatherUnpack(pat, u, st, g))
                         }
-                        Ok(Step::Placing(..)) => {
-                            unreachable!("unpacking receives are not incremental")
+                        Ok(Step::Placing(st, src, msg)) => {
+                            // From another host: the network unpacks it as it comes.
+                            let Op::RecvUnpack(_, u) = std::mem::replace(op, Op::Matching) else {
+                                unreachable!("matched above")
+                            };
+                            self.net().place_unpacked(src, msg, u);
+                            Change::Continue(Op::Placing(pat, st, src, msg))
                         }
                         Err(RecvError::BufferTooSmall {
                             envelope: Some(st), ..
