@@ -83,13 +83,21 @@ pub struct Dtype {
 
 /// Where a piecewise pack or unpack stands (see `Dtype::walk`): element, block in it, bytes of
 /// the block done, and the offset in the packed form.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Walk {
     elem: usize,
     block: usize,
     within: usize,
     off: usize,
+    /// Every `MARK_EVERY`-th block of one element with the packed offset it starts at, made
+    /// the first time a piece is asked for out of order in an element of many blocks (the
+    /// network retransmits, and its packets arrive out of order): a seek then costs a binary
+    /// search and at most `MARK_EVERY` blocks, not a walk from the element's first block.
+    marks: Vec<(usize, usize)>,
 }
+
+/// Blocks between two of a walk's marks (see `Walk::marks`).
+const MARK_EVERY: usize = 1024;
 
 impl Dtype {
     pub fn extent(&self) -> isize {
@@ -173,7 +181,11 @@ impl Dtype {
             return;
         }
         if off != w.off {
-            *w = Walk::default();
+            let marks = std::mem::take(&mut w.marks);
+            *w = Walk {
+                marks,
+                ..Walk::default()
+            };
             self.skip(count, w, off);
         }
         let mut done = 0;
@@ -196,6 +208,23 @@ impl Dtype {
             let k = ((off - w.off.min(off)) / self.size).min(count - w.elem.min(count));
             w.elem += k;
             w.off += k * self.size;
+            let rem = off - w.off.min(off);
+            if rem > 0 && w.elem < count && self.blocks.len() > MARK_EVERY {
+                if w.marks.is_empty() {
+                    let mut at = 0;
+                    for (i, &(_, l)) in self.blocks.iter().enumerate() {
+                        if i % MARK_EVERY == 0 {
+                            w.marks.push((i, at));
+                        }
+                        at += l;
+                    }
+                }
+                // The last mark at or before `rem` (the first one is block 0, at 0).
+                let j = w.marks.partition_point(|&(_, at)| at <= rem) - 1;
+                let (block, at) = w.marks[j];
+                w.block = block;
+                w.off += at;
+            }
         }
         while w.off < off && w.elem < count {
             let take = (self.blocks[w.block].1 - w.within).min(off - w.off);
@@ -1408,4 +1437,61 @@ fn basic_alignment(b: Basic) -> usize {
 /// The alignment C gives a member of this type.
 fn alignment(t: &Dtype) -> usize {
     t.align
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    /// Pieces of a type of many blocks asked for in any order, again and backwards (as the
+    /// network asks for retransmissions and delivers packets out of order), pack and unpack the
+    /// same bytes as one pass in order; the marks that seeks use are made once.
+    #[test]
+    fn pieces_in_any_order_pack_and_unpack_as_in_order() {
+        // MPI_INT (mpi.h).
+        let int = predefined(0x209).expect("MPI_INT");
+        // Every other int of 5,000, then a gap: one element of 5,000 blocks, two elements.
+        let mut t = int.clone();
+        t.blocks = (0..5000).map(|k| (8 * k as isize, 4)).collect();
+        t.size = 5000 * 4;
+        t.lb = 0;
+        t.ub = 8 * 5000 + 16;
+        t.contig = false;
+        let count = 2;
+        let src: Vec<u8> = (0..t.extent() as usize * count)
+            .map(|i| (i * 7 % 253) as u8)
+            .collect();
+        let total = t.size * count;
+        let mut whole = vec![0u8; total];
+        let mut w = Walk::default();
+        // SAFETY: src holds `count` elements of the type.
+        unsafe { t.pack_piece(src.as_ptr(), count, &mut w, 0, &mut whole) };
+        // Pieces of 1,472 bytes (a packet's payload) in a scrambled order, some twice.
+        let piece = 1472;
+        let n = total.div_ceil(piece);
+        let mut order: Vec<usize> = (0..n).map(|i| (i * 17 + 5) % n).collect();
+        order.extend([n - 1, 0, n / 2]);
+        let mut w = Walk::default();
+        let mut dst = vec![0u8; src.len()];
+        let mut uw = Walk::default();
+        for &i in &order {
+            let off = i * piece;
+            let len = piece.min(total - off);
+            let mut out = vec![0u8; len];
+            // SAFETY: as above; dst holds as many elements as src.
+            unsafe {
+                t.pack_piece(src.as_ptr(), count, &mut w, off, &mut out);
+                t.unpack_piece(&out, dst.as_mut_ptr(), count, &mut uw, off);
+            }
+            assert!(out == whole[off..off + len], "piece at {off} packed wrong");
+        }
+        assert_eq!(w.marks.len(), 5000usize.div_ceil(MARK_EVERY));
+        for k in 0..count {
+            for b in 0..5000 {
+                let at = k * t.extent() as usize + 8 * b;
+                assert_eq!(dst[at..at + 4], src[at..at + 4], "element {k} block {b}");
+                assert_eq!(dst[at + 4..at + 8], [0; 4], "a gap was written");
+            }
+        }
+    }
 }

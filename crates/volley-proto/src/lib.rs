@@ -463,6 +463,12 @@ impl Engine {
         src: &mut Option<F>,
     ) -> Result<u64, SendError> {
         let cfg = &self.cfg;
+        if len as u64 > cfg.max_message {
+            return Err(SendError::TooLarge {
+                len: len as u64,
+                max: cfg.max_message,
+            });
+        }
         if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
             if !p.lost && !p.has_room(cfg, len, false) {
                 p.counters.send_busy += 1;
@@ -478,8 +484,10 @@ impl Engine {
         };
         self.queue(now, peer, tag, context, data, Reliability::Reliable, true)
             .map_err(|r| match r {
-                // Room was checked above, under the same rule.
-                Refusal::Busy(_) => SendError::Busy(Vec::new()),
+                // `queue` refuses for room under the rule checked just above, on the same
+                // state: a refusal here would drop the maker while the caller took the send
+                // for merely delayed.
+                Refusal::Busy(_) => unreachable!("room for a packed message was checked"),
                 r => SendError::from(r),
             })
     }

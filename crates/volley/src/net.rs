@@ -1174,9 +1174,10 @@ impl Net {
                 let mut f = Some(PackFill(p));
                 r.send_packed(now, peer, tag, context, len, &mut f)
                     .map_err(|e| match e {
+                        // Refused for now, the engine left the packer in `f`.
                         E::Busy(_) => match f.take() {
                             Some(PackFill(p)) => (Payload::Packed(p), E::Busy(Vec::new())),
-                            None => (Payload::default(), E::Busy(Vec::new())),
+                            None => unreachable!("send_packed keeps what it refuses"),
                         },
                         e => (Payload::default(), e),
                     })

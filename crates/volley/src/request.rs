@@ -427,7 +427,11 @@ impl Endpoint {
         let len = p.len();
         let piecewise = match self.world.path(rank)? {
             crate::path::Path::Ring { w, .. } => w.eng().wants_rendezvous(self.port, len),
-            crate::path::Path::Net { w, .. } => len > w.net().rndv_threshold(),
+            // The network engine takes a packer for reliable rendezvous messages only (as it
+            // takes lent memory: Net::hands_over).
+            crate::path::Path::Net { w, .. } => {
+                self.how() == volley_proto::Reliability::Reliable && len > w.net().rndv_threshold()
+            }
         };
         let data = if piecewise {
             Payload::Packed(p)
@@ -442,8 +446,8 @@ impl Endpoint {
     /// Posts a receive of the first message from `source` with `tag` (as
     /// [`Endpoint::irecv_lent`]) into `u`, which stores it piece by piece (MPI_Irecv of a
     /// non-contiguous datatype): a message that comes by rendezvous is unpacked straight from
-    /// the ring's records as they come; any other (eager, or from the network) from a buffer
-    /// of its size.
+    /// the ring's records, or from another host's packets, as they come; an eager one from
+    /// the network engine's reassembly buffer, or (from a ring) from a buffer of its size.
     pub fn irecv_unpacked(
         &self,
         source: Option<usize>,

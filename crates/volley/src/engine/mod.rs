@@ -35,7 +35,7 @@ pub(crate) enum Payload {
     Owned(Vec<u8>),
     Lent(volley_sys::lend::RawBuf),
     /// Bytes a packer makes piece by piece (a non-contiguous datatype): only ever streamed by
-    /// rendezvous, straight into the ring's records.
+    /// rendezvous, straight into the ring's records or (to another host) into the packets.
     Packed(Box<dyn crate::Packer>),
 }
 
@@ -77,7 +77,7 @@ impl std::ops::Deref for Payload {
             Payload::Owned(v) => v,
             Payload::Lent(b) => b.as_slice(),
             Payload::Packed(_) => {
-                unreachable!("packed bytes are only streamed, piece by piece (rendezvous.rs)")
+                unreachable!("packed bytes are only streamed, piece by piece (rendezvous.rs, or the network engine)")
             }
         }
     }
