@@ -446,13 +446,12 @@ impl Engine {
         })
     }
 
-    /// Sends a reliable message of `len` bytes that a [`Fill`] makes piece by piece (a
+    /// Sends a reliable message of `len` bytes that `src` makes piece by piece (a
     /// non-contiguous datatype): each fragment is packed straight into its packet as it goes,
     /// and packed again if it must go again, so the message is never whole in memory here.
-    /// Otherwise as [`Engine::send_lent`]: the maker is dropped once the peer acknowledged the
+    /// Otherwise as [`Engine::send_lent`]: `src` is dropped once the peer acknowledged the
     /// whole message (or was lost, or the engine closed), and [`Engine::take_returned`] then
-    /// gives an empty buffer. The engine takes the maker out of `src` only when it accepts the
-    /// message: refused for now ([`SendError::Busy`]), it stays there, the caller's still.
+    /// gives an empty buffer; refused, `src` comes back with the error.
     pub fn send_packed<F: Fill + 'static>(
         &mut self,
         now: Instant,
@@ -460,39 +459,21 @@ impl Engine {
         tag: u32,
         context: u32,
         len: usize,
-        src: &mut Option<F>,
-    ) -> Result<u64, SendError> {
-        let cfg = &self.cfg;
-        if len as u64 > cfg.max_message {
-            return Err(SendError::TooLarge {
-                len: len as u64,
-                max: cfg.max_message,
-            });
+        src: F,
+    ) -> Result<u64, (F, SendError)> {
+        match self.admit(peer, len, Reliability::Reliable, true) {
+            Ok(()) => {}
+            Err(None) => return Err((src, SendError::Busy(Vec::new()))),
+            Err(Some(e)) => return Err((src, e)),
         }
-        if let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) {
-            if !p.lost && !p.has_room(cfg, len, false) {
-                p.counters.send_busy += 1;
-                return Err(SendError::Busy(Vec::new()));
-            }
-        }
-        let Some(f) = src.take() else {
-            return Err(SendError::Busy(Vec::new()));
-        };
         let data = Data::Packed {
             len,
-            src: Box::new(f),
+            src: Box::new(src),
         };
-        self.queue(now, peer, tag, context, data, Reliability::Reliable, true)
-            .map_err(|r| match r {
-                // `queue` refuses for room under the rule checked just above, on the same
-                // state: a refusal here would drop the maker while the caller took the send
-                // for merely delayed.
-                Refusal::Busy(_) => unreachable!("room for a packed message was checked"),
-                r => SendError::from(r),
-            })
+        Ok(self.enqueue(now, peer, tag, context, data, Reliability::Reliable, true))
     }
 
-    /// Both sends: the checks, then the peer's queue. Returns the message's id.
+    /// Every send: the checks, then the peer's queue. Returns the message's id.
     #[allow(clippy::too_many_arguments)]
     fn queue(
         &mut self,
@@ -504,9 +485,24 @@ impl Engine {
         how: Reliability,
         give_back: bool,
     ) -> Result<u64, Refusal> {
-        let len = data.len();
+        match self.admit(peer, data.len(), how, give_back) {
+            Ok(()) => Ok(self.enqueue(now, peer, tag, context, data, how, give_back)),
+            Err(None) => Err(Refusal::Busy(data)),
+            Err(Some(e)) => Err(Refusal::Other(e)),
+        }
+    }
+
+    /// The checks a send of `len` bytes passes before its message is made: its size, its
+    /// peer, room in the peer's queue (`Err(None)`: not now).
+    fn admit(
+        &mut self,
+        peer: u32,
+        len: usize,
+        how: Reliability,
+        give_back: bool,
+    ) -> Result<(), Option<SendError>> {
         if len as u64 > self.cfg.max_message {
-            return Err(Refusal::Other(SendError::TooLarge {
+            return Err(Some(SendError::TooLarge {
                 len: len as u64,
                 max: self.cfg.max_message,
             }));
@@ -514,18 +510,35 @@ impl Engine {
         // Field borrows, so the configuration need not be copied per message.
         let cfg = &self.cfg;
         let Some(p) = self.peers.get_mut(peer as usize).and_then(|p| p.as_mut()) else {
-            return Err(Refusal::Other(SendError::NoSuchPeer));
+            return Err(Some(SendError::NoSuchPeer));
         };
         if p.lost {
-            return Err(Refusal::Other(SendError::PeerLost));
+            return Err(Some(SendError::PeerLost));
         }
         if how == Reliability::Reliable && !p.has_room(cfg, len, !give_back) {
             p.counters.send_busy += 1;
-            return Err(Refusal::Busy(data));
+            return Err(None);
         }
+        Ok(())
+    }
+
+    /// Queues an admitted message (see [`Engine::admit`]) to its peer.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &mut self,
+        now: Instant,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: Data,
+        how: Reliability,
+        give_back: bool,
+    ) -> u64 {
+        let cfg = &self.cfg;
+        let p = self.peers[peer as usize].as_mut().expect("admitted");
         let id = p.queue(cfg, now, tag, context, data, how, give_back);
         self.sched.touch(peer as usize, p.next_timeout(cfg));
-        Ok(id)
+        id
     }
 
     /// The buffer of message `id` to `peer` (from [`Engine::send_returning`]), once acknowledged.
@@ -1087,12 +1100,14 @@ mod pair_tests {
         let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut p = Pair::new();
-        let mut src = Some(Maker {
+        let src = Maker {
             made: made.clone(),
             dropped: dropped.clone(),
-        });
-        let id = p.e[0].send_packed(p.now, 1, 6, 0, len, &mut src).unwrap();
-        assert!(src.is_none(), "the engine left the maker with the caller");
+        };
+        let id = p.e[0]
+            .send_packed(p.now, 1, 6, 0, len, src)
+            .map_err(|(_, e)| e)
+            .unwrap();
         // Part of it goes, then what is on its way to the peer is lost.
         let mut steps = 0;
         while made.load(Relaxed) < len / 2 {

@@ -216,8 +216,9 @@ impl UdpDevice {
     }
 
     /// Whether `e` is the report of an ICMP port-unreachable that a connected socket gets
-    /// (once per report) when the peer's socket is gone: counted, and the call is tried again. What it means for the peer
-    /// (finished, or dead) is the protocol's to decide, by its goodbye or its silence.
+    /// (once per report) when the peer's socket is gone: counted, and the call is tried again.
+    /// What it means for the peer (finished, or dead) is the protocol's to decide, by its
+    /// goodbye or its silence.
     fn refused(&mut self, e: &io::Error) -> bool {
         if e.kind() == io::ErrorKind::ConnectionRefused {
             self.icmp_refused += 1;

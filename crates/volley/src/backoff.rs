@@ -25,17 +25,12 @@ impl Backoff {
         self.n = 0;
     }
 
-    /// Snoozes, starting over first if anything moved in `w` since `seen`: its rings or its
-    /// network (`World::moved`). A wait for a transfer to another host must count the network:
-    /// counting the rings alone, it slept in 100 us steps after 2 ms while acknowledgements
-    /// waited to be read.
+    /// Snoozes, starting over first if anything moved in `w` since `seen`, in its rings or on
+    /// its network (`World::moved`): a long transfer keeps polling instead of drifting into
+    /// sleeps. A wait for a transfer to another host must count the network: counting the rings
+    /// alone, it slept in 100 us steps after 2 ms while acknowledgements waited to be read.
     pub fn snooze_in(&mut self, w: &crate::world::World, seen: &mut u64) {
-        self.snooze_unless_moved(w.moved(), seen);
-    }
-
-    /// Snoozes, starting over first if the activity count `now` moved since `seen` (something
-    /// went: a long transfer keeps polling instead of drifting into sleeps).
-    pub fn snooze_unless_moved(&mut self, now: u64, seen: &mut u64) {
+        let now = w.moved();
         if now != *seen {
             *seen = now;
             self.reset();

@@ -499,13 +499,20 @@ impl World {
             return Ok(Step::Done(st));
         }
         out.copy_from_slice(&m.data);
-        net.borrow_mut().recycle(m.data);
+        self.took_eager(m.data);
+        Ok(Step::Done(st))
+    }
+
+    /// An eager network message, `data`, copied out by its receive: its buffer goes back to
+    /// the network engine, and it is counted.
+    fn took_eager(&self, data: Vec<u8>) {
+        let len = data.len() as u64;
+        self.net().recycle(data);
         let mut e = self.eng();
         e.count(Counter::MsgsRecvd, 1);
-        e.count(Counter::BytesRecvd, st.len as u64);
+        e.count(Counter::BytesRecvd, len);
         // The protocol reassembled the message in a buffer of its own.
         e.count(Counter::StagingCopies, 1);
-        Ok(Step::Done(st))
     }
 
     /// Whether announced message `msg` from `src` is whole in the buffer lent for it (`len`
@@ -742,17 +749,12 @@ impl World {
             // From another host: an announced message is accepted into the unpacker
             // ([`Step::Placing`]: the caller hands it to the network, which unpacks each
             // fragment as it comes); an eager one is unpacked from the engine's buffer.
-            let net = self.inner.net.as_ref().expect("found on the network");
-            let m = net.borrow_mut().take_matching(pat).expect("found");
+            let m = self.net().take_matching(pat).expect("found");
             if let Some(a) = m.announced {
                 return Ok(Step::Placing(st, m.src, a.msg));
             }
             u.unpack(0, &m.data);
-            net.borrow_mut().recycle(m.data);
-            let mut e = self.eng();
-            e.count(Counter::MsgsRecvd, 1);
-            e.count(Counter::BytesRecvd, st.len as u64);
-            e.count(Counter::StagingCopies, 1);
+            self.took_eager(m.data);
             return Ok(Step::Done(st));
         }
         let mut stage = vec![0u8; st.len];

@@ -925,26 +925,24 @@ impl Net {
     /// is whole. A peer already lost: the buffer is given back at once and the receive learns
     /// of the loss from the peer's fate.
     pub fn place(&mut self, peer: usize, msg: u64, into: RawBufMut) {
-        let peer = peer as u32;
-        if self.proto.accept(peer, msg) {
-            self.placing.push(Placing {
-                peer,
-                msg,
-                into: Into::Lent(into),
-                done: false,
-            });
-        }
+        self.accept_into(peer, msg, Into::Lent(into));
     }
 
     /// Accepts announced message `msg` from `peer` into the unpacker `u` of the receive that
     /// matched it: its fragments are unpacked as they come (see [`Net::take_placed`]).
     pub fn place_unpacked(&mut self, peer: usize, msg: u64, u: Box<dyn crate::Unpacker>) {
+        self.accept_into(peer, msg, Into::Unpack(u));
+    }
+
+    /// Accepts announced message `msg` from `peer`, its fragments to go `into` as they come
+    /// (dropped at once if the peer is lost already).
+    fn accept_into(&mut self, peer: usize, msg: u64, into: Into) {
         let peer = peer as u32;
         if self.proto.accept(peer, msg) {
             self.placing.push(Placing {
                 peer,
                 msg,
-                into: Into::Unpack(u),
+                into,
                 done: false,
             });
         }
@@ -987,8 +985,13 @@ impl Net {
         matches!(
             data,
             Payload::Owned(_) | Payload::Lent(_) | Payload::Packed(_)
-        ) && how == Reliability::Reliable
-            && data.len() > self.rndv_threshold()
+        ) && self.takes_over(data.len(), how)
+    }
+
+    /// Whether a message of `len` bytes sent `how` is one the engine takes over rather than
+    /// copies (see [`Net::hands_over`]): a reliable one above the rendezvous threshold.
+    pub(crate) fn takes_over(&self, len: usize, how: Reliability) -> bool {
+        how == Reliability::Reliable && len > self.rndv_threshold()
     }
 
     /// Files a send the engine could not take now, behind any waiting to `dst`, and offers the
@@ -1171,14 +1174,9 @@ impl Net {
                 .map_err(|(b, e)| (b.map_or_else(Payload::default, Payload::Lent), e)),
             Payload::Packed(p) => {
                 let len = p.len();
-                let mut f = Some(PackFill(p));
-                r.send_packed(now, peer, tag, context, len, &mut f)
-                    .map_err(|e| match e {
-                        // Refused for now, the engine left the packer in `f`.
-                        E::Busy(_) => match f.take() {
-                            Some(PackFill(p)) => (Payload::Packed(p), E::Busy(Vec::new())),
-                            None => unreachable!("send_packed keeps what it refuses"),
-                        },
+                r.send_packed(now, peer, tag, context, len, PackFill(p))
+                    .map_err(|(PackFill(p), e)| match e {
+                        E::Busy(_) => (Payload::Packed(p), E::Busy(Vec::new())),
                         e => (Payload::default(), e),
                     })
             }

@@ -427,11 +427,8 @@ impl Endpoint {
         let len = p.len();
         let piecewise = match self.world.path(rank)? {
             crate::path::Path::Ring { w, .. } => w.eng().wants_rendezvous(self.port, len),
-            // The network engine takes a packer for reliable rendezvous messages only (as it
-            // takes lent memory: Net::hands_over).
-            crate::path::Path::Net { w, .. } => {
-                self.how() == volley_proto::Reliability::Reliable && len > w.net().rndv_threshold()
-            }
+            // The network engine takes a packer over as it takes lent memory.
+            crate::path::Path::Net { w, .. } => w.net().takes_over(len, self.how()),
         };
         let data = if piecewise {
             Payload::Packed(p)

@@ -501,15 +501,13 @@ impl World {
     /// What moved so far, in the rings and on the network: a wait that sees it move is not
     /// stuck (see `Backoff::snooze_in`).
     pub(crate) fn moved(&self) -> u64 {
-        self.eng().activity() + self.net_moved()
-    }
-
-    /// Packets the network moved so far (0 without a network): see `Net::moved`.
-    pub(crate) fn net_moved(&self) -> u64 {
-        self.inner
+        // Packets: see `Net::moved`.
+        let net = self
+            .inner
             .net
             .as_ref()
-            .map_or(0, |n| n.borrow_mut().moved())
+            .map_or(0, |n| n.borrow_mut().moved());
+        self.eng().activity() + net
     }
 
     /// Why nothing more can come from the network, if so.
