@@ -1,6 +1,7 @@
 /* The Fortran named datatypes used from C (MPI-3.1 3.2.2, 5.9.2, 17.2.5): sizes and names,
  * point-to-point round trips, reductions (sums, complex products, logical operators, MAXLOC on
- * the pair types) and MPI_Type_match_size (17.1.9); and a status handed to Fortran and back
+ * the pair types), MPI_Type_match_size (17.1.9) and MPI_Type_create_f90_integer/real/complex
+ * (17.2.5); and a status handed to Fortran and back
  * (MPI_Status_c2f and MPI_Status_f2c, 17.2.5). */
 #include "check.h"
 #include <string.h>
@@ -240,6 +241,49 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
         CHECK(MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &t) != MPI_SUCCESS);
         CHECK(MPI_Type_match_size(MPI_TYPECLASS_INTEGER, 3, &t) != MPI_SUCCESS);
+    }
+    {
+        /* MPI_Type_create_f90_integer/real/complex (MPI-3.1 17.2.5): the type of
+         * SELECTED_INT_KIND(r) and SELECTED_REAL_KIND(p, r) of the Fortran compiler, each a
+         * predefined type whose envelope names its maker and whose contents are p and r. */
+        MPI_Datatype t;
+        int size, ni, na, nd, comb, ints[2];
+        MPI_Aint addr[1];
+        MPI_Datatype dts[1];
+        OK(MPI_Type_create_f90_integer(9, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 4);
+        OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_F90_INTEGER && ni == 1 && na == 0 && nd == 0);
+        OK(MPI_Type_get_contents(t, 1, 0, 0, ints, addr, dts));
+        CHECK(ints[0] == 9);
+        int32_t i4[2] = {rank + 1, -3}, o4[2];
+        OK(MPI_Allreduce(i4, o4, 2, t, MPI_SUM, MPI_COMM_WORLD));
+        CHECK(o4[0] == n * (n + 1) / 2 && o4[1] == -3 * n);
+        OK(MPI_Type_create_f90_integer(18, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 8);
+        OK(MPI_Type_create_f90_real(6, MPI_UNDEFINED, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 4);
+        OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_F90_REAL && ni == 2 && na == 0 && nd == 0);
+        OK(MPI_Type_get_contents(t, 2, 0, 0, ints, addr, dts));
+        CHECK(ints[0] == 6 && ints[1] == MPI_UNDEFINED);
+        OK(MPI_Type_create_f90_real(15, 300, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 8);
+        double r8[1] = {rank + 0.5}, f8[1];
+        OK(MPI_Allreduce(r8, f8, 1, t, MPI_MAX, MPI_COMM_WORLD));
+        CHECK(f8[0] == n - 0.5);
+        OK(MPI_Type_create_f90_complex(MPI_UNDEFINED, 30, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 8);
+        OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+        CHECK(comb == MPI_COMBINER_F90_COMPLEX && ni == 2);
+        OK(MPI_Type_create_f90_complex(12, MPI_UNDEFINED, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == 16);
     }
     {
         /* A status to Fortran and back: source and tag at MPI_F_SOURCE and MPI_F_TAG, and the

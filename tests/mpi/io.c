@@ -228,6 +228,51 @@ static void strided_views(void) {
         OK(MPI_File_delete(name, MPI_INFO_NULL));
 }
 
+/* A collective write where some ranks have nothing to write (PnetCDF fills a variable so): each
+ * rank's share of a short array is an hindexed filetype of one block, of no bytes where the
+ * array has no element left for the rank; the filetype is freed at once (the view keeps it).
+ * Every view is taken, and the file holds exactly the array. */
+static void shares_of_nothing(void) {
+    char name[1024];
+    name_of(name, "shares");
+    MPI_File fh;
+    OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh));
+    enum { LEN = 2, AT = 64 }; /* LEN ints from byte AT */
+    int count = LEN / np + (me < LEN % np), start = LEN / np * me + (me < LEN % np ? me : LEN % np);
+    int bytes = count * (int)sizeof(int);
+    MPI_Aint off = AT + (MPI_Aint)start * sizeof(int);
+    MPI_Datatype ftype;
+    OK(MPI_Type_create_hindexed(1, &bytes, &off, MPI_BYTE, &ftype));
+    OK(MPI_Type_commit(&ftype));
+    OK(MPI_File_set_view(fh, 0, MPI_BYTE, ftype, "native", MPI_INFO_NULL));
+    OK(MPI_Type_free(&ftype));
+    int mine[LEN];
+    for (int i = 0; i < count; i++)
+        mine[i] = 1000 + start + i;
+    MPI_Status st;
+    OK(MPI_File_write_at_all(fh, 0, mine, bytes, MPI_BYTE, &st));
+    int got = -1;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    CHECK(got == bytes);
+    OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+    MPI_Offset size;
+    OK(MPI_File_get_size(fh, &size));
+    CHECK(size == AT + LEN * (MPI_Offset)sizeof(int));
+    unsigned char all[AT + LEN * sizeof(int)];
+    OK(MPI_File_read_at_all(fh, 0, all, (int)sizeof all, MPI_BYTE, &st));
+    for (int i = 0; i < AT; i++)
+        CHECK(all[i] == 0);
+    for (int i = 0; i < LEN; i++) {
+        int v;
+        memcpy(&v, all + AT + i * sizeof(int), sizeof v);
+        CHECK(v == 1000 + i);
+    }
+    OK(MPI_File_close(&fh));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0)
+        OK(MPI_File_delete(name, MPI_INFO_NULL));
+}
+
 /* The shared file pointer: records from every rank, each exactly once; ordered accesses. */
 static void shared_pointer(void) {
     char name[1024];
@@ -441,6 +486,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s", t && *t ? t : "/tmp");
     explicit_offsets();
     strided_views();
+    shares_of_nothing();
     shared_pointer();
     file_state();
     errors();

@@ -341,6 +341,9 @@ enum {
     MPI_COMBINER_STRUCT = 310,
     MPI_COMBINER_SUBARRAY = 311,
     MPI_COMBINER_DARRAY = 312,
+    MPI_COMBINER_F90_REAL = 313,
+    MPI_COMBINER_F90_COMPLEX = 314,
+    MPI_COMBINER_F90_INTEGER = 315,
     MPI_COMBINER_RESIZED = 316,
 
     /* One-sided communication (MPI-3.1 chapter 11): assertions, lock types, memory models and
@@ -651,6 +654,9 @@ P(int, Group_compare, (MPI_Group group1, MPI_Group group2, int *result)) \
 P(int, Group_free, (MPI_Group *group)) \
 P(int, Type_size, (MPI_Datatype datatype, int *size)) \
 P(int, Type_match_size, (int typeclass, int size, MPI_Datatype *datatype)) \
+P(int, Type_create_f90_integer, (int r, MPI_Datatype *newtype)) \
+P(int, Type_create_f90_real, (int p, int r, MPI_Datatype *newtype)) \
+P(int, Type_create_f90_complex, (int p, int r, MPI_Datatype *newtype)) \
 P(int, Type_create_darray, (int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype)) \
 P(int, Pack_external, (const char datarep[], const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, MPI_Aint outsize, MPI_Aint *position)) \
 P(int, Unpack_external, (const char datarep[], const void *inbuf, MPI_Aint insize, MPI_Aint *position, void *outbuf, int outcount, MPI_Datatype datatype)) \

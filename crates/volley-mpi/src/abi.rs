@@ -84,6 +84,9 @@ pub const COMBINER_HINDEXED_BLOCK: c_int = 309;
 pub const COMBINER_STRUCT: c_int = 310;
 pub const COMBINER_SUBARRAY: c_int = 311;
 pub const COMBINER_DARRAY: c_int = 312;
+pub const COMBINER_F90_REAL: c_int = 313;
+pub const COMBINER_F90_COMPLEX: c_int = 314;
+pub const COMBINER_F90_INTEGER: c_int = 315;
 pub const COMBINER_RESIZED: c_int = 316;
 
 pub const COMM_TYPE_SHARED: c_int = 1001;

@@ -787,6 +787,54 @@ fn count_of(n: c_int, what: &str) -> R<usize> {
     Ok(n as usize)
 }
 
+/// The bytes of the real that SELECTED_REAL_KIND(p, r) gives (gfortran on x86-64: 4 bytes
+/// hold 6 digits and a range of 37, 8 bytes 15 and 307, the x87 extended 18 and 4931); either
+/// may be MPI_UNDEFINED, not both (MPI-3.1 17.2.5).
+fn f90_real_size(p: c_int, r: c_int, call: &str) -> R<usize> {
+    if p == abi::UNDEFINED && r == abi::UNDEFINED {
+        return Err(fail(
+            class::ARG,
+            format!("{call} needs the precision p or the range r (both are MPI_UNDEFINED)"),
+        ));
+    }
+    let p = if p == abi::UNDEFINED { 0 } else { p };
+    let r = if r == abi::UNDEFINED { 0 } else { r };
+    match (p, r) {
+        (..=6, ..=37) => Ok(4),
+        (..=15, ..=307) => Ok(8),
+        (..=18, ..=4931) => Ok(16),
+        _ => Err(fail(class::ARG, format!("{call}: no real type volley carries has {p} decimal digits and a range of {r} (at most 18 digits and a range of 4931: long double)"))),
+    }
+}
+
+/// The predefined datatype for one (combiner, p, r) of MPI_Type_create_f90_*: the named type
+/// `base` with that combiner and those integers as its contents, made on the first call and
+/// the same handle on every later one (MPI-3.1 17.2.5: it cannot be freed).
+fn f90_type(combiner: c_int, ints: Vec<c_int>, base: H, out: *mut H) -> R {
+    let (p, r) = if ints.len() == 2 {
+        (ints[0], ints[1])
+    } else {
+        (0, ints[0])
+    };
+    let known = rt()?
+        .f90_types
+        .iter()
+        .find(|t| (t.0, t.1, t.2) == (combiner, p, r))
+        .map(|t| t.3);
+    if let Some(h) = known {
+        // SAFETY: the caller's output argument.
+        return unsafe { put(out, h) };
+    }
+    let mut d = (*old(base)?).clone();
+    d.combiner = combiner;
+    d.name = String::new();
+    store(d, ints, vec![], vec![], out)?;
+    // SAFETY: store wrote the new handle there.
+    let h = unsafe { get(out)? };
+    rt()?.f90_types.push((combiner, p, r, h));
+    Ok(())
+}
+
 /// Stores a new type and writes its handle.
 fn store(mut d: Dtype, ints: Vec<c_int>, aints: Vec<Aint>, types: Vec<H>, out: *mut H) -> R {
     let mut rt = rt()?;
@@ -835,6 +883,32 @@ crate::mpi! {
         };
         // SAFETY: the caller's output argument.
         unsafe { put(datatype, h) }
+    }
+
+    fn MPI_Type_create_f90_integer / PMPI_Type_create_f90_integer(r: c_int, newtype: *mut H) {
+        // SELECTED_INT_KIND(r) of gfortran: the smallest integer with at least r decimal
+        // digits (1, 2, 4 and 8 bytes hold 2, 4, 9 and 18).
+        let base = match r {
+            abi::UNDEFINED => return Err(fail(class::ARG, "MPI_Type_create_f90_integer needs the decimal range r (MPI_UNDEFINED given)")),
+            ..=2 => 0x2c1,
+            3..=4 => 0x2c9,
+            5..=9 => 0x2d1,
+            10..=18 => 0x2d9,
+            _ => return Err(fail(class::ARG, format!("no integer type volley carries has a range of {r} decimal digits (at most 18: 8 bytes)"))),
+        };
+        f90_type(abi::COMBINER_F90_INTEGER, vec![r], base, newtype)
+    }
+
+    fn MPI_Type_create_f90_real / PMPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut H) {
+        let base = f90_real_size(p, r, "MPI_Type_create_f90_real")?;
+        let base = match base { 4 => 0x2d2, 8 => 0x2da, _ => 0x220 };
+        f90_type(abi::COMBINER_F90_REAL, vec![p, r], base, newtype)
+    }
+
+    fn MPI_Type_create_f90_complex / PMPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut H) {
+        let base = f90_real_size(p, r, "MPI_Type_create_f90_complex")?;
+        let base = match base { 4 => 0x2db, 8 => 0x2e3, _ => 0x224 };
+        f90_type(abi::COMBINER_F90_COMPLEX, vec![p, r], base, newtype)
     }
 
     fn MPI_Type_size / PMPI_Type_size(datatype: H, size: *mut c_int) {
@@ -1262,6 +1336,9 @@ crate::mpi! {
         let h = unsafe { get(datatype)? };
         if (abi::DATATYPE_NULL..abi::DATATYPE_END).contains(&h) {
             return Err(fail(class::TYPE, "a predefined datatype cannot be freed"));
+        }
+        if rt()?.f90_types.iter().any(|t| t.3 == h) {
+            return Err(fail(class::TYPE, "a datatype from MPI_Type_create_f90_integer, _real or _complex is predefined and cannot be freed"));
         }
         {
             let rt = rt()?;

@@ -71,6 +71,7 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         keyvals: Vec::new(),
         type_names: Vec::new(),
         type_attrs: Vec::new(),
+        f90_types: Vec::new(),
         bsend_buf: None,
         bsend_used: 0,
         orphans: Vec::new(),

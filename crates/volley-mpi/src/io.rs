@@ -168,6 +168,12 @@ impl View {
             f(self.disp + pos, 0, len)?;
             return Ok(());
         }
+        if self.blocks.is_empty() {
+            return Err(fail(
+                ERR_IO,
+                format!("{len} bytes through a view whose filetype holds no data: such a view takes only accesses of no data; set a view with data first"),
+            ));
+        }
         let tile_data = self.ftype.size as u64;
         let ext = self.ftype.extent() as u64;
         let mut tile = pos / tile_data;
@@ -1172,17 +1178,21 @@ fn make_view(disp: Offset, etype: H, filetype: H, rep: &str, writable: bool) -> 
     if e.size == 0 {
         return Err(fail(class::ARG, "the etype holds no data"));
     }
-    if ft.extent() <= 0 || e.extent() <= 0 {
+    // A filetype with no data (e.g. an hindexed type of zero-length blocks, the share of a
+    // rank that has nothing to write in a collective) makes a view that takes only accesses of
+    // no data, as in MPICH and Open MPI (PnetCDF's fill of small variables by many ranks sets
+    // such views); one with data needs a positive extent to tile the file.
+    if (ft.size > 0 && ft.extent() <= 0) || e.extent() <= 0 {
         return Err(fail(
             ERR_IO,
             "the etype and the filetype need a positive extent: the file is their tiles, one after another",
         ));
     }
-    if ft.size == 0 || !ft.size.is_multiple_of(e.size) {
+    if !ft.size.is_multiple_of(e.size) {
         return Err(fail(
             class::ARG,
             format!(
-                "the filetype holds {} bytes of data: it must be made of whole etypes ({} bytes), at least one",
+                "the filetype holds {} bytes of data: it must be made of whole etypes ({} bytes)",
                 ft.size, e.size
             ),
         ));

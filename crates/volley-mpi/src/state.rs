@@ -362,6 +362,9 @@ pub struct Rt {
     pub type_names: Vec<(H, String)>,
     /// Datatype attributes (MPI_Type_set_attr): (datatype, keyval, value).
     pub type_attrs: Vec<(H, c_int, usize)>,
+    /// The datatypes MPI_Type_create_f90_integer/real/complex returned, one per (combiner, p,
+    /// r): predefined, so each is made once and never freed (MPI-3.1 17.2.5).
+    pub f90_types: Vec<(c_int, c_int, c_int, H)>,
     /// MPI_Buffer_attach's buffer (address, size) and the bytes buffered sends hold now.
     pub bsend_buf: Option<(usize, usize)>,
     pub bsend_used: usize,
