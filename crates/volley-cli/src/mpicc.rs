@@ -6,7 +6,8 @@
 //! binary so the two always match) and `pkgconfig/volley-mpi.pc` there. It then runs the system
 //! compiler (`cc` or `c++`; VOLLEY_MPICC_CC / VOLLEY_MPICXX_CXX choose another) with the
 //! include path, the library and an rpath, so the program runs without LD_LIBRARY_PATH.
-//! `-show` / `--showme` print the command instead of running it.
+//! `-show` / `--showme` print the command instead of running it; `-showme:compile`, `:link` (Open
+//! MPI's) and `-compile-info`, `-link-info` (MPICH's) print what build systems ask for.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,6 +74,47 @@ pub fn run(cxx: bool, args: Vec<String>) -> i32 {
         ("VOLLEY_MPICC_CC", "cc")
     };
     let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    let inc = format!("-I{}", dir.join("include").display());
+    let libs = [
+        format!("-L{}", dir.display()),
+        format!("-Wl,-rpath,{}", dir.display()),
+        "-lmpi".to_string(),
+    ];
+    // What build systems ask a wrapper (CMake's FindMPI, Meson, autoconf macros): Open MPI's
+    // -showme:<what> print flags or lists alone; MPICH's -compile-info and -link-info print
+    // the command that compiles or that links.
+    if let Some(what) = args.first().and_then(|a| {
+        a.strip_prefix("-showme:")
+            .or_else(|| a.strip_prefix("--showme:"))
+    }) {
+        let out = match what {
+            "compile" => inc.clone(),
+            "link" => libs.join(" "),
+            "command" => compiler.clone(),
+            "incdirs" => dir.join("include").display().to_string(),
+            "libdirs" => dir.display().to_string(),
+            "libs" => "mpi".to_string(),
+            "version" => format!("volley {} {}", if cxx { "mpicxx" } else { "mpicc" }, env!("CARGO_PKG_VERSION")),
+            "help" => "-showme:compile, :link, :command, :incdirs, :libdirs, :libs, :version print what the wrapper adds; -show prints the whole command".to_string(),
+            other => {
+                eprintln!("volley {}: -showme:{other} is not known: -showme:compile, :link, :command, :incdirs, :libdirs, :libs, :version or :help", if cxx { "mpicxx" } else { "mpicc" });
+                return 1;
+            }
+        };
+        println!("{out}");
+        return 0;
+    }
+    match args.first().map(String::as_str) {
+        Some("-compile-info" | "-compile_info") => {
+            println!("{compiler} {inc}");
+            return 0;
+        }
+        Some("-link-info" | "-link_info") => {
+            println!("{compiler} {inc} {}", libs.join(" "));
+            return 0;
+        }
+        _ => {}
+    }
     let show = args
         .iter()
         .any(|a| a == "-show" || a == "--showme" || a == "-showme");
@@ -85,12 +127,12 @@ pub fn run(cxx: bool, args: Vec<String>) -> i32 {
         .iter()
         .any(|a| matches!(a.as_str(), "-c" | "-E" | "-S" | "-M" | "-MM"));
     let mut cmd = vec![compiler];
-    cmd.push(format!("-I{}", dir.join("include").display()));
+    cmd.push(inc);
     cmd.extend(user.iter().cloned());
-    if link && !user.is_empty() {
-        cmd.push(format!("-L{}", dir.display()));
-        cmd.push(format!("-Wl,-rpath,{}", dir.display()));
-        cmd.push("-lmpi".into());
+    // `-show` alone prints the whole link command, as MPICH's does (CMake's FindMPI reads the
+    // libraries from it); a bare `mpicc` runs the compiler as it is, to say what is missing.
+    if link && (show || !user.is_empty()) {
+        cmd.extend(libs);
     }
     if show {
         println!("{}", cmd.join(" "));
