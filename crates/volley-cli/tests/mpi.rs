@@ -829,6 +829,77 @@ fn mpicc_show_prints_the_command() {
     assert!(pc.contains("Libs:") && pc.contains("-lmpi"), "{pc}");
 }
 
+/// MPI_Allreduce adds floating-point contributions in recursive doubling's association (pairs
+/// of neighbours first, then a balanced tree), as MPICH and Open MPI do: the same bits as
+/// theirs, for short vectors through the segment and long ones by recursive halving, with
+/// rank counts that are and are not powers of two.
+#[test]
+fn allreduce_adds_in_the_order_mpich_does() {
+    for n in [3, 4, 6, 8] {
+        passes("allreduce_order", n);
+    }
+}
+
+/// What build systems ask an MPI wrapper: Open MPI's -showme:compile and -showme:link, MPICH's
+/// -compile-info and -link-info, and `-show` alone (the whole link command); then CMake's own
+/// FindMPI, given volley's mpicc, finds the library and builds a test program that passes.
+#[test]
+fn build_systems_find_volley_mpi() {
+    let ask = |flag: &str| {
+        let o = Command::new(VOLLEY)
+            .args(["mpicc", flag])
+            .output()
+            .expect("run volley mpicc");
+        must(o, &format!("volley mpicc {flag}"))
+    };
+    assert!(ask("-showme:compile").trim().starts_with("-I"));
+    let link = ask("-showme:link");
+    assert!(link.contains("-lmpi") && link.contains("-L"), "{link}");
+    assert!(ask("-showme:libs").trim() == "mpi");
+    assert!(ask("-compile-info").contains("-I"));
+    assert!(ask("-link-info").contains("-lmpi"));
+    assert!(ask("-show").contains("-lmpi"));
+    let o = Command::new(VOLLEY)
+        .args(["mpicc", "-showme:nonsense"])
+        .output()
+        .expect("run volley mpicc");
+    assert!(!o.status.success() && text(&o).1.contains("-showme:compile"));
+
+    let s = Scratch::new("cmake");
+    let src = sources();
+    std::fs::write(
+        s.0.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.10)\nproject(findmpi C)\nfind_package(MPI REQUIRED)\n\
+             add_executable(truncate {}/truncate.c)\ntarget_include_directories(truncate PRIVATE {})\n\
+             target_link_libraries(truncate MPI::MPI_C)\n",
+            src.display(),
+            src.display()
+        ),
+    )
+    .expect("write CMakeLists.txt");
+    let mpicc = Path::new(VOLLEY).parent().unwrap().join("mpicc");
+    let build = s.0.join("build");
+    let o = Command::new("cmake")
+        .args(["-S", s.0.to_str().unwrap(), "-B", build.to_str().unwrap()])
+        .arg(format!("-DMPI_C_COMPILER={}", mpicc.display()))
+        .output()
+        .expect("run cmake (apt-get install cmake)");
+    let out = must(o, "cmake with FindMPI");
+    assert!(out.contains("Found MPI_C"), "{out}");
+    let o = Command::new("cmake")
+        .args(["--build", build.to_str().unwrap()])
+        .output()
+        .expect("run cmake --build");
+    must(o, "cmake --build");
+    let exe = build.join("truncate");
+    let out = must(
+        launch_with(&exe, 2, false, &[], &[]),
+        "truncate built by CMake",
+    );
+    assert!(out.contains("truncate: ok"), "{out}");
+}
+
 /// Each rank of a pair starts 100 MiB of non-blocking sends to the other before either
 /// receives (more than any layer buffers): MPI_Isend returns at once, so it completes, intact
 /// and in order; on one host (volley and MPICH) and across two namespaces over udp, where the

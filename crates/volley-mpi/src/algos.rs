@@ -24,7 +24,7 @@ use crate::state::CommCore;
 use std::ops::Range;
 
 /// The largest power of two not above `n` (n > 0).
-fn pow2_below(n: usize) -> usize {
+pub(crate) fn pow2_below(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
@@ -220,11 +220,18 @@ pub async fn allreduce_rabenseifner(
     let bytes = |lo: usize, hi: usize| at(lo)..at(hi);
     let mut tmp = crate::scratch::Scratch::new(buf.len());
     if let Some(new) = fold_in(c, tag, &red, buf, &mut tmp).await? {
-        // Reduce-scatter: halve the range held, highest bit first; keep the half this rank's
-        // bit names, send the other.
+        // Reduce-scatter: halve the range held, lowest bit first (the partner at distance 1,
+        // then 2, 4 ...: MPICH's recursive halving, so that each element is summed as a
+        // balanced tree over the ranks in order, the same bits as recursive doubling and as
+        // MPICH gives); keep the half this rank's bit names, send the other. The ranges held
+        // before each step are kept for the allgather, which retraces them.
         let (mut lo, mut hi) = (0, p2);
-        let mut mask = p2 / 2;
-        while mask > 0 {
+        let mut held = [(0usize, 0usize); usize::BITS as usize];
+        let mut step = 0;
+        let mut mask = 1;
+        while mask < p2 {
+            held[step] = (lo, hi);
+            step += 1;
             let partner = real(new ^ mask, rem);
             let mid = lo + (hi - lo) / 2;
             let (keep, give) = if new & mask == 0 {
@@ -254,18 +261,20 @@ pub async fn allreduce_rabenseifner(
                 red.apply(got, &mut buf[k])?;
             }
             (lo, hi) = keep;
-            mask >>= 1;
-        }
-        debug_assert_eq!((lo, hi), (new, new + 1));
-        // Allgather: double the range held, lowest bit first.
-        let mut mask = 1;
-        while mask < p2 {
-            let partner = real(new ^ mask, rem);
-            let mine = new & !(mask - 1);
-            let theirs = mine ^ mask;
-            let (send, recv) = split(buf, bytes(mine, mine + mask), bytes(theirs, theirs + mask));
-            exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
             mask <<= 1;
+        }
+        debug_assert_eq!(hi - lo, 1);
+        // Allgather: the steps again, last first; each hands the partner the range this rank
+        // holds and takes the other half of the range held before that step.
+        while step > 0 {
+            step -= 1;
+            mask >>= 1;
+            let partner = real(new ^ mask, rem);
+            let (plo, phi) = held[step];
+            let theirs = if lo == plo { (hi, phi) } else { (plo, lo) };
+            let (send, recv) = split(buf, bytes(lo, hi), bytes(theirs.0, theirs.1));
+            exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
+            (lo, hi) = (plo, phi);
         }
     }
     fold_out(c, tag, buf).await

@@ -266,13 +266,23 @@ pub async fn reduce(
                     }
                     return Err(from_recv(&e));
                 }
-                // c0 op (c1 op (... op c(n-1))): every member that folds gets the same bits.
+                // c0 op (c1 op (... op c(n-1))) to a root, as the blocking reduce; an
+                // allreduce in recursive doubling's association, as the blocking one (see
+                // coll::TreeFold). Every member that folds gets the same bits.
                 let mut each = vec![0u8; len];
                 let last = g.size() - 1;
-                g.read(last, o, &mut res);
-                for i in (0..last).rev() {
-                    g.read(i, o, &mut each);
-                    apply(op, &t, th, n, &each, &mut res)?;
+                if root.is_none() {
+                    let mut tree = crate::coll::TreeFold::new(g.size(), len);
+                    for i in (0..=last).rev() {
+                        g.read(i, o, &mut each);
+                        tree.push(i, &each, &mut res, |x, acc| apply(op, &t, th, n, x, acc))?;
+                    }
+                } else {
+                    g.read(last, o, &mut res);
+                    for i in (0..last).rev() {
+                        g.read(i, o, &mut each);
+                        apply(op, &t, th, n, &each, &mut res)?;
+                    }
                 }
                 if root.is_some() {
                     // The other members may want their buffers again at o + 2; an allreduce's
