@@ -104,6 +104,14 @@ impl Path<'_> {
                     }
                 }
                 if let Some(l) = e.send_dead_end(dst) {
+                    // The receiver may have read our bytes and left between the question above
+                    // and this one (it finishes after it reads): ask again, now that its fate
+                    // is known, before calling the send failed.
+                    if let Some(pos) = out.rndv {
+                        if matches!(e.rndv_state(dst, pos), RndvState::Done) {
+                            return Ok(Step::Done);
+                        }
+                    }
                     return Err(l.into());
                 }
                 if !out.cursor.started && out.rndv.is_none() {
