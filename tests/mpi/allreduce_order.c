@@ -18,32 +18,21 @@ static double dv(int r, int k) {
     return ldexp(1.0 + (double)(h % 1000003) / 1000003.0, (int)(h >> 40) % 80 - 40) * ((h >> 20) & 1 ? -1 : 1);
 }
 
-/* The tree's sum over ranks 0 .. p-1 of element k (v(r, k)). */
-static double tree_d(int p, int k) {
+/* The tree's sum over ranks 0 .. p-1 of element k (dv(r, k)), in floats when `single` (each
+ * term and sum rounded to float: a float sum computed in double and rounded is the float sum). */
+static double tree(int p, int k, int single) {
     double t[256];
     int p2 = 1;
     while (p2 * 2 <= p)
         p2 *= 2;
     int rem = p - p2;
+#define R(x) (single ? (double)(float)(x) : (x))
     for (int i = 0; i < p2; i++)
-        t[i] = i < rem ? dv(2 * i, k) + dv(2 * i + 1, k) : dv(i + rem, k);
+        t[i] = i < rem ? R(R(dv(2 * i, k)) + R(dv(2 * i + 1, k))) : R(dv(i + rem, k));
     for (int w = 1; w < p2; w *= 2)
         for (int i = 0; i < p2; i += 2 * w)
-            t[i] = t[i] + t[i + w];
-    return t[0];
-}
-
-static float tree_f(int p, int k) {
-    float t[256];
-    int p2 = 1;
-    while (p2 * 2 <= p)
-        p2 *= 2;
-    int rem = p - p2;
-    for (int i = 0; i < p2; i++)
-        t[i] = i < rem ? (float)dv(2 * i, k) + (float)dv(2 * i + 1, k) : (float)dv(i + rem, k);
-    for (int w = 1; w < p2; w *= 2)
-        for (int i = 0; i < p2; i += 2 * w)
-            t[i] = t[i] + t[i + w];
+            t[i] = R(t[i] + t[i + w]);
+#undef R
     return t[0];
 }
 
@@ -64,10 +53,10 @@ int main(int argc, char **argv) {
         }
         OK(MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         for (int k = 0; k < n; k++)
-            CHECK(memcmp(&out[k], &(double){tree_d(p, k)}, sizeof(double)) == 0);
+            CHECK(memcmp(&out[k], &(double){tree(p, k, 0)}, sizeof(double)) == 0);
         OK(MPI_Allreduce(fin, fout, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
         for (int k = 0; k < n; k++)
-            CHECK(memcmp(&fout[k], &(float){tree_f(p, k)}, sizeof(float)) == 0);
+            CHECK(memcmp(&fout[k], &(float){(float)tree(p, k, 1)}, sizeof(float)) == 0);
         OK(MPI_Allreduce(MPI_IN_PLACE, in, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         for (int k = 0; k < n; k++)
             CHECK(memcmp(&in[k], &out[k], sizeof(double)) == 0);
@@ -78,7 +67,7 @@ int main(int argc, char **argv) {
         OK(MPI_Iallreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &rq));
         OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
         for (int k = 0; k < n; k++)
-            CHECK(memcmp(&out[k], &(double){tree_d(p, k)}, sizeof(double)) == 0);
+            CHECK(memcmp(&out[k], &(double){tree(p, k, 0)}, sizeof(double)) == 0);
         free(in);
         free(out);
         free(fin);

@@ -223,15 +223,10 @@ pub async fn allreduce_rabenseifner(
         // Reduce-scatter: halve the range held, lowest bit first (the partner at distance 1,
         // then 2, 4 ...: MPICH's recursive halving, so that each element is summed as a
         // balanced tree over the ranks in order, the same bits as recursive doubling and as
-        // MPICH gives); keep the half this rank's bit names, send the other. The ranges held
-        // before each step are kept for the allgather, which retraces them.
+        // MPICH gives); keep the half this rank's bit names, send the other.
         let (mut lo, mut hi) = (0, p2);
-        let mut held = [(0usize, 0usize); usize::BITS as usize];
-        let mut step = 0;
         let mut mask = 1;
         while mask < p2 {
-            held[step] = (lo, hi);
-            step += 1;
             let partner = real(new ^ mask, rem);
             let mid = lo + (hi - lo) / 2;
             let (keep, give) = if new & mask == 0 {
@@ -265,16 +260,21 @@ pub async fn allreduce_rabenseifner(
         }
         debug_assert_eq!(hi - lo, 1);
         // Allgather: the steps again, last first; each hands the partner the range this rank
-        // holds and takes the other half of the range held before that step.
-        while step > 0 {
-            step -= 1;
+        // holds and takes the other half of the range held before that step (the aligned one
+        // of twice the size: halving aligned ranges keeps them aligned).
+        while mask > 1 {
             mask >>= 1;
             let partner = real(new ^ mask, rem);
-            let (plo, phi) = held[step];
-            let theirs = if lo == plo { (hi, phi) } else { (plo, lo) };
+            let size = hi - lo;
+            let parent = lo & !(2 * size - 1);
+            let theirs = if lo == parent {
+                (hi, parent + 2 * size)
+            } else {
+                (parent, lo)
+            };
             let (send, recv) = split(buf, bytes(lo, hi), bytes(theirs.0, theirs.1));
             exchange_a(c, &[(partner, tag, send)], &mut [(partner, tag, recv)]).await?;
-            (lo, hi) = (plo, phi);
+            (lo, hi) = (parent, parent + 2 * size);
         }
     }
     fold_out(c, tag, buf).await

@@ -449,12 +449,12 @@ fn fold_as_recursive_doubling(
 ///
 /// The contributions come from the last member down ([`TreeFold::push`]): a stack of partial
 /// results, each covering an aligned run of 2^k of the p2 terms, two of a size merged at once;
-/// the result's buffer is the stack's bottom, where the whole result ends. Memory: a scratch
-/// buffer of log2(p) + 2 vectors, kept between calls.
+/// member 0's push leaves the whole result at the bottom, and it is copied out. Memory: a
+/// scratch buffer of log2(p) + 3 vectors, kept between calls.
 pub(crate) struct TreeFold {
     len: usize,
     rem: usize,
-    /// The odd member of a pair waiting for its even partner, then the stack's slots 1 ...
+    /// The odd member of a pair waiting for its even partner, then the stack's slots.
     scratch: crate::scratch::Scratch,
     /// The level (log2 of the terms covered) of each stacked partial result.
     levels: [u8; usize::BITS as usize + 1],
@@ -473,9 +473,8 @@ impl TreeFold {
         }
     }
 
-    /// Member `i`'s contribution `data`, members coming from the last down to 0; `out` (the
-    /// same buffer at every call) holds the result after member 0's. `apply(x, acc)` makes
-    /// `acc = x op acc`.
+    /// Member `i`'s contribution `data`, members coming from the last down to 0; member 0's
+    /// push writes the result into `out`. `apply(x, acc)` makes `acc = x op acc`.
     pub(crate) fn push<E>(
         &mut self,
         i: usize,
@@ -496,41 +495,25 @@ impl TreeFold {
         } else {
             data
         };
-        let slot = |k: usize, out: &mut [u8], slots: &mut [u8]| -> *mut u8 {
-            if k == 0 {
-                out.as_mut_ptr()
-            } else {
-                slots[(k - 1) * len..].as_mut_ptr()
-            }
-        };
         let (levels, depth) = (&mut self.levels, &mut self.depth);
         // A partial result of the term's size on top takes it (on the left); then two of a
         // size on top merge, the newer (lower ranks) on the left.
         if *depth > 0 && levels[*depth - 1] == 0 {
-            let top = slot(*depth - 1, out, slots);
-            // SAFETY: `top` is one of the stack's buffers of `len` bytes (`out` or a slot), none
-            // of which is `term` (the pending pair, or the caller's `data`).
-            apply(term, unsafe { std::slice::from_raw_parts_mut(top, len) })?;
+            apply(term, &mut slots[(*depth - 1) * len..*depth * len])?;
             levels[*depth - 1] = 1;
             while *depth >= 2 && levels[*depth - 2] == levels[*depth - 1] {
-                let (below, top) = (slot(*depth - 2, out, slots), slot(*depth - 1, out, slots));
-                // SAFETY: two distinct buffers of the stack, `len` bytes each.
-                let (below, top) = unsafe {
-                    (
-                        std::slice::from_raw_parts_mut(below, len),
-                        std::slice::from_raw_parts(top, len),
-                    )
-                };
-                apply(top, below)?;
+                let (below, top) = slots.split_at_mut((*depth - 1) * len);
+                apply(&top[..len], &mut below[(*depth - 2) * len..])?;
                 *depth -= 1;
                 levels[*depth - 1] += 1;
             }
         } else {
-            let dst = slot(*depth, out, slots);
-            // SAFETY: a buffer of the stack, `len` bytes, not `term`.
-            unsafe { std::slice::from_raw_parts_mut(dst, len) }.copy_from_slice(term);
+            slots[*depth * len..(*depth + 1) * len].copy_from_slice(term);
             levels[*depth] = 0;
             *depth += 1;
+        }
+        if i == 0 {
+            out.copy_from_slice(&slots[..len]);
         }
         Ok(())
     }
