@@ -220,6 +220,61 @@ fn probes_and_matched_probes() {
     passes("probe", 3);
 }
 
+/// A rank that starts a non-blocking scan and then waits in MPI_Probe, MPI_Mprobe or a loop of
+/// MPI_Iprobe / MPI_Improbe for a message another rank sends only after the scan: the probe moves
+/// the scan on (it hung before: only waits, tests and blocking sends and receives did).
+#[test]
+fn probes_move_non_blocking_collectives_on() {
+    passes("nbc_probe", 3);
+    passes("nbc_probe", 5);
+}
+
+/// Matched probes of messages far above the rendezvous threshold: taken out of matching (a
+/// later receive with the same envelope gets the next one), received by MPI_Mrecv and
+/// MPI_Imrecv into contiguous and strided buffers, truncated, held two at once, and a
+/// synchronous send matched by the probe. The message's data stays with its sender until the
+/// receive (the program asserts the receiver's peak memory grows by less than half a 16 MiB
+/// message). Single copy on and off, and the granted stream with the progress thread.
+#[test]
+fn matched_probes_of_large_messages_receive_in_place() {
+    passes("mprobe_large", 3);
+    passes_with("mprobe_large", 2, &[], &[("VOLLEY_SINGLE_COPY", "off")]);
+    passes_with(
+        "mprobe_large",
+        4,
+        &[],
+        &[
+            ("VOLLEY_SINGLE_COPY", "off"),
+            ("VOLLEY_PROGRESS_THREAD", "1"),
+        ],
+    );
+}
+
+/// The same with ranks on two hosts over udp and eth (an announced message from another host
+/// held by the probe, accepted by the receive), and under the fault device's loss.
+#[test]
+fn matched_probes_of_large_messages_across_hosts() {
+    let s = Scratch::new("mprobe-net");
+    let exe = build(&s.0, "mprobe_large", false);
+    let h = Hosts::new(2, 1500);
+    for (transport, n, faults) in [
+        ("udp", 2, ""),
+        ("eth", 3, ""),
+        ("udp", 4, "loss=0.02,reorder=0.1,delay_us=50,seed=7"),
+    ] {
+        let mut env = vec![("VOLLEY_TRANSPORT", transport)];
+        if !faults.is_empty() {
+            env.push(("VOLLEY_FAULTS", faults));
+        }
+        let o = h.run(n, &env, &[exe.to_str().expect("utf-8 path")]);
+        let out = must(
+            o,
+            &format!("mprobe_large, {n} ranks on 2 hosts over {transport} {faults}"),
+        );
+        assert!(out.contains("mprobe_large: ok"), "{out}");
+    }
+}
+
 #[test]
 fn truncation_is_an_error_and_loses_nothing_else() {
     passes("truncate", 2);

@@ -301,8 +301,11 @@ fn recycle(rt: &mut Rt, r: Req) {
 
 /// A message taken by MPI_Mprobe / MPI_Improbe, waiting for its MPI_Mrecv.
 pub struct Msg {
-    pub data: Vec<u8>,
-    pub status: Status,
+    /// Out of the core's matching; a large one's data still with its sender.
+    pub matched: volley::Matched,
+    /// The communicator it came on (MPI_Mrecv names none).
+    pub comm: H,
+    pub core: Arc<CommCore>,
 }
 
 fn check_tag(tag: c_int, any_ok: bool) -> R<Option<u32>> {
@@ -2048,7 +2051,7 @@ crate::mpi! {
             unsafe { put_status(status, Status::proc_null()) };
             return Ok(());
         };
-        let st = c.ep.probe(src, tag).map_err(|e| from_recv(&e))?;
+        let st = probe_blocking(|| c.ep.iprobe(src, tag), || c.ep.probe(src, tag))?;
         // SAFETY: the caller's status.
         unsafe { put_status(status, status_of(&c, &st, st.len)) };
         Ok(())
@@ -2062,6 +2065,9 @@ crate::mpi! {
             return Ok(());
         };
         let st = c.ep.iprobe(src, tag).map_err(|e| from_recv(&e))?;
+        if st.is_none() {
+            move_nbcs()?;
+        }
         // SAFETY: the caller's arguments.
         unsafe {
             put(flag, st.is_some() as c_int)?;
@@ -2077,8 +2083,9 @@ crate::mpi! {
             unsafe { put(message, abi::MESSAGE_NO_PROC)?; put_status(status, Status::proc_null()) };
             return Ok(());
         };
-        let st = c.ep.probe(src, tag).map_err(|e| from_recv(&e))?;
-        let h = take_message(&c, &st)?;
+        let m = probe_blocking(|| c.ep.improbe(src, tag), || c.ep.mprobe(src, tag))?;
+        let st = m.status();
+        let h = keep_message(&c, comm, m)?;
         // SAFETY: the caller's arguments.
         unsafe { put(message, h)?; put_status(status, status_of(&c, &st, st.len)) };
         Ok(())
@@ -2091,11 +2098,15 @@ crate::mpi! {
             unsafe { put(flag, 1)?; put(message, abi::MESSAGE_NO_PROC)?; put_status(status, Status::proc_null()) };
             return Ok(());
         };
-        let st = c.ep.iprobe(src, tag).map_err(|e| from_recv(&e))?;
+        let m = c.ep.improbe(src, tag).map_err(|e| from_recv(&e))?;
+        if m.is_none() {
+            move_nbcs()?;
+        }
         // SAFETY: the caller's flag.
-        unsafe { put(flag, st.is_some() as c_int)? };
-        if let Some(st) = st {
-            let h = take_message(&c, &st)?;
+        unsafe { put(flag, m.is_some() as c_int)? };
+        if let Some(m) = m {
+            let st = m.status();
+            let h = keep_message(&c, comm, m)?;
             // SAFETY: the caller's arguments.
             unsafe { put(message, h)?; put_status(status, status_of(&c, &st, st.len)) };
         }
@@ -2105,22 +2116,18 @@ crate::mpi! {
     fn MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, datatype: H, message: *mut H, status: *mut Status) {
         // SAFETY: the caller's message.
         let m = unsafe { get(message)? };
-        let (st, e) = mrecv(buf, count, datatype, m)?;
-        // SAFETY: the caller's arguments.
-        unsafe { put(message, abi::MESSAGE_NULL)?; put_status(status, st) };
-        e.map_or(Ok(()), Err)
+        let mut rt = rt()?;
+        let r = start_mrecv(&mut rt, buf, count, datatype, m)?;
+        // SAFETY: the caller's message: received (or failing) from here on.
+        unsafe { put(message, abi::MESSAGE_NULL)? };
+        blocking(&mut rt, r, status)
     }
 
     fn MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, datatype: H, message: *mut H, request: *mut H) {
         // SAFETY: the caller's message.
         let m = unsafe { get(message)? };
-        // The message is here already: the receive completes at once.
-        let (st, e) = mrecv(buf, count, datatype, m)?;
         let mut rt = rt()?;
-        let mut r = Req::finished(abi::COMM_WORLD, st);
-        if e.is_some() {
-            r.m().err = e;
-        }
+        let r = start_mrecv(&mut rt, buf, count, datatype, m)?;
         let h = store(&mut rt, r)?;
         // SAFETY: the caller's arguments.
         unsafe { put(message, abi::MESSAGE_NULL)?; put(request, h) }
@@ -2230,6 +2237,43 @@ fn some_done(
     unsafe { put_statuses(statuses, &done) }
 }
 
+/// A blocking probe (`wait`), or, while non-blocking collectives are in flight, looks (`look`)
+/// with passes that move them on in between: the message a probe waits for may be one that
+/// another rank sends only once a collective has finished there, which needs this rank's later
+/// steps (MPI's progress rule; MPICH's probes move everything on too).
+fn probe_blocking<T>(
+    mut look: impl FnMut() -> Result<Option<T>, RecvError>,
+    wait: impl FnOnce() -> Result<T, RecvError>,
+) -> R<T> {
+    loop {
+        {
+            let mut rt = rt()?;
+            prune_nbcs(&mut rt);
+            if rt.nbcs.is_empty() {
+                break;
+            }
+        }
+        if let Some(x) = look().map_err(|e| from_recv(&e))? {
+            return Ok(x);
+        }
+        let mut rt = rt()?;
+        // Polls the collectives once, giving the CPU away as a spinning wait does.
+        advance(&mut rt, &mut std::iter::empty(), true);
+    }
+    wait().map_err(|e| from_recv(&e))
+}
+
+/// One pass over the non-blocking collectives in flight, if any (a probe that found nothing:
+/// a program may loop on MPI_Iprobe for a message that needs them to move).
+fn move_nbcs() -> R {
+    let mut rt = rt()?;
+    if !rt.nbcs.is_empty() {
+        prune_nbcs(&mut rt);
+        advance(&mut rt, &mut std::iter::empty(), false);
+    }
+    Ok(())
+}
+
 /// (communicator, source (None for MPI_PROC_NULL; inner None for any), tag) of a probe.
 #[allow(clippy::type_complexity)]
 fn probe_args(
@@ -2246,15 +2290,14 @@ fn probe_args(
     Ok((c, Some(src), tag))
 }
 
-/// Takes the message a matched probe found out of the matcher, into a message handle.
-fn take_message(c: &CommCore, st: &volley::Status) -> R<H> {
-    let mut data = vec![0u8; st.len];
-    let got =
-        c.ep.recv_matching(Some(st.source), Some(st.tag & !SYNC), &mut data)
-            .map_err(|e| from_recv(&e))?;
-    let status = status_of(c, &got, got.len);
+/// Keeps a message a matched probe took out of the core's matching under a message handle.
+fn keep_message(c: &Arc<CommCore>, comm: H, matched: volley::Matched) -> R<H> {
     let mut rt = rt()?;
-    let (i, g) = rt.msgs.insert(Msg { data, status });
+    let (i, g) = rt.msgs.insert(Msg {
+        matched,
+        comm,
+        core: c.clone(),
+    });
     if i >= MAX_OBJECTS {
         rt.msgs.remove(i, g);
         return Err(fail(
@@ -2267,12 +2310,14 @@ fn take_message(c: &CommCore, st: &volley::Status) -> R<H> {
     Ok(gen_handle(KIND_MSG, i, g))
 }
 
-fn mrecv(buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<(Status, Option<Fail>)> {
+/// Starts the receive of message `m` (from MPI_Mprobe or MPI_Improbe) into `buf`: a request
+/// that completes once the data is there. A large message lands straight in `buf` (or is
+/// unpacked into it piece by piece) as it comes; a small one was copied out at the probe.
+fn start_mrecv(rt: &mut Rt, buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<Req> {
     if m == abi::MESSAGE_NO_PROC {
-        return Ok((Status::proc_null(), None));
+        return Ok(Req::finished(abi::COMM_WORLD, Status::proc_null()));
     }
-    let mut rt = rt()?;
-    let t = committed(&rt, datatype)?;
+    let t = committed(rt, datatype)?;
     let n = check_count(count)?;
     let (i, mg) = gen_index(KIND_MSG, m).ok_or_else(|| {
         fail(
@@ -2281,18 +2326,30 @@ fn mrecv(buf: *mut c_void, count: c_int, datatype: H, m: H) -> R<(Status, Option
         )
     })?;
     let msg = rt.msgs.remove(i, mg).ok_or_else(|| fail(class::REQUEST, format!("{m:#x} is not a message handle from MPI_Mprobe or MPI_Improbe (each is received once)")))?;
-    let cap = n * t.size;
-    let take = cap.min(msg.data.len());
-    // SAFETY: MPI: buf holds count elements of the datatype.
-    unsafe { t.unpack(&msg.data[..take], buf as *mut u8, n) };
-    let mut st = msg.status;
-    if msg.data.len() > cap {
-        st.set_bytes(cap as u64);
-        st.error = class::TRUNCATE;
-        let e = fail(class::TRUNCATE, format!("message truncated: {} bytes arrived, the receive buffer holds {cap}; the first {cap} bytes were stored", msg.data.len()));
-        return Ok((st, Some(e)));
-    }
-    Ok((st, None))
+    let c = msg.core;
+    let core = if t.contig {
+        // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
+        let lent = unsafe { RawBufMut::new(buf as *mut u8, n * t.size) };
+        c.ep.imrecv_lent(msg.matched, lent)
+    } else {
+        c.ep.imrecv_unpacked(msg.matched, Pieces::new(buf, n, t.clone()))
+    };
+    let mut more = spare_more(rt);
+    more.core_comm = Some(c);
+    more.target = Some(Target {
+        buf: Ptr(buf as *mut u8),
+        count: n,
+        dtype: t,
+    });
+    Ok(Req {
+        comm: msg.comm,
+        core: Some(core),
+        done: false,
+        done_at: 0,
+        active: true,
+        status: Status::empty(),
+        more: Some(more),
+    })
 }
 
 /// Completes every request still in flight (MPI_Finalize: buffered sends and freed requests

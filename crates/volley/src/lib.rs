@@ -59,6 +59,7 @@ pub use config::{Config, WaitMode, DEFAULT_SPIN};
 pub use counters::{counter_table, Counter, CounterInfo, Layer, COUNTERS, TABLE_LEN};
 pub use endpoint::Endpoint;
 pub use error::{Fate, InitError, OpenError, PeerLost, RecvError, SendError};
+pub use matched::Matched;
 pub use matching::{Pattern, Status, APART_TAG, SYNC_TAG};
 pub use message::{Message, Source};
 pub use modes::single_copy_unavailable;

@@ -193,6 +193,87 @@ impl Endpoint {
         }
     }
 
+    /// Waits for the first message from `source` (None: any) with `tag` (None: any) and takes
+    /// it out of matching (MPI_Mprobe): no receive can take it any more, and
+    /// [`Endpoint::mrecv`], [`Endpoint::imrecv_lent`] or [`Endpoint::imrecv_unpacked`] moves it
+    /// into a buffer. A large message's data stays where it is until then (with its sender on
+    /// this host, or announced from another) and lands straight in that buffer; a small one
+    /// (at most VOLLEY_EAGER_BYTES) is copied out now. A synchronous send is acknowledged here:
+    /// it has matched.
+    pub fn mprobe(&self, source: Option<usize>, tag: Option<u32>) -> Result<Matched, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
+        loop {
+            if let Some(m) = self.claim_step(&pat, &mut waiter)? {
+                waiter.finish(&self.world);
+                return Ok(m);
+            }
+            waiter.idle(&self.world, self.port, source)?;
+        }
+    }
+
+    /// [`Endpoint::mprobe`] if a matching message has arrived (MPI_Improbe); None takes
+    /// nothing.
+    pub fn improbe(
+        &self,
+        source: Option<usize>,
+        tag: Option<u32>,
+    ) -> Result<Option<Matched>, RecvError> {
+        let pat = self.pattern(source, tag)?;
+        let mut waiter = Waiter::new(WaitMode::BusyPoll, &self.waits);
+        self.claim_step(&pat, &mut waiter)
+    }
+
+    /// Receives the message `m` a matched probe took into `buf` (MPI_Mrecv), waiting for a
+    /// large one's data, which lands straight in `buf`. A message longer than `buf` is
+    /// received whole, its first `buf.len()` bytes stored, and the receive fails with
+    /// [`RecvError::Truncated`].
+    pub fn mrecv(&self, m: Matched, buf: &mut [u8]) -> Result<Status, RecvError> {
+        let st = m.st;
+        let mut waiter = Waiter::new(
+            wait_from_bits(self.wait.load(Ordering::Relaxed)),
+            &self.waits,
+        );
+        let r = if buf.len() < st.len {
+            let mut whole = vec![0u8; st.len];
+            self.world.land(m, &mut whole, &mut waiter).and_then(|_| {
+                let room = buf.len();
+                buf.copy_from_slice(&whole[..room]);
+                Err(RecvError::Truncated {
+                    message: st.len,
+                    buffer: room,
+                    envelope: st,
+                })
+            })
+        } else {
+            self.world.land(m, &mut buf[..st.len], &mut waiter)
+        };
+        waiter.finish(&self.world);
+        r
+    }
+
+    /// One attempt of a matched probe that takes the message: receives posted earlier are
+    /// offered it first, as in [`Endpoint::step`].
+    fn claim_step(&self, pat: &Pattern, waiter: &mut Waiter) -> Result<Option<Matched>, RecvError> {
+        let w = &self.world;
+        loop {
+            w.run_due_handlers()?;
+            w.drive_posted();
+            let veto = |st: &Status| w.posted_accepts(pat.context, st, usize::MAX);
+            // Room for any length: the message is taken whatever its size, and a synchronous
+            // send is acknowledged.
+            match w.claim(pat, &veto, Some(usize::MAX))? {
+                Ok((st, found)) => return w.hold(pat, st, found, waiter).map(Some),
+                Err(Step::Nothing) => return Ok(None),
+                Err(Step::Vetoed) => continue,
+                Err(_) => unreachable!("a claim with room ends found, with nothing or vetoed"),
+            }
+        }
+    }
+
     /// One attempt of a blocking or non-blocking matched receive: receives posted earlier
     /// (see `request`) are offered the messages first, as MPI orders them.
     fn step(
@@ -304,6 +385,51 @@ impl Gathering {
             stream: None,
         }
     }
+}
+
+/// A message a matched probe took out of matching ([`Endpoint::mprobe`]), waiting for the
+/// receive that moves it into a buffer. No receive or probe can match it any more.
+pub struct Matched {
+    pub(crate) pat: Pattern,
+    pub(crate) st: Status,
+    pub(crate) held: Held,
+}
+
+impl Matched {
+    /// Its envelope: source, tag (with volley's flag bits, as a probe reports them) and length.
+    pub fn status(&self) -> Status {
+        self.st
+    }
+}
+
+impl std::fmt::Debug for Matched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match &self.held {
+            Held::Data(_) => "copied out",
+            Held::Net(_) => "in the network engine's buffer",
+            Held::Rts { .. } => "with its sender (rendezvous)",
+            Held::Announced { .. } => "announced from another host",
+        };
+        write!(f, "Matched({:?}, {how})", self.st)
+    }
+}
+
+/// Where a matched-probed message's data is.
+pub(crate) enum Held {
+    /// Copied out of its ring (or drained buffer): an eager message.
+    Data(Vec<u8>),
+    /// An eager message from another host, in the network engine's reassembly buffer.
+    Net(Vec<u8>),
+    /// A request to send from local rank `src` (its ring position `pos`): the data is still
+    /// in the sender's memory.
+    Rts {
+        src: usize,
+        rts: volley_shm::Rts,
+        pos: u64,
+    },
+    /// A large message from another host (rank `src`, message `msg`), announced, not accepted
+    /// yet: its data is still with the sender.
+    Announced { src: usize, msg: u64 },
 }
 
 /// Where a message `World::find` found is.
@@ -477,6 +603,84 @@ impl World {
         }
     }
 
+    /// Takes the message `claim` found for `pat` out of matching, its data left with its sender
+    /// where it is large (see [`Endpoint::mprobe`]).
+    fn hold(
+        &self,
+        pat: &Pattern,
+        st: Status,
+        found: Found,
+        waiter: &mut Waiter,
+    ) -> Result<Matched, RecvError> {
+        let held = match found {
+            Found::Ring(src, info) if info.kind == Kind::Rts => {
+                let rts = self.eng().take_rts(src, &info)?;
+                Held::Rts {
+                    src,
+                    rts,
+                    pos: info.pos,
+                }
+            }
+            Found::Drained(src, k) if self.eng().drained_is_rts(src, k) => {
+                let d = self.eng().take_drained(src, k);
+                let (rts, pos) = d.rts.expect("checked");
+                Held::Rts { src, rts, pos }
+            }
+            Found::Net => {
+                let m = self.net().take_matching(pat).expect("found");
+                match m.announced {
+                    Some(a) => Held::Announced {
+                        src: m.src,
+                        msg: a.msg,
+                    },
+                    None => Held::Net(m.data),
+                }
+            }
+            found => {
+                // Eager (at most VOLLEY_EAGER_BYTES): out of the ring now, so that the ring
+                // moves on.
+                let mut data = vec![0u8; st.len];
+                match self.take(pat, st, found, &mut data, waiter, false)? {
+                    Step::Done(_) => Held::Data(data),
+                    _ => unreachable!("a whole (not incremental) take ends done"),
+                }
+            }
+        };
+        Ok(Matched {
+            pat: *pat,
+            st,
+            held,
+        })
+    }
+
+    /// Moves the matched-probed message `m` into `out` (exactly its length), waiting for a
+    /// large one's data, which lands there straight.
+    pub(crate) fn land(
+        &self,
+        m: Matched,
+        out: &mut [u8],
+        waiter: &mut Waiter,
+    ) -> Result<Status, RecvError> {
+        let Matched { pat, st, held } = m;
+        match held {
+            Held::Data(d) => out.copy_from_slice(&d),
+            Held::Net(d) => {
+                out.copy_from_slice(&d);
+                self.took_eager(d);
+            }
+            Held::Rts { src, rts, pos } => {
+                match self.rendezvous(&pat, st, src, (rts, pos), out, waiter, false)? {
+                    Step::Done(_) => {}
+                    _ => unreachable!("a whole (not incremental) rendezvous ends done"),
+                }
+            }
+            Held::Announced { src, msg } => {
+                self.place_blocking(pat.context, src, msg, out, waiter)?
+            }
+        }
+        Ok(st)
+    }
+
     /// Moves the first network message `pat` accepts (its envelope `st`, just found) into `out`
     /// (exactly its length). A large one, announced, its data still with the sender, is accepted
     /// now and comes straight into `out` (`incremental`: [`Step::Placing`], for the caller to lend
@@ -505,7 +709,7 @@ impl World {
 
     /// An eager network message, `data`, copied out by its receive: its buffer goes back to
     /// the network engine, and it is counted.
-    fn took_eager(&self, data: Vec<u8>) {
+    pub(crate) fn took_eager(&self, data: Vec<u8>) {
         let len = data.len() as u64;
         self.net().recycle(data);
         let mut e = self.eng();

@@ -17,10 +17,11 @@
 
 use crate::backoff::Backoff;
 use crate::config::WaitMode;
+use crate::counters::Counter;
 use crate::endpoint::Endpoint;
 use crate::engine::{Payload, Pending};
 use crate::error::{RecvError, SendError};
-use crate::matched::{Gathering, Step};
+use crate::matched::{Gathering, Held, Matched, Step};
 use crate::matching::{Pattern, Status};
 use crate::net::Settled;
 use crate::progress::LentState;
@@ -468,6 +469,101 @@ impl Endpoint {
     ) -> Result<RequestId, RecvError> {
         let pat = self.pattern(source, tag)?;
         Ok(self.world.post(Op::Recv(pat, buf)))
+    }
+}
+
+impl Endpoint {
+    /// Starts the receive of the message `m` a matched probe took ([`Endpoint::mprobe`]) into
+    /// the lent `buf` (MPI_Imrecv). A large message lands straight in `buf` as its data comes
+    /// (by single copy, the granted stream, or from another host's packets); an eager one is
+    /// copied at once. A message longer than `buf` is received whole first, its first
+    /// `buf.len()` bytes stored, and the request fails with [`RecvError::Truncated`].
+    pub fn imrecv_lent(&self, m: Matched, mut buf: RawBufMut) -> RequestId {
+        let w = &self.world;
+        let Matched { pat, st, held } = m;
+        let fits = buf.len() >= st.len;
+        let op = match held {
+            Held::Rts { src, rts, pos } if fits => {
+                let out = &mut buf.as_mut_slice()[..st.len];
+                let accepted = w.eng().accept_rts(src, &rts, out);
+                match accepted {
+                    Ok(None) => {
+                        let mut e = w.eng();
+                        e.count(Counter::MsgsRecvd, 1);
+                        e.count(Counter::BytesRecvd, st.len as u64);
+                        Op::Done(Ok(st))
+                    }
+                    Ok(Some(gid)) => {
+                        let g = Gathering {
+                            src,
+                            pos,
+                            off: 0,
+                            stream: Some(gid),
+                        };
+                        return w.post(Op::Gathering(pat, buf, st, g));
+                    }
+                    Err(e) => Op::Done(Err(e.into())),
+                }
+            }
+            Held::Announced { src, msg } if fits => {
+                w.net().place(src, msg, buf);
+                return w.post(Op::Placing(pat, st, src, msg));
+            }
+            held => Op::Done(
+                self.mrecv(Matched { pat, st, held }, buf.as_mut_slice())
+                    .map_err(Into::into),
+            ),
+        };
+        w.inner.reqs.borrow_mut().insert(op)
+    }
+
+    /// [`Endpoint::imrecv_lent`] into the unpacker `u` (a non-contiguous datatype): a large
+    /// message is unpacked piece by piece as it comes, never whole in a buffer.
+    pub fn imrecv_unpacked(&self, m: Matched, mut u: Box<dyn crate::Unpacker>) -> RequestId {
+        let w = &self.world;
+        let Matched { pat, st, held } = m;
+        let room = u.len();
+        let op = match held {
+            Held::Rts { src, rts, pos } if room >= st.len => {
+                let gid = w.eng().grant_rts(src, &rts);
+                let g = Gathering {
+                    src,
+                    pos,
+                    off: 0,
+                    stream: Some(gid),
+                };
+                return w.post(Op::GatherUnpack(pat, u, st, g));
+            }
+            Held::Announced { src, msg } if room >= st.len => {
+                w.net().place_unpacked(src, msg, u);
+                return w.post(Op::Placing(pat, st, src, msg));
+            }
+            Held::Data(d) if room >= st.len => {
+                u.unpack(0, &d);
+                Op::Done(Ok(st))
+            }
+            Held::Net(d) if room >= st.len => {
+                u.unpack(0, &d);
+                w.took_eager(d);
+                Op::Done(Ok(st))
+            }
+            held => {
+                // Too long for the unpacker: whole into a buffer, what fits unpacked.
+                let mut whole = vec![0u8; st.len];
+                let r = self
+                    .mrecv(Matched { pat, st, held }, &mut whole)
+                    .and_then(|st| {
+                        u.unpack(0, &whole[..room]);
+                        Err(RecvError::Truncated {
+                            message: st.len,
+                            buffer: room,
+                            envelope: st,
+                        })
+                    });
+                Op::Done(r.map_err(Into::into))
+            }
+        };
+        w.inner.reqs.borrow_mut().insert(op)
     }
 }
 

@@ -1,0 +1,60 @@
+/* Probes move non-blocking collectives on (MPI-3.1 3.7 and 5.12, the progress rule): a rank
+ * that starts a collective and then waits in MPI_Probe, MPI_Mprobe or a loop of MPI_Iprobe /
+ * MPI_Improbe for a message that another rank sends only once that collective has finished there
+ * must not stop the collective. In a scan by recursive doubling (as MPICH and volley make it)
+ * rank 0's second step, to rank 2, needs what its first brought, so rank 2 finishes only if rank
+ * 0 moves on while it probes. */
+#include "check.h"
+
+static void scan_then(int rank, int how) {
+    long v = rank + 1, out = -1;
+    MPI_Request r;
+    MPI_Status st;
+    MPI_Message m;
+    int flag = 0;
+    OK(MPI_Iscan(&v, &out, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD, &r));
+    if (rank == 0) {
+        /* Rank 2 sends once its scan is done. */
+        int from = 2, got = -1;
+        switch (how) {
+        case 0:
+            OK(MPI_Probe(from, 40, MPI_COMM_WORLD, &st));
+            OK(MPI_Recv(&got, 1, MPI_INT, from, 40, MPI_COMM_WORLD, &st));
+            break;
+        case 1:
+            OK(MPI_Mprobe(MPI_ANY_SOURCE, 41, MPI_COMM_WORLD, &m, &st));
+            OK(MPI_Mrecv(&got, 1, MPI_INT, &m, &st));
+            break;
+        case 2:
+            while (!flag)
+                OK(MPI_Iprobe(from, 42, MPI_COMM_WORLD, &flag, &st));
+            OK(MPI_Recv(&got, 1, MPI_INT, from, 42, MPI_COMM_WORLD, &st));
+            break;
+        default:
+            while (!flag)
+                OK(MPI_Improbe(from, 43, MPI_COMM_WORLD, &flag, &m, &st));
+            OK(MPI_Mrecv(&got, 1, MPI_INT, &m, &st));
+            break;
+        }
+        CHECK(st.MPI_SOURCE == from && got == 1000 + how);
+        OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    } else {
+        OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+        if (rank == 2) {
+            int x = 1000 + how;
+            OK(MPI_Send(&x, 1, MPI_INT, 0, 40 + how, MPI_COMM_WORLD));
+        }
+    }
+    CHECK(out == (long)(rank + 1) * (rank + 2) / 2);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank = world_rank(), size = world_size();
+    CHECK(size >= 3);
+    for (int how = 0; how < 4; how++)
+        scan_then(rank, how);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    pass("nbc_probe");
+    return 0;
+}
