@@ -220,13 +220,25 @@ fn probes_and_matched_probes() {
     passes("probe", 3);
 }
 
-/// A rank that starts a non-blocking scan and then waits in MPI_Probe, MPI_Mprobe or a loop of
-/// MPI_Iprobe / MPI_Improbe for a message another rank sends only after the scan: the probe moves
-/// the scan on (it hung before: only waits, tests and blocking sends and receives did).
+/// A rank that starts a non-blocking scan and then waits in MPI_Probe, MPI_Mprobe, a loop of
+/// MPI_Iprobe / MPI_Improbe, MPI_Ssend or a blocking collective on another communicator for a
+/// rank that goes on only after its scan: the wait moves the scan on (each hung before: only
+/// waits, tests and blocking sends and receives did). On one host (shared-memory collectives)
+/// and across three hosts.
 #[test]
-fn probes_move_non_blocking_collectives_on() {
-    passes("nbc_probe", 3);
-    passes("nbc_probe", 5);
+fn every_blocking_call_moves_non_blocking_collectives_on() {
+    passes("nbc_progress", 3);
+    passes("nbc_progress", 5);
+    let s = Scratch::new("nbc-progress-net");
+    let exe = build(&s.0, "nbc_progress", false);
+    let h = Hosts::new(3, 1500);
+    let o = h.run(
+        5,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &[exe.to_str().expect("utf-8 path")],
+    );
+    let out = must(o, "nbc_progress, 5 ranks on 3 hosts over udp");
+    assert!(out.contains("nbc_progress: ok"), "{out}");
 }
 
 /// Matched probes of messages far above the rendezvous threshold: taken out of matching (a

@@ -910,6 +910,25 @@ fn prune_nbcs(rt: &mut Rt) {
         .retain(|&(i, g)| reqs.get_mut(i, g).is_some_and(|r| r.has_nbc()));
 }
 
+/// The core's idle hook (`volley::set_idle_hook`), set while non-blocking collectives are in
+/// flight: every wait in the core (a blocking receive, probe, send, or a blocking collective's
+/// step or shared-memory wait) moves them on between its passes, as MPI's progress rule asks:
+/// a rank that started MPI_Iscan and then waits in MPI_Allreduce on another communicator for a
+/// rank that enters it only once its scan is done would otherwise wait for ever. Does nothing
+/// when the state is held (a wait inside the face's own calls, which move them themselves);
+/// clears itself once none is left.
+fn idle_hook() {
+    let Some(mut rt) = crate::state::rt_if_free() else {
+        return;
+    };
+    prune_nbcs(&mut rt);
+    if rt.nbcs.is_empty() {
+        volley::set_idle_hook(None);
+        return;
+    }
+    advance(&mut rt, &mut std::iter::empty(), false);
+}
+
 /// Moves every non-blocking collective in flight on (a blocking call that waits for one of them
 /// to let go of something, e.g. the contexts a communicator creation holds).
 pub fn progress_nbcs() {
@@ -952,6 +971,7 @@ fn launch_nbc(rt: &mut Rt, i: usize, g: u32, f: crate::nbc::Nbc) {
             if let Some(r) = rt.reqs.get_mut(i, g) {
                 r.m().nbc = Some(f);
                 rt.nbcs.push((i, g));
+                volley::set_idle_hook(Some(idle_hook));
             }
         }
         std::task::Poll::Ready(res) => finish_nbc(rt, i, g, res),
@@ -2051,7 +2071,9 @@ crate::mpi! {
             unsafe { put_status(status, Status::proc_null()) };
             return Ok(());
         };
-        let st = probe_blocking(|| c.ep.iprobe(src, tag), || c.ep.probe(src, tag))?;
+        // While a non-blocking collective is in flight, the core's wait moves it on (see
+        // `idle_hook`).
+        let st = c.ep.probe(src, tag).map_err(|e| from_recv(&e))?;
         // SAFETY: the caller's status.
         unsafe { put_status(status, status_of(&c, &st, st.len)) };
         Ok(())
@@ -2083,7 +2105,7 @@ crate::mpi! {
             unsafe { put(message, abi::MESSAGE_NO_PROC)?; put_status(status, Status::proc_null()) };
             return Ok(());
         };
-        let m = probe_blocking(|| c.ep.improbe(src, tag), || c.ep.mprobe(src, tag))?;
+        let m = c.ep.mprobe(src, tag).map_err(|e| from_recv(&e))?;
         let st = m.status();
         let h = keep_message(&c, comm, m)?;
         // SAFETY: the caller's arguments.
@@ -2235,32 +2257,6 @@ fn some_done(
     unsafe { put(outcount, out)? };
     // SAFETY: MPI: statuses holds incount entries.
     unsafe { put_statuses(statuses, &done) }
-}
-
-/// A blocking probe (`wait`), or, while non-blocking collectives are in flight, looks (`look`)
-/// with passes that move them on in between: the message a probe waits for may be one that
-/// another rank sends only once a collective has finished there, which needs this rank's later
-/// steps (MPI's progress rule; MPICH's probes move everything on too).
-fn probe_blocking<T>(
-    mut look: impl FnMut() -> Result<Option<T>, RecvError>,
-    wait: impl FnOnce() -> Result<T, RecvError>,
-) -> R<T> {
-    loop {
-        {
-            let mut rt = rt()?;
-            prune_nbcs(&mut rt);
-            if rt.nbcs.is_empty() {
-                break;
-            }
-        }
-        if let Some(x) = look().map_err(|e| from_recv(&e))? {
-            return Ok(x);
-        }
-        let mut rt = rt()?;
-        // Polls the collectives once, giving the CPU away as a spinning wait does.
-        advance(&mut rt, &mut std::iter::empty(), true);
-    }
-    wait().map_err(|e| from_recv(&e))
 }
 
 /// One pass over the non-blocking collectives in flight, if any (a probe that found nothing:

@@ -483,6 +483,19 @@ fn rt_slow(free: bool) -> R<RtGuard> {
     Err(fail(class::OTHER, "MPI is not initialised"))
 }
 
+/// The state if MPI is running and no call of this thread holds it (nor lends it to a
+/// callback): for the core's idle hook, which runs inside waits, some of them inside the
+/// face's own calls.
+pub fn rt_if_free() -> Option<RtGuard> {
+    if PHASE.load(std::sync::atomic::Ordering::Acquire) != PHASE_RUNNING {
+        return None;
+    }
+    match RT.try_borrow_mut() {
+        Some(g) if g.is_some() => Some(RtGuard(Held::Own(g))),
+        _ => None,
+    }
+}
+
 /// Installs the state (MPI_Init).
 pub fn install(rt: Rt) {
     *RT.borrow_mut() = Some(rt);
@@ -491,6 +504,7 @@ pub fn install(rt: Rt) {
 
 /// Takes the state out (MPI_Finalize).
 pub fn uninstall() -> Option<Rt> {
+    volley::set_idle_hook(None);
     PHASE.store(PHASE_FINALIZED, Ordering::Release);
     RT.borrow_mut().take()
 }

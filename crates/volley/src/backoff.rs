@@ -35,6 +35,9 @@ impl Backoff {
             *seen = now;
             self.reset();
         }
+        if crate::wait::idle_hook_set() && self.n.is_multiple_of(16) {
+            crate::wait::run_idle_hook();
+        }
         self.snooze();
     }
 

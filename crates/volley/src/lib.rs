@@ -67,6 +67,7 @@ pub use net::{describe_transports, host_ipv4};
 pub use request::{RequestError, RequestId, Scope, SendRequest};
 pub use shmcoll::{Contribution, ShmGroup, SlotId, SHM_COLL_BYTES};
 pub use volley_sys::lend::{RawBuf, RawBufMut};
+pub use wait::set_idle_hook;
 pub use world::World;
 
 /// A message made piece by piece, in order (a non-contiguous MPI datatype packed on the fly):

@@ -5,6 +5,7 @@ use crate::config::WaitMode;
 use crate::counters::Counter;
 use crate::error::RecvError;
 use crate::world::World;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,41 @@ impl WaitHistory {
     }
 }
 
+thread_local! {
+    /// This thread's idle hook (see [`set_idle_hook`]), and whether it is running.
+    static IDLE_HOOK: Cell<Option<fn()>> = const { Cell::new(None) };
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets (or, with None, clears) a face's hook that every wait of this thread calls between its
+/// passes. The MPI face sets it while non-blocking collectives are in flight: their steps are
+/// the face's own state machines, which only it can move, and MPI's progress rule says a rank
+/// blocked in a receive, a probe, a send or a blocking collective must not stop them (another
+/// rank may wait for their next step before it sends what this one waits for). While a hook
+/// is set, waits poll, giving the CPU away at every pass, instead of sleeping. A wait inside
+/// the hook does not call it again.
+pub fn set_idle_hook(hook: Option<fn()>) {
+    IDLE_HOOK.set(hook);
+}
+
+/// Whether this thread has an idle hook set.
+#[inline(always)]
+pub(crate) fn idle_hook_set() -> bool {
+    IDLE_HOOK.get().is_some()
+}
+
+/// Runs this thread's idle hook, unless it is running already.
+#[cold]
+#[inline(never)]
+pub(crate) fn run_idle_hook() {
+    if let Some(hook) = IDLE_HOOK.get() {
+        if !IN_HOOK.replace(true) {
+            hook();
+            IN_HOOK.set(false);
+        }
+    }
+}
+
 /// How a receive waits after a pass over the rings found nothing.
 pub(crate) struct Waiter<'h> {
     pub(crate) mode: WaitMode,
@@ -117,6 +153,17 @@ impl<'h> Waiter<'h> {
     /// Waits a little (or sleeps, depending on the mode) before the next pass.
     pub(crate) fn pause(&mut self, w: &World) -> Result<(), RecvError> {
         self.spins = self.spins.wrapping_add(1);
+        if idle_hook_set() {
+            // A face's operations to move on (see `set_idle_hook`): now and then, and at every
+            // pass where this wait would sleep, which it does not while they are in flight.
+            if self.blocking || self.spins.is_multiple_of(16) {
+                run_idle_hook();
+            }
+            if self.blocking {
+                volley_sys::yield_now();
+                return Ok(());
+            }
+        }
         if self.blocking {
             return self.block(w);
         }
