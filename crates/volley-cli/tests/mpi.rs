@@ -833,6 +833,50 @@ fn abort_ends_the_job_with_its_code() {
     }
 }
 
+/// A sender killed after a matched probe took its large message (the data still in its memory,
+/// or on its host): the MPI_Mrecv fails with MPIX_ERR_PROC_FAILED, by single copy, by the granted
+/// stream, and across hosts over udp.
+#[test]
+fn a_matched_probe_of_a_dead_sender_fails_its_receive() {
+    let s = Scratch::new("killed-mprobe");
+    let exe = build(&s.0, "killed_mprobe", false);
+    let check = |o: std::process::Output, what: &str| {
+        let (out, err) = text(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(128 + 9),
+            "{what}: stdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(
+            out.contains("killed_mprobe: rank 0's MPI_Mrecv from the dead rank failed")
+                && out.contains("MPIX_ERR_PROC_FAILED"),
+            "{what}: stdout:\n{out}\nstderr:\n{err}"
+        );
+    };
+    for sc in ["auto", "off"] {
+        let o = volley(
+            &["--keep-going", "-n", "3", exe.to_str().unwrap()],
+            &[("VOLLEY_SINGLE_COPY", sc)],
+        );
+        check(o, &format!("one host, single copy {sc}"));
+    }
+    let h = Hosts::new(2, 1500);
+    let o = h.run_with(
+        &["--keep-going"],
+        2,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &[exe.to_str().unwrap()],
+    );
+    check(o, "two hosts over udp");
+    let exe = build(&s.0, "killed_mprobe", true);
+    let o = launch(&exe, 3, true);
+    assert!(
+        !o.status.success() && o.status.code() != Some(124),
+        "MPICH: {:?}",
+        o.status
+    );
+}
+
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     let s = Scratch::new("killed");

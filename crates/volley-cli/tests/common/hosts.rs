@@ -177,10 +177,28 @@ impl Hosts {
         self.command(n, env, args).output().expect("start volley")
     }
 
+    /// `run` with options of `volley run` itself (`opts`, e.g. `--keep-going`) before `-n`.
+    pub fn run_with(&self, opts: &[&str], n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+        self.command_with(opts, n, env, args)
+            .output()
+            .expect("start volley")
+    }
+
     /// The `volley run` of `run`, not started (for a test that starts it in the background).
     pub fn command(&self, n: usize, env: &[(&str, &str)], args: &[&str]) -> Command {
+        self.command_with(&[], n, env, args)
+    }
+
+    fn command_with(
+        &self,
+        opts: &[&str],
+        n: usize,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Command {
         let (np, hosts) = (n.to_string(), self.list());
-        let mut full = vec![
+        let mut full = opts.to_vec();
+        full.extend_from_slice(&[
             "-n",
             &np,
             "--hosts",
@@ -188,7 +206,7 @@ impl Hosts {
             "--launch",
             "ip netns exec {host}",
             "--tag-output",
-        ];
+        ]);
         full.extend_from_slice(args);
         super::volley_command(&full, env)
     }
