@@ -1289,8 +1289,20 @@ fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
 
 /// MPI_Send and MPI_Rsend: straight through the core for a contiguous buffer.
 fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
-    let mut rt = rt()?;
-    let t = committed(&rt, datatype)?;
+    send_in(&mut *rt()?, buf, count, datatype, dest, tag, comm)
+}
+
+/// `send` with the state already borrowed.
+fn send_in(
+    rt: &mut Rt,
+    buf: *const c_void,
+    count: c_int,
+    datatype: H,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R {
+    let t = committed(rt, datatype)?;
     // The fast path waits in the core, which moves no non-blocking collective on: while one is
     // in flight, the send waits as MPI_Wait does.
     if t.contig && dest != abi::PROC_NULL && rt.nbcs.is_empty() {
@@ -1304,17 +1316,8 @@ fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, 
         let data = unsafe { contig(buf, bytes) };
         return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
     }
-    let r = start_send_eager(
-        &mut rt,
-        Mode::Standard,
-        buf,
-        count,
-        datatype,
-        dest,
-        tag,
-        comm,
-    )?;
-    blocking(&mut rt, r, std::ptr::null_mut())
+    let r = start_send_eager(rt, Mode::Standard, buf, count, datatype, dest, tag, comm)?;
+    blocking(rt, r, std::ptr::null_mut())
 }
 
 /// MPI_Recv: straight into the caller's buffer for a contiguous type.
@@ -1327,8 +1330,22 @@ fn recv(
     comm: H,
     status: *mut Status,
 ) -> R {
-    let mut rt = rt()?;
-    let t = committed(&rt, datatype)?;
+    recv_in(&mut *rt()?, buf, count, datatype, source, tag, comm, status)
+}
+
+/// `recv` with the state already borrowed.
+#[allow(clippy::too_many_arguments)]
+fn recv_in(
+    rt: &mut Rt,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+    status: *mut Status,
+) -> R {
+    let t = committed(rt, datatype)?;
     // As in `send`: while a non-blocking collective is in flight, the receive waits as MPI_Wait
     // does, moving it on.
     if t.contig && source != abi::PROC_NULL && rt.nbcs.is_empty() {
@@ -1364,8 +1381,8 @@ fn recv(
             Err(e) => Err(from_recv(&e)),
         };
     }
-    let r = start_recv_eager(&mut rt, buf, count, datatype, source, tag, comm)?;
-    blocking(&mut rt, r, status)
+    let r = start_recv_eager(rt, buf, count, datatype, source, tag, comm)?;
+    blocking(rt, r, status)
 }
 
 fn mode_send(
@@ -2377,6 +2394,39 @@ fn sendrecv(
     status: *mut Status,
 ) -> R {
     let mut rt = rt()?;
+    // The fast paths, as MPI_Send's and MPI_Recv's (none while a non-blocking collective is in
+    // flight: the waits below move it on). The two halves may run one after the other, with no
+    // request, whenever neither can wait on the other: a message here already is received
+    // first, then the send may block as MPI_Send does; a send the core takes whole at once
+    // (eager, room in the ring or window) goes first, then the receive blocks as MPI_Recv does.
+    // Otherwise (a large message each way) both are posted and waited for together, so that two
+    // ranks exchanging with each other cannot deadlock.
+    if rt.nbcs.is_empty() {
+        if dest == abi::PROC_NULL {
+            return recv_in(
+                &mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, status,
+            );
+        }
+        if source == abi::PROC_NULL {
+            send_in(&mut rt, sendbuf, sendcount, sendtype, dest, sendtag, comm)?;
+            // SAFETY: the caller's status argument.
+            unsafe { put_status(status, Status::proc_null()) };
+            return Ok(());
+        }
+        if let Some((from, got, bytes)) =
+            eager_recv(&rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?
+        {
+            send_in(&mut rt, sendbuf, sendcount, sendtype, dest, sendtag, comm)?;
+            // SAFETY: the caller's status argument.
+            unsafe { put_status(status, Status::of(from, got, bytes)) };
+            return Ok(());
+        }
+        if eager_send(&rt, sendbuf, sendcount, sendtype, dest, sendtag, comm)?.is_some() {
+            return recv_in(
+                &mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm, status,
+            );
+        }
+    }
     let r = start_recv_eager(&mut rt, recvbuf, recvcount, recvtype, source, recvtag, comm)?;
     let rh = store(&mut rt, r)?;
     let s = start_send_eager(
