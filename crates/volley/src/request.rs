@@ -1054,6 +1054,31 @@ impl World {
         true
     }
 
+    /// Takes back receive `id` if it is the only receive posted, into a contiguous buffer, and
+    /// no message has matched it yet (and no handler runs): the source and tag of its pattern;
+    /// the request is gone and its buffer's loan has ended. A face whose wait has nothing else
+    /// to wait for then receives by the blocking receive's loop (`Endpoint::recv_matching` on
+    /// the endpoint it posted on, with that source and tag), which takes the message this
+    /// receive would have taken: with no other receive posted, none competes for it, and the
+    /// messages are where they were. That loop costs a pass a look at one ring, where a wait on
+    /// a posted receive also sweeps the request table. None leaves the request as it was.
+    pub fn unpost_lone(&self, id: RequestId) -> Option<(Option<usize>, Option<u32>)> {
+        let inner = &self.inner;
+        if inner.nposted.load(Ordering::Relaxed) != 1 || inner.nactive.load(Ordering::Relaxed) != 0
+        {
+            return None;
+        }
+        let mut r = inner.reqs.borrow_mut();
+        let (source, tag) = match r.get(id) {
+            Some(Op::Recv(p, _)) => (p.source, p.tag),
+            _ => return None,
+        };
+        r.remove(id);
+        r.posted.retain(|&i| i != id.idx);
+        count_posted(&inner.nposted, -1);
+        Some((source, tag))
+    }
+
     /// Cancels a posted receive that no message has matched yet (MPI_Cancel): it then completes
     /// with [`RequestError::Cancelled`] and its buffer is untouched. Returns false for a send or
     /// a receive already matched, which complete normally.
