@@ -506,8 +506,9 @@ unsafe fn contig_mut<'a>(buf: *mut c_void, bytes: usize) -> &'a mut [u8] {
     }
 }
 
-/// The fast path of MPI_Isend and MPI_Irsend: a contiguous message that goes whole through the
-/// ring at once completes now, with no request of the core's and the communicator borrowed (no
+/// The fast path of MPI_Isend and MPI_Irsend: a contiguous message that goes whole at once
+/// (through the ring, or into the network engine's window below the rendezvous threshold)
+/// completes now, with no request of the core's and the communicator borrowed (no
 /// reference count touched: on a server each locked instruction waits for the last message's
 /// stores to reach the receiver); the bytes sent. None: take the full path, which checks the
 /// arguments again.

@@ -277,13 +277,20 @@ impl Path<'_> {
         }
     }
 
-    /// Sends a whole message through the ring to this shared-memory peer if it goes at once,
-    /// by neither single copy nor rendezvous (what a send of its size would do anyway), in one
-    /// borrow of the engine: true when sent. False sends nothing: a network peer, a full ring,
-    /// sends queued before it, or a message for single copy or rendezvous. A dead peer is an
-    /// error. The fast path of a non-blocking send, which then needs no request.
+    /// Sends a whole message if it goes at once, by neither single copy nor rendezvous (what a
+    /// send of its size would do anyway): through the ring to a shared-memory peer, in one
+    /// borrow of the engine, or into the network engine for a peer on another host: true when
+    /// sent. False sends nothing: a full ring or network window, sends queued before it, or a
+    /// message for single copy or rendezvous. A dead peer is an error. The fast path of a
+    /// non-blocking send, which then needs no request.
     #[inline]
-    pub fn try_eager(&self, context: u32, tag: u32, data: &[u8]) -> Result<bool, SendError> {
+    pub fn try_eager(
+        &self,
+        context: u32,
+        tag: u32,
+        data: &[u8],
+        how: Reliability,
+    ) -> Result<bool, SendError> {
         match *self {
             Path::Ring { w, dst } => {
                 let mut e = w.eng();
@@ -315,7 +322,30 @@ impl Path<'_> {
                 debug_assert!(done, "a message that fits goes whole");
                 Ok(done)
             }
-            Path::Net { .. } => Ok(false),
+            Path::Net { w, dst } => {
+                // What `step` does with a message below the rendezvous threshold: the engine
+                // copies it and owns it from here (it resends from its copy), so the data may
+                // be reused at once. Not behind sends still waiting for the engine (order).
+                let r = {
+                    let mut n = w.net();
+                    if (how == Reliability::Reliable && data.len() > n.rndv_threshold())
+                        || n.has_waiting(dst)
+                    {
+                        return Ok(false);
+                    }
+                    n.try_send(dst, tag, context, data, how)
+                };
+                match r {
+                    Ok(()) => {
+                        let mut e = w.eng();
+                        e.count(Counter::MsgsSent, 1);
+                        e.count(Counter::BytesSent, data.len() as u64);
+                        Ok(true)
+                    }
+                    Err(Refused::Full) => Ok(false),
+                    Err(why) => self.net_refused(why).map(|_| false),
+                }
+            }
         }
     }
 

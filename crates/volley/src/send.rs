@@ -143,13 +143,16 @@ impl Endpoint {
         self.try_send_env(rank, self.port, tag, data)
     }
 
-    /// Sends `data` to `rank`'s endpoint on this endpoint's port with `tag` if it goes whole
-    /// through the ring at once and would take neither single copy nor rendezvous (what a send
-    /// of its size would do anyway): Ok(true), and `data` may be reused. Ok(false) sends nothing
-    /// (a network peer, a full ring, sends queued before it, or a message for single copy or
-    /// rendezvous): start a request instead. MPI_Isend's fast path, which then needs no request.
+    /// Sends `data` to `rank`'s endpoint on this endpoint's port with `tag` if it goes whole at
+    /// once, through the ring or into the network engine (which copies it and resends from its
+    /// copy), and would take neither single copy nor rendezvous (what a send of its size would
+    /// do anyway): Ok(true), and `data` may be reused. Ok(false) sends nothing (a full ring or
+    /// network window, sends queued before it, or a message for single copy or rendezvous):
+    /// start a request instead. MPI_Isend's fast path, which then needs no request.
     pub fn try_send_eager(&self, rank: usize, tag: u32, data: &[u8]) -> Result<bool, SendError> {
-        self.world.path(rank)?.try_eager(self.port, tag, data)
+        self.world
+            .path(rank)?
+            .try_eager(self.port, tag, data, self.how())
     }
 
     fn try_send_env(
