@@ -155,6 +155,27 @@ fn sendrecv_exchanges_without_deadlock_and_keeps_order() {
     }
 }
 
+/// A receive started by MPI_Irecv is posted when the call returns, however volley holds it
+/// back: a later probe never sees its message, receives started later (or a blocking one) come
+/// after it, large receives and sends both ways do not deadlock, it can be cancelled, and tests
+/// alone complete it; on one host and over udp between two.
+#[test]
+fn irecv_is_posted_when_it_returns() {
+    for n in [2, 3] {
+        passes("irecv_posted", n);
+    }
+    let s = Scratch::new("irecv-posted-net");
+    let exe = build(&s.0, "irecv_posted", false);
+    let h = Hosts::new(2, 1500);
+    let o = h.run(
+        2,
+        &[("VOLLEY_TRANSPORT", "udp")],
+        &[exe.to_str().expect("utf-8 path")],
+    );
+    let out = must(o, "irecv_posted, 2 ranks on 2 hosts over udp");
+    assert!(out.contains("irecv_posted: ok"), "{out}");
+}
+
 /// MPI_Isendrecv and MPI_Isendrecv_replace (MPI-4.0): rings small and large, several at once,
 /// a strided replace, MPI_PROC_NULL, with itself, and a freed request (at 1 rank every exchange
 /// is with itself; at 2 both neighbours are one rank).

@@ -77,6 +77,7 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         orphans: Vec::new(),
         scratch: Default::default(),
         nbcs: Vec::new(),
+        deferred: None,
         done_clock: 0,
         wins: Vec::new(),
         io: Default::default(),

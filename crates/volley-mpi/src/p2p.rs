@@ -17,7 +17,9 @@
 use crate::abi::{self, class, Status, H};
 use crate::dtype::{committed, TypeRef};
 use crate::err::{fail, from_recv, from_request, from_send, get, put, Fail, R};
-use crate::state::{gen_handle, gen_index, rt, CommCore, Rt, KIND_MSG, KIND_REQ, MAX_OBJECTS};
+use crate::state::{
+    gen_handle, gen_index, rt, rt_keep, CommCore, Rt, KIND_MSG, KIND_REQ, MAX_OBJECTS,
+};
 use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -149,6 +151,9 @@ pub struct More {
     pub persistent: Option<Spec>,
     /// Bytes a buffered send holds of the attached buffer.
     pub bsend: usize,
+    /// A receive held back (`Rt::deferred`): its source and tag in the core's terms, for the
+    /// post or the receive to come; `target` says where its data goes.
+    pub deferred: Option<(Option<usize>, Option<u32>)>,
     /// A non-blocking collective (or MPI_Comm_idup) in flight: polled by every test and wait.
     pub nbc: Option<crate::nbc::Nbc>,
     /// A generalized request's callbacks (MPI_Grequest_start): done when the program calls
@@ -1136,6 +1141,15 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
             // Only MPI_Pready moves such a send, and the program is waiting instead.
             return Err(fail(class::REQUEST, "a wait on a partitioned send whose partitions are not all marked ready (MPI_Pready): it cannot complete"));
         }
+        if let Some(d) = rt.deferred {
+            // A held-back receive (only MPI_Wait and MPI_Waitall come here with one): received
+            // by MPI_Recv's loop when it is all this wait waits for, else posted now.
+            if block && done + 1 == active && open == Some(d) {
+                wait_deferred(rt, d.0, d.1);
+                continue;
+            }
+            post_deferred(rt);
+        }
         if let (true, true, Some((i, g))) = (block, done + 1 == active, open) {
             if wait_lone_recv(rt, i, g) {
                 continue;
@@ -1146,6 +1160,148 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
             return Ok(());
         }
     }
+}
+
+/// MPI_Irecv's receive held back from the core (`Rt::deferred`), when nothing can tell it from
+/// one posted now: a contiguous buffer, no receive posted before it (so it would come first in
+/// matching whenever it is posted), no non-blocking collective in flight and no progress thread
+/// (which would move it on while the program computes). Every later MPI call posts it first
+/// (`rt`), before it could match, probe, wait or block, except a send that completes at once;
+/// a wait for it alone receives it by MPI_Recv's loop (`wait_deferred`). An Irecv + Send + Wait
+/// step then costs no post in the core, no pass over the rings at the post, and no taking it
+/// back. Its handle, or None to post it now.
+#[allow(clippy::too_many_arguments)]
+fn defer_recv(
+    rt: &mut Rt,
+    buf: *mut c_void,
+    count: c_int,
+    dtype: H,
+    source: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<Option<H>> {
+    if source == abi::PROC_NULL
+        || !rt.nbcs.is_empty()
+        || rt.deferred.is_some()
+        || rt.world.config().progress_thread
+        || !rt.world.nothing_posted()
+    {
+        return Ok(None);
+    }
+    let t = committed(rt, dtype)?;
+    if !t.contig {
+        return Ok(None);
+    }
+    let c = &rt.comm_slot(comm)?.core;
+    let n = check_count(count)?;
+    let ctag = check_tag(tag, true)?;
+    let src = source_of(c, source)?;
+    let mut more = spare_more(rt);
+    more.deferred = Some((src, ctag));
+    more.target = Some(Target {
+        buf: Ptr(buf as *mut u8),
+        count: n,
+        dtype: t,
+    });
+    let h = store(
+        rt,
+        Req {
+            comm,
+            core: None,
+            done: false,
+            done_at: 0,
+            active: true,
+            status: Status::empty(),
+            more: Some(more),
+        },
+    )?;
+    rt.deferred = req_at(h);
+    Ok(Some(h))
+}
+
+/// Posts the receive MPI_Irecv held back (`defer_recv`) in the core, as MPI_Irecv would have.
+#[cold]
+pub(crate) fn post_deferred(rt: &mut Rt) {
+    let Some((i, g)) = rt.deferred.take() else {
+        return;
+    };
+    let Some(r) = rt.reqs.get(i, g) else { return };
+    let comm = r.comm;
+    let Some((src, tag)) = r.more.as_ref().and_then(|m| m.deferred) else {
+        return;
+    };
+    let posted = rt.comm(comm).and_then(|c| {
+        let t = r
+            .more
+            .as_ref()
+            .and_then(|m| m.target.as_ref())
+            .expect("a held-back receive has its target");
+        // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
+        let lent = unsafe { RawBufMut::new(t.buf.0, t.count * t.dtype.size) };
+        let id = c.ep.irecv_lent(src, tag, lent).map_err(|e| from_recv(&e))?;
+        Ok((c, id))
+    });
+    let Some(r) = rt.reqs.get_mut(i, g) else {
+        return;
+    };
+    r.m().deferred = None;
+    match posted {
+        Ok((c, id)) => {
+            r.m().core_comm = Some(c);
+            r.core = Some(id);
+        }
+        Err(e) => {
+            r.status.error = e.class;
+            r.m().err = Some(e);
+            r.done = true;
+            r.done_at = stamp(&mut rt.done_clock);
+        }
+    }
+}
+
+/// Receives the receive MPI_Irecv held back (`defer_recv`) by MPI_Recv's loop: a wait for it
+/// alone.
+fn wait_deferred(rt: &mut Rt, i: usize, g: u32) {
+    rt.deferred = None;
+    let Some(r) = rt.reqs.get_mut(i, g) else {
+        return;
+    };
+    let comm = r.comm;
+    let m = r.m();
+    let (Some((src, tag)), Some(t)) = (m.deferred.take(), m.target.take()) else {
+        return;
+    };
+    let outcome = match rt.comm_slot(comm) {
+        Ok(slot) => {
+            let c = &slot.core;
+            // SAFETY: MPI's buffer rule: the receive buffer holds count elements of a
+            // contiguous type until the request completes.
+            let out = unsafe { contig_mut(t.buf.0 as *mut c_void, t.count * t.dtype.size) };
+            match c.ep.recv_matching(src, tag, out) {
+                Ok(st) => (status_of(c, &st, st.len), None),
+                Err(RecvError::BufferTooSmall {
+                    envelope: Some(env),
+                    ..
+                }) => {
+                    let (st, e) = truncated(c, &env, &t);
+                    (st, Some(e))
+                }
+                Err(e) => (Status::empty(), Some(from_recv(&e))),
+            }
+        }
+        Err(e) => (Status::empty(), Some(e)),
+    };
+    let Some(r) = rt.reqs.get_mut(i, g) else {
+        return;
+    };
+    let (mut st, err) = outcome;
+    if let Some(e) = &err {
+        st.error = e.class;
+    }
+    r.status = st;
+    r.m().err = err;
+    r.done = true;
+    r.done_at = stamp(&mut rt.done_clock);
 }
 
 /// A wait's path for the one request it still waits for when that is a receive into a
@@ -1354,7 +1510,17 @@ fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
 
 /// MPI_Send and MPI_Rsend: straight through the core for a contiguous buffer.
 fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
-    send_in(&mut *rt()?, buf, count, datatype, dest, tag, comm)
+    let mut rt = rt_keep()?;
+    if rt.deferred.is_some() {
+        // A send that goes at once keeps a held-back receive held back; one that may wait
+        // (for room, or for its receiver) posts it first, so that the peer's messages match it
+        // meanwhile.
+        if eager_send(&rt, buf, count, datatype, dest, tag, comm)?.is_some() {
+            return Ok(());
+        }
+        post_deferred(&mut rt);
+    }
+    send_in(&mut rt, buf, count, datatype, dest, tag, comm)
 }
 
 /// `send` with the state already borrowed.
@@ -1484,13 +1650,17 @@ fn isend_mode(
     comm: H,
     request: *mut H,
 ) -> R {
-    let mut rt = rt()?;
+    // As MPI_Send: a send that completes at once keeps a held-back receive held back.
+    let mut rt = rt_keep()?;
     if matches!(mode, Mode::Standard | Mode::Ready) {
         if let Some(bytes) = eager_send(&rt, buf, count, datatype, dest, tag, comm)? {
             let h = store_finished(&mut rt, comm, (abi::ANY_SOURCE, abi::ANY_TAG, bytes))?;
             // SAFETY: the caller's output argument.
             return unsafe { put(request, h) };
         }
+    }
+    if rt.deferred.is_some() {
+        post_deferred(&mut rt);
     }
     let r = start_send(
         &mut rt, mode, buf, count, datatype, dest, tag, comm, None, false,
@@ -1825,10 +1995,13 @@ crate::mpi! {
         let mut rt = rt()?;
         let h = match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
             Some(fields) => store_finished(&mut rt, comm, fields)?,
-            None => {
-                let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
-                store(&mut rt, r)?
-            }
+            None => match defer_recv(&mut rt, buf, count, datatype, source, tag, comm)? {
+                Some(h) => h,
+                None => {
+                    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
+                    store(&mut rt, r)?
+                }
+            },
         };
         // SAFETY: the caller's output argument.
         unsafe { put(request, h) }
@@ -1921,7 +2094,7 @@ crate::mpi! {
     fn MPI_Wait / PMPI_Wait(request: *mut H, status: *mut Status) {
         // SAFETY: the caller's request.
         let mut h = unsafe { get(request)? };
-        let mut rt = rt()?;
+        let mut rt = rt_keep()?;
         drive(&mut rt, &[h], true, |d, a| d >= a)?;
         let (st, e) = collect(&mut rt, &mut h);
         // SAFETY: the caller's arguments.
@@ -1955,7 +2128,7 @@ crate::mpi! {
     fn MPI_Waitall / PMPI_Waitall(count: c_int, array_of_requests: *mut H, array_of_statuses: *mut Status) {
         // SAFETY: MPI: the array holds count requests.
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
-        let mut rt = rt()?;
+        let mut rt = rt_keep()?;
         drive(&mut rt, hs, true, |d, a| d >= a)?;
         // SAFETY: MPI: the status array holds count statuses.
         unsafe { collect_all(&mut rt, hs, array_of_statuses) }

@@ -322,6 +322,12 @@ impl<T> Slab<T> {
             (self.slots.len() - 1, 0)
         }
     }
+    pub fn get(&self, i: usize, gen: u32) -> Option<&T> {
+        match self.slots.get(i) {
+            Some((g, Some(v))) if *g & GEN_MASK == gen & GEN_MASK => Some(v),
+            _ => None,
+        }
+    }
     pub fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut T> {
         match self.slots.get_mut(i) {
             Some((g, Some(v))) if *g & GEN_MASK == gen & GEN_MASK => Some(v),
@@ -376,6 +382,10 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
+    /// A receive MPI_Irecv has not posted in the core yet (see `p2p::defer_recv`): every MPI
+    /// call posts it first (`rt`), except a send that completes at once and a wait, which
+    /// receives it by MPI_Recv's loop when it is all the wait waits for.
+    pub deferred: Option<(usize, u32)>,
     /// Counts the completions of requests (see `p2p::Req::done_at`).
     pub done_clock: u64,
     /// Windows (one-sided communication, see `win`).
@@ -450,6 +460,18 @@ pub fn lend_to_callbacks<T>(rt: &mut Rt, f: impl FnOnce() -> T) -> T {
 /// line, still on its way to the receiver's core) to reach the cache.
 #[inline(always)]
 pub fn rt() -> R<RtGuard> {
+    let mut g = rt_keep()?;
+    if g.deferred.is_some() {
+        crate::p2p::post_deferred(&mut g);
+    }
+    Ok(g)
+}
+
+/// `rt` without posting a receive MPI_Irecv held back (`Rt::deferred`): only for the calls that
+/// keep it held back correctly (a send that completes at once, and the waits, which post it or
+/// receive it themselves).
+#[inline(always)]
+pub fn rt_keep() -> R<RtGuard> {
     if PHASE.load(std::sync::atomic::Ordering::Acquire) != PHASE_RUNNING {
         return Err(not_running());
     }

@@ -1054,6 +1054,14 @@ impl World {
         true
     }
 
+    /// Whether no receive is posted and no handler runs: a receive started now would come first
+    /// in matching (a face may then hold it back until it waits, see the MPI face's deferred
+    /// receives).
+    pub fn nothing_posted(&self) -> bool {
+        self.inner.nposted.load(Ordering::Relaxed) == 0
+            && self.inner.nactive.load(Ordering::Relaxed) == 0
+    }
+
     /// Takes back receive `id` if it is the only receive posted, into a contiguous buffer, and
     /// no message has matched it yet (and no handler runs): the source and tag of its pattern;
     /// the request is gone and its buffer's loan has ended. A face whose wait has nothing else
