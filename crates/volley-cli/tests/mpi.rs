@@ -117,6 +117,20 @@ fn passes_with(name: &str, n: usize, args: &[&str], env: &[(&str, &str)]) {
     }
 }
 
+/// Like `passes`, on volley only, with `n` ranks over `hosts` network namespaces (MTU 1500) and
+/// `env` for volley's run.
+fn passes_on_hosts(name: &str, hosts: usize, n: usize, env: &[(&str, &str)]) {
+    let s = Scratch::new(&format!("{name}-net"));
+    let exe = build(&s.0, name, false);
+    let h = Hosts::new(hosts, 1500);
+    let o = h.run(n, env, &[exe.to_str().expect("utf-8 path")]);
+    let out = must(o, &format!("{name}, {n} ranks on {hosts} hosts, {env:?}"));
+    assert!(
+        out.contains(&format!("{name}: ok")),
+        "{name}: no ok line:\n{out}"
+    );
+}
+
 #[test]
 fn matching_wildcards_and_order() {
     passes("matching", 4);
@@ -138,21 +152,16 @@ fn sendrecv_exchanges_without_deadlock_and_keeps_order() {
         passes("sendrecv", n);
     }
     passes_with("sendrecv", 3, &[], &[("VOLLEY_SINGLE_COPY", "off")]);
-    let s = Scratch::new("sendrecv-net");
-    let exe = build(&s.0, "sendrecv", false);
-    let h = Hosts::new(2, 1500);
-    for faults in ["", "loss=0.02,reorder=0.1,delay_us=50,seed=11"] {
-        let mut env = vec![("VOLLEY_TRANSPORT", "udp")];
-        if !faults.is_empty() {
-            env.push(("VOLLEY_FAULTS", faults));
-        }
-        let o = h.run(3, &env, &[exe.to_str().expect("utf-8 path")]);
-        let out = must(
-            o,
-            &format!("sendrecv, 3 ranks on 2 hosts over udp {faults}"),
-        );
-        assert!(out.contains("sendrecv: ok"), "{out}");
-    }
+    passes_on_hosts("sendrecv", 2, 3, &[("VOLLEY_TRANSPORT", "udp")]);
+    passes_on_hosts(
+        "sendrecv",
+        2,
+        3,
+        &[
+            ("VOLLEY_TRANSPORT", "udp"),
+            ("VOLLEY_FAULTS", "loss=0.02,reorder=0.1,delay_us=50,seed=11"),
+        ],
+    );
 }
 
 /// A receive started by MPI_Irecv is posted when the call returns, however volley holds it
@@ -164,16 +173,7 @@ fn irecv_is_posted_when_it_returns() {
     for n in [2, 3] {
         passes("irecv_posted", n);
     }
-    let s = Scratch::new("irecv-posted-net");
-    let exe = build(&s.0, "irecv_posted", false);
-    let h = Hosts::new(2, 1500);
-    let o = h.run(
-        2,
-        &[("VOLLEY_TRANSPORT", "udp")],
-        &[exe.to_str().expect("utf-8 path")],
-    );
-    let out = must(o, "irecv_posted, 2 ranks on 2 hosts over udp");
-    assert!(out.contains("irecv_posted: ok"), "{out}");
+    passes_on_hosts("irecv_posted", 2, 2, &[("VOLLEY_TRANSPORT", "udp")]);
 }
 
 /// MPI_Isendrecv and MPI_Isendrecv_replace (MPI-4.0): rings small and large, several at once,
@@ -278,16 +278,7 @@ fn probes_and_matched_probes() {
 fn every_blocking_call_moves_non_blocking_collectives_on() {
     passes("nbc_progress", 3);
     passes("nbc_progress", 5);
-    let s = Scratch::new("nbc-progress-net");
-    let exe = build(&s.0, "nbc_progress", false);
-    let h = Hosts::new(3, 1500);
-    let o = h.run(
-        5,
-        &[("VOLLEY_TRANSPORT", "udp")],
-        &[exe.to_str().expect("utf-8 path")],
-    );
-    let out = must(o, "nbc_progress, 5 ranks on 3 hosts over udp");
-    assert!(out.contains("nbc_progress: ok"), "{out}");
+    passes_on_hosts("nbc_progress", 3, 5, &[("VOLLEY_TRANSPORT", "udp")]);
 }
 
 /// Matched probes of messages far above the rendezvous threshold: taken out of matching (a

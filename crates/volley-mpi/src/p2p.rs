@@ -1271,37 +1271,13 @@ fn wait_deferred(rt: &mut Rt, i: usize, g: u32) {
     let (Some((src, tag)), Some(t)) = (m.deferred.take(), m.target.take()) else {
         return;
     };
-    let outcome = match rt.comm_slot(comm) {
-        Ok(slot) => {
-            let c = &slot.core;
-            // SAFETY: MPI's buffer rule: the receive buffer holds count elements of a
-            // contiguous type until the request completes.
-            let out = unsafe { contig_mut(t.buf.0 as *mut c_void, t.count * t.dtype.size) };
-            match c.ep.recv_matching(src, tag, out) {
-                Ok(st) => (status_of(c, &st, st.len), None),
-                Err(RecvError::BufferTooSmall {
-                    envelope: Some(env),
-                    ..
-                }) => {
-                    let (st, e) = truncated(c, &env, &t);
-                    (st, Some(e))
-                }
-                Err(e) => (Status::empty(), Some(from_recv(&e))),
-            }
-        }
+    let got = match rt.comm_slot(comm) {
+        Ok(slot) => receive_into(&slot.core, src, tag, &t),
         Err(e) => (Status::empty(), Some(e)),
     };
-    let Some(r) = rt.reqs.get_mut(i, g) else {
-        return;
-    };
-    let (mut st, err) = outcome;
-    if let Some(e) = &err {
-        st.error = e.class;
+    if let Some(r) = rt.reqs.get_mut(i, g) {
+        finish_received(r, got, &mut rt.done_clock);
     }
-    r.status = st;
-    r.m().err = err;
-    r.done = true;
-    r.done_at = stamp(&mut rt.done_clock);
 }
 
 /// A wait's path for the one request it still waits for when that is a receive into a
@@ -1335,28 +1311,46 @@ fn wait_lone_recv(rt: &mut Rt, i: usize, g: u32) -> bool {
     let Some((src, tag)) = rt.world.unpost_lone(id) else {
         return false;
     };
+    let got = receive_into(c, src, tag, t);
+    finish_received(r, got, &mut rt.done_clock);
+    true
+}
+
+/// MPI_Recv's loop for a wait's receive into the contiguous `t` on communicator `c` (the
+/// held-back one, or the lone posted one taken back): its status and error. A message too long
+/// is taken and truncated, as a posted receive takes it.
+fn receive_into(
+    c: &CommCore,
+    src: Option<usize>,
+    tag: Option<u32>,
+    t: &Target,
+) -> (Status, Option<Fail>) {
     // SAFETY: MPI's buffer rule: the receive buffer holds count elements of a contiguous type
-    // until the request completes, and the core's loan of it has ended.
+    // until the request completes, and no loan of it to the core is left.
     let out = unsafe { contig_mut(t.buf.0 as *mut c_void, t.count * t.dtype.size) };
-    let truncated_to = match c.ep.recv_matching(src, tag, out) {
-        Ok(st) => Ok(Ok(st)),
+    match c.ep.recv_matching(src, tag, out) {
+        Ok(st) => (status_of(c, &st, st.len), None),
         Err(RecvError::BufferTooSmall {
             envelope: Some(env),
             ..
-        }) => Err(truncated(c, &env, t)),
-        Err(e) => Ok(Err(RequestError::Recv(e))),
-    };
-    match truncated_to {
-        Ok(res) => settle(r, id, res),
-        Err((st, e)) => {
-            r.core = None;
-            r.status = st;
-            r.m().err = Some(e);
-            r.done = true;
+        }) => {
+            let (st, e) = truncated(c, &env, t);
+            (st, Some(e))
         }
+        Err(e) => (Status::empty(), Some(from_recv(&e))),
     }
-    r.done_at = stamp(&mut rt.done_clock);
-    true
+}
+
+/// Completes request `r` with what `receive_into` got.
+fn finish_received(r: &mut Req, (mut st, err): (Status, Option<Fail>), clock: &mut u64) {
+    if let Some(e) = &err {
+        st.error = e.class;
+    }
+    r.core = None;
+    r.status = st;
+    r.m().err = err;
+    r.done = true;
+    r.done_at = stamp(clock);
 }
 
 /// Collects a completed request: its status and error, and its handle made MPI_REQUEST_NULL
