@@ -77,7 +77,9 @@ int main(int argc, char **argv) {
     }
 
     /* Several outstanding at once, each a different size and tag, completed by Waitall; then the
-     * same completed by a loop of MPI_Test in reverse order. */
+     * same completed by a loop of MPI_Test in reverse order. The tags (20 + k) are not those of
+     * the large exchanges above: a left neighbour already here, its own exchanges done, would
+     * otherwise match this rank's MPI_ANY_SOURCE receive still waiting for tag 4. */
     for (int round = 0; round < 2; round++) {
         enum { K = 6 };
         long n[K] = {0, 1, 7, 1000, 40000, 300000};
@@ -89,8 +91,8 @@ int main(int argc, char **argv) {
             i_[k] = malloc((size_t)(n[k] + 1) * 8);
             CHECK(o[k] && i_[k]);
             fill(o[k], n[k], 100 + (uint64_t)k, rank);
-            OK(MPI_Isendrecv(o[k], (int)n[k], MPI_UINT64_T, right, k, i_[k], (int)n[k],
-                             MPI_UINT64_T, left, k, MPI_COMM_WORLD, &rs[k]));
+            OK(MPI_Isendrecv(o[k], (int)n[k], MPI_UINT64_T, right, 20 + k, i_[k], (int)n[k],
+                             MPI_UINT64_T, left, 20 + k, MPI_COMM_WORLD, &rs[k]));
         }
         if (round == 0) {
             OK(MPI_Waitall(K, rs, sts));
@@ -102,7 +104,7 @@ int main(int argc, char **argv) {
             }
         }
         for (int k = 0; k < K; k++) {
-            check_status(&sts[k], left, k, n[k] * 8);
+            check_status(&sts[k], left, 20 + k, n[k] * 8);
             CHECK(same(i_[k], n[k], 100 + (uint64_t)k, left));
             free(o[k]);
             free(i_[k]);
