@@ -93,13 +93,7 @@ pub async fn exchange_a_then(
     recvs: &mut [(usize, u32, &mut [u8])],
     local: impl FnOnce(),
 ) -> R {
-    let sends: Vec<(usize, u32, &[u8])> =
-        sends.iter().map(|&(d, t, b)| (c.group[d], t, b)).collect();
-    let mut recvs: Vec<(usize, u32, &mut [u8])> = recvs
-        .iter_mut()
-        .map(|(s, t, b)| (c.group[*s], *t, &mut **b))
-        .collect();
-    crate::nbc::exchange_world_then(&c.coll, &sends, &mut recvs, local).await
+    crate::nbc::exchange_world_then(&c.coll, Some(&c.group), sends, recvs, local).await
 }
 
 /// `exchange_a`, waited for: a step that is not part of a numbered collective (between the

@@ -319,17 +319,68 @@ pub fn is_blocking() -> bool {
 /// they borrow can go.
 struct Inflight<'a> {
     ep: &'a volley::Endpoint,
-    ids: Vec<Option<RequestId>>,
+    ids: Ids,
     err: Option<crate::Fail>,
 }
 
 impl Drop for Inflight<'_> {
     fn drop(&mut self) {
-        if self.ids.iter().any(Option::is_some) {
+        let ids = self.ids.as_mut();
+        if ids.iter().any(Option::is_some) {
             // The buffers of these requests are about to go: the requests end first.
-            self.ep.world().wait_all(&mut self.ids, |_, _| {});
+            self.ep.world().wait_all(ids, |_, _| {});
         }
     }
+}
+
+/// Requests a step keeps in place (a tree's, a ring's or recursive doubling's step posts one to
+/// four): no allocation per step. A linear step, one per peer, may post more.
+const INLINE: usize = 8;
+
+/// The requests of one step: in place up to [`INLINE`], in a vector beyond.
+enum Ids {
+    Inline(usize, [Option<RequestId>; INLINE]),
+    Heap(Vec<Option<RequestId>>),
+}
+
+impl Ids {
+    /// Room for `n` requests.
+    fn with_room(n: usize) -> Ids {
+        if n <= INLINE {
+            Ids::Inline(0, [None; INLINE])
+        } else {
+            Ids::Heap(Vec::with_capacity(n))
+        }
+    }
+
+    fn push(&mut self, id: RequestId) {
+        match self {
+            Ids::Inline(n, a) if *n < INLINE => {
+                a[*n] = Some(id);
+                *n += 1;
+            }
+            Ids::Inline(n, a) => {
+                let mut v = a[..*n].to_vec();
+                v.push(Some(id));
+                *self = Ids::Heap(v);
+            }
+            Ids::Heap(v) => v.push(Some(id)),
+        }
+    }
+
+    fn as_mut(&mut self) -> &mut [Option<RequestId>] {
+        match self {
+            Ids::Inline(n, a) => &mut a[..*n],
+            Ids::Heap(v) => v,
+        }
+    }
+}
+
+/// The job rank of a step's `rank`: through the communicator's `group`, or itself when the
+/// step names job ranks already.
+#[inline(always)]
+fn job_rank(group: Option<&[usize]>, rank: usize) -> usize {
+    group.map_or(rank, |g| g[rank])
 }
 
 /// Posts every receive, then every send (ranks are job ranks), on endpoint `ep`, and completes
@@ -339,13 +390,16 @@ pub async fn exchange_world(
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
-    exchange_world_then(ep, sends, recvs, || {}).await
+    exchange_world_then(ep, None, sends, recvs, || {}).await
 }
 
 /// [`exchange_world`], doing `local` (work of the step that needs no message, such as copying a
-/// rank's own block) once the messages are posted, so that it overlaps the peers' copies.
+/// rank's own block) once the messages are posted, so that it overlaps the peers' copies. The
+/// ranks are a communicator's, job ranks through its `group` as each message is posted (no
+/// translated copy of the lists), or job ranks when `group` is None.
 pub async fn exchange_world_then(
     ep: &volley::Endpoint,
+    group: Option<&[usize]>,
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
     local: impl FnOnce(),
@@ -359,18 +413,18 @@ pub async fn exchange_world_then(
         && recvs.iter().all(|r| r.2.len() <= SMALL)
     {
         local();
-        return exchange_small(ep, sends, recvs);
+        return exchange_small(ep, group, sends, recvs);
     }
     let mut step = Inflight {
         ep,
-        ids: Vec::with_capacity(sends.len() + recvs.len()),
+        ids: Ids::with_room(sends.len() + recvs.len()),
         err: None,
     };
     for (src, tag, buf) in recvs.iter_mut() {
         // SAFETY: the buffer is borrowed for as long as `step`, which ends its requests.
         let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
-        match ep.irecv_lent(Some(*src), Some(*tag), lent) {
-            Ok(id) => step.ids.push(Some(id)),
+        match ep.irecv_lent(Some(job_rank(group, *src)), Some(*tag), lent) {
+            Ok(id) => step.ids.push(id),
             Err(e) => {
                 step.err = Some(from_recv(&e));
                 break;
@@ -381,8 +435,8 @@ pub async fn exchange_world_then(
         for (dst, tag, data) in sends {
             // SAFETY: as above.
             let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
-            match ep.isend_lent(*dst, *tag, lent) {
-                Ok(id) => step.ids.push(Some(id)),
+            match ep.isend_lent(job_rank(group, *dst), *tag, lent) {
+                Ok(id) => step.ids.push(id),
                 Err(e) => {
                     step.err = Some(from_send(&e));
                     break;
@@ -396,11 +450,12 @@ pub async fn exchange_world_then(
     if BLOCKING.get() || step.err.is_some() {
         // What was started finishes (its buffers are borrowed here); then the first failure.
         let mut err = step.err.take();
-        w.wait_all(&mut step.ids, |k, r| settle(r, want(k), &mut err));
+        w.wait_all(step.ids.as_mut(), |k, r| settle(r, want(k), &mut err));
         return err.map_or(Ok(()), Err);
     }
     std::future::poll_fn(|_| {
         let Inflight { ids, err, .. } = &mut step;
+        let ids = ids.as_mut();
         w.test_some(ids, |k, r| settle(r, want(k), err));
         if ids.iter().any(Option::is_some) {
             return Poll::Pending;
@@ -423,22 +478,24 @@ const SMALL: usize = 1024;
 /// allgather 0.88 -> 0.63, alltoall 0.85 -> 0.59 (a barrier's cost is the round trip itself).
 fn exchange_small(
     ep: &volley::Endpoint,
+    group: Option<&[usize]>,
     sends: &[(usize, u32, &[u8])],
     recvs: &mut [(usize, u32, &mut [u8])],
 ) -> R {
     let mut step = Inflight {
         ep,
-        ids: Vec::new(),
+        ids: Ids::with_room(sends.len()),
         err: None,
     };
     for (dst, tag, data) in sends {
-        match ep.try_send_tagged(*dst, *tag, data) {
+        let dst = job_rank(group, *dst);
+        match ep.try_send_tagged(dst, *tag, data) {
             Ok(()) => {}
             Err(volley::SendError::WouldBlock { .. }) => {
                 // SAFETY: the buffer is borrowed for as long as `step`, which ends its requests.
                 let lent = unsafe { RawBuf::new(data.as_ptr(), data.len()) };
-                match ep.isend_lent(*dst, *tag, lent) {
-                    Ok(id) => step.ids.push(Some(id)),
+                match ep.isend_lent(dst, *tag, lent) {
+                    Ok(id) => step.ids.push(id),
                     Err(e) => {
                         step.err = Some(from_send(&e));
                         break;
@@ -454,7 +511,8 @@ fn exchange_small(
     if step.err.is_none() {
         for (src, tag, buf) in recvs.iter_mut() {
             let want = Some(buf.len());
-            match ep.recv_matching(Some(*src), Some(*tag), buf) {
+            let src = job_rank(group, *src);
+            match ep.recv_matching(Some(src), Some(*tag), buf) {
                 Ok(st) => settle(Ok(st), want, &mut step.err),
                 Err(volley::RecvError::BufferTooSmall {
                     envelope: Some(_), ..
@@ -462,7 +520,7 @@ fn exchange_small(
                     // Too long (a mismatch, noted): a posted receive takes it as MPI truncates.
                     // SAFETY: the buffer is borrowed until the request below has ended.
                     let lent = unsafe { RawBufMut::new(buf.as_mut_ptr(), buf.len()) };
-                    match ep.irecv_lent(Some(*src), Some(*tag), lent) {
+                    match ep.irecv_lent(Some(src), Some(*tag), lent) {
                         Ok(id) => ep
                             .world()
                             .wait_all(&mut [Some(id)], |_, r| settle(r, want, &mut step.err)),
@@ -478,7 +536,7 @@ fn exchange_small(
     }
     let mut err = step.err.take();
     ep.world()
-        .wait_all(&mut step.ids, |_, r| settle(r, None, &mut err));
+        .wait_all(step.ids.as_mut(), |_, r| settle(r, None, &mut err));
     err.map_or(Ok(()), Err)
 }
 
