@@ -182,11 +182,15 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_compare(inter, id1, &cmp));
     CHECK(cmp == MPI_CONGRUENT);
     if (lrank == 0) {
+        /* Both leaders send first, so the sends are non-blocking (MPI need not buffer a
+         * standard send), and each receives on id2 before id1. */
         int a = 200 + color, b = -1, c2 = -1;
-        OK(MPI_Send(&a, 1, MPI_INT, 0, 7, id1));
-        OK(MPI_Send(&a, 1, MPI_INT, 0, 7, id2));
+        MPI_Request sr[2];
+        OK(MPI_Isend(&a, 1, MPI_INT, 0, 7, id1, &sr[0]));
+        OK(MPI_Isend(&a, 1, MPI_INT, 0, 7, id2, &sr[1]));
         OK(MPI_Recv(&c2, 1, MPI_INT, 0, 7, id2, MPI_STATUS_IGNORE));
         OK(MPI_Recv(&b, 1, MPI_INT, 0, 7, id1, MPI_STATUS_IGNORE));
+        OK(MPI_Waitall(2, sr, MPI_STATUSES_IGNORE));
         CHECK(b == 200 + (1 - color) && c2 == 200 + (1 - color));
     }
     OK(MPI_Allreduce(&rank, &rs1, 1, MPI_INT, MPI_MAX, id2));

@@ -9,14 +9,20 @@ int main(int argc, char **argv) {
     CHECK(size >= 2);
     const int N = 50;
     if (rank != 0) {
-        /* Every other rank sends N messages with tag 1 and N with tag 2, interleaved. */
+        /* Every other rank sends N messages with tag 1 and N with tag 2, interleaved. All are
+         * non-blocking, waited for at the end: rank 0 receives the last one first, and MPI need
+         * not buffer a standard send, however small. */
+        int v[N][2];
+        MPI_Request r[N + 1];
         for (int i = 0; i < N; i++) {
-            int v[2] = {rank, i};
-            OK(MPI_Send(v, 2, MPI_INT, 0, 1 + (i % 2), MPI_COMM_WORLD));
+            v[i][0] = rank;
+            v[i][1] = i;
+            OK(MPI_Isend(v[i], 2, MPI_INT, 0, 1 + (i % 2), MPI_COMM_WORLD, &r[i]));
         }
         /* Then one with tag 9, which rank 0 takes first. */
         int last = -rank;
-        OK(MPI_Send(&last, 1, MPI_INT, 0, 9, MPI_COMM_WORLD));
+        OK(MPI_Isend(&last, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, &r[N]));
+        OK(MPI_Waitall(N + 1, r, MPI_STATUSES_IGNORE));
     } else {
         /* The tag-9 messages first, from each sender specifically: the earlier messages with
          * other tags are looked past, not lost. */

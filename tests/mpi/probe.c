@@ -8,14 +8,19 @@ int main(int argc, char **argv) {
     int rank = world_rank(), size = world_size();
     CHECK(size >= 2);
     if (rank == 1) {
+        /* All at once: rank 0 probes the second tag-4 message before it receives the first, and
+         * MPI need not buffer a standard send, so a blocking send of the first could wait for
+         * its receive and never send the second. */
         double d[7] = {1, 2, 3, 4, 5, 6, 7};
-        OK(MPI_Send(d, 7, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD));
         char s[100];
         memset(s, 'x', sizeof s);
-        OK(MPI_Send(s, 100, MPI_CHAR, 0, 4, MPI_COMM_WORLD));
-        OK(MPI_Send(s, 10, MPI_CHAR, 0, 4, MPI_COMM_WORLD));
         int i = 77;
-        OK(MPI_Send(&i, 1, MPI_INT, 0, 5, MPI_COMM_WORLD));
+        MPI_Request r[4];
+        OK(MPI_Isend(d, 7, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD, &r[0]));
+        OK(MPI_Isend(s, 100, MPI_CHAR, 0, 4, MPI_COMM_WORLD, &r[1]));
+        OK(MPI_Isend(s, 10, MPI_CHAR, 0, 4, MPI_COMM_WORLD, &r[2]));
+        OK(MPI_Isend(&i, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, &r[3]));
+        OK(MPI_Waitall(4, r, MPI_STATUSES_IGNORE));
     } else if (rank == 0) {
         MPI_Status st;
         OK(MPI_Probe(1, 3, MPI_COMM_WORLD, &st));

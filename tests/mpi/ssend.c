@@ -1,5 +1,6 @@
 /* Synchronous mode (MPI-3.1 section 3.4): MPI_Ssend / MPI_Issend complete only once a receive
- * has matched the message, however small it is; a standard send of the same size does not wait. */
+ * has matched the message, however small it is; a buffered send of the same size does not wait
+ * (a standard one may or may not: MPI need not buffer it). */
 #include "check.h"
 
 int main(int argc, char **argv) {
@@ -26,9 +27,21 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             OK(MPI_Issend(&v, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, &rs[i]));
         OK(MPI_Waitall(4, rs, MPI_STATUSES_IGNORE));
-        /* A standard send of the same message completes without a receive. */
-        OK(MPI_Send(&v, 1, MPI_INT, 1, 4, MPI_COMM_WORLD));
+        /* A buffered send of the same message completes without a receive (a standard send
+         * need not: MPI may hold it until the receive is posted, after the barrier). */
+        int bsize;
+        OK(MPI_Pack_size(1, MPI_INT, MPI_COMM_WORLD, &bsize));
+        bsize += MPI_BSEND_OVERHEAD;
+        void *bbuf = malloc(bsize);
+        CHECK(bbuf);
+        OK(MPI_Buffer_attach(bbuf, bsize));
+        OK(MPI_Bsend(&v, 1, MPI_INT, 1, 4, MPI_COMM_WORLD));
         OK(MPI_Barrier(MPI_COMM_WORLD));
+        /* Detaching waits for the buffered message to be delivered. */
+        void *det;
+        OK(MPI_Buffer_detach(&det, &bsize));
+        CHECK(det == bbuf);
+        free(bbuf);
     } else {
         OK(MPI_Barrier(MPI_COMM_WORLD));
         if (rank == 1) {

@@ -21,13 +21,17 @@ int main(int argc, char **argv) {
         OK(MPI_Send(big, 3, MPI_INT, 0, 3, MPI_COMM_WORLD));
         OK(MPI_Send(big, 1000, MPI_INT, 0, 4, MPI_COMM_WORLD));
         /* Once rank 0's receives are posted: two long messages, then two short ones with the
-         * same envelopes, then word that they all left. */
+         * same envelopes, then word that they were all started. The short ones are non-blocking,
+         * waited for after the word: rank 0 posts their receives only once it has the word, and
+         * MPI need not buffer a standard send however short. */
         OK(MPI_Recv(NULL, 0, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         OK(MPI_Send(big, 1000, MPI_INT, 0, 5, MPI_COMM_WORLD));
         OK(MPI_Send(big, 1000, MPI_INT, 0, 6, MPI_COMM_WORLD));
-        OK(MPI_Send(big + 500, 3, MPI_INT, 0, 5, MPI_COMM_WORLD));
-        OK(MPI_Send(big + 600, 3, MPI_INT, 0, 6, MPI_COMM_WORLD));
+        MPI_Request sr[2];
+        OK(MPI_Isend(big + 500, 3, MPI_INT, 0, 5, MPI_COMM_WORLD, &sr[0]));
+        OK(MPI_Isend(big + 600, 3, MPI_INT, 0, 6, MPI_COMM_WORLD, &sr[1]));
         OK(MPI_Ssend(NULL, 0, MPI_INT, 0, 8, MPI_COMM_WORLD));
+        OK(MPI_Waitall(2, sr, MPI_STATUSES_IGNORE));
     } else if (rank == 0) {
         int small[10];
         MPI_Status st;
