@@ -1556,7 +1556,7 @@ async fn exchange_v(
 
 /// A collective that finishes nothing beyond its data.
 pub(crate) fn done(f: impl std::future::Future<Output = R> + Send + 'static) -> Nbc {
-    Box::pin(async move { f.await.map(|()| None) })
+    Nbc::new(async move { f.await.map(|()| None) })
 }
 
 /// Runs a collective to its end (the blocking call).

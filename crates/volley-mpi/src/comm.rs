@@ -1081,7 +1081,7 @@ fn idup(comm: H, newcomm: *mut H, request: *mut H) -> R {
         });
         Ok(Some(finish))
     };
-    crate::p2p::start_nbc(Box::pin(f), comm, request)
+    crate::p2p::start_nbc(crate::nbc::Nbc::new(f), comm, request)
 }
 
 /// MPI_Comm_dup (and MPI_Comm_dup_with_info).

@@ -20,9 +20,11 @@
 use crate::abi::class;
 use crate::err::{fail, from_recv, from_request, from_send, Fail, R};
 use crate::state::Rt;
+use std::alloc::Layout;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 use volley::RequestId;
 use volley_sys::lend::{RawBuf, RawBufMut};
@@ -31,8 +33,113 @@ use volley_sys::lend::{RawBuf, RawBufMut};
 /// installs its communicator).
 pub type Finish = Box<dyn FnOnce(&mut Rt) -> R + Send>;
 
-/// A collective in flight.
-pub type Nbc = Pin<Box<dyn Future<Output = R<Option<Finish>>> + Send>>;
+/// A collective in flight: its future, in memory taken from the thread's kept blocks (see
+/// [`Kept`]) rather than a fresh allocation per call, as `Box::pin` made one for every blocking
+/// collective (the blocking call runs the same future as the non-blocking one).
+pub struct Nbc {
+    f: NonNull<dyn Future<Output = R<Option<Finish>>> + Send>,
+}
+
+// SAFETY: the future it owns is Send (Nbc::new asks for it); the memory is plain allocator memory,
+// given back to whichever thread drops it.
+unsafe impl Send for Nbc {}
+
+impl Nbc {
+    /// Moves `f` into a kept block of its size, or a new one.
+    pub fn new<F: Future<Output = R<Option<Finish>>> + Send + 'static>(f: F) -> Nbc {
+        let layout = Layout::new::<F>();
+        let p = take_block(layout).cast::<F>();
+        // SAFETY: `p` is valid for writes of an F and aligned for it (`take_block`'s promise).
+        unsafe { p.as_ptr().write(f) };
+        let f: NonNull<dyn Future<Output = R<Option<Finish>>> + Send> = p;
+        Nbc { f }
+    }
+}
+
+impl Future for Nbc {
+    type Output = R<Option<Finish>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: the future lives in its block, which never moves, until `drop`; `self` is
+        // borrowed mutably, so this is the only reference to it.
+        unsafe { Pin::new_unchecked(&mut *self.f.as_ptr()) }.poll(cx)
+    }
+}
+
+impl Drop for Nbc {
+    fn drop(&mut self) {
+        // SAFETY: the future was written by `new` and not dropped since; its layout is that of
+        // the value behind the pointer.
+        let layout = unsafe { Layout::for_value(self.f.as_ref()) };
+        // SAFETY: as above; the block is not used again by this Nbc.
+        unsafe { std::ptr::drop_in_place(self.f.as_ptr()) };
+        give_block(self.f.cast::<u8>(), layout);
+    }
+}
+
+/// Blocks kept per thread for collectives' futures: a program's blocking collectives of a few
+/// kinds each find the block of their size that the last one of their kind gave back.
+const KEPT_BLOCKS: usize = 16;
+
+/// The thread's kept blocks, each with its layout; freed when the thread ends.
+struct Kept(Vec<(Layout, NonNull<u8>)>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        for (layout, p) in self.0.drain(..) {
+            // SAFETY: each block came from the global allocator with this layout.
+            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        }
+    }
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Kept(Vec::new())) };
+}
+
+/// A block of `layout`: a kept one of exactly that layout, else a new one (a dangling, aligned
+/// pointer for size 0).
+fn take_block(layout: Layout) -> NonNull<u8> {
+    if layout.size() == 0 {
+        // An aligned, non-null address that is never dereferenced for more than 0 bytes.
+        return NonNull::new(layout.align() as *mut u8).expect("alignments are not 0");
+    }
+    let kept = KEPT
+        .try_with(|k| {
+            let mut k = k.borrow_mut();
+            let i = k.0.iter().position(|&(l, _)| l == layout)?;
+            Some(k.0.swap_remove(i).1)
+        })
+        .ok()
+        .flatten();
+    if let Some(p) = kept {
+        return p;
+    }
+    // SAFETY: the layout's size is not 0.
+    let p = unsafe { std::alloc::alloc(layout) };
+    NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+}
+
+/// Gives back a block `take_block` handed out for `layout`: kept for the next, or freed.
+fn give_block(p: NonNull<u8>, layout: Layout) {
+    if layout.size() == 0 {
+        return;
+    }
+    let rest = KEPT
+        .try_with(|k| {
+            let mut k = k.borrow_mut();
+            if k.0.len() < KEPT_BLOCKS {
+                k.0.push((layout, p));
+                None
+            } else {
+                Some(p)
+            }
+        })
+        .unwrap_or(Some(p));
+    if let Some(p) = rest {
+        // SAFETY: the block came from the global allocator with this layout.
+        unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+    }
+}
 
 thread_local! {
     /// Set while a blocking call runs a collective: its steps wait instead of testing.
@@ -190,7 +297,7 @@ impl Future for Checked {
     type Output = R<Option<Finish>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Checked { f, mismatch } = &mut *self;
-        match in_scope(mismatch, || f.as_mut().poll(cx)) {
+        match in_scope(mismatch, || Pin::new(&mut *f).poll(cx)) {
             Poll::Ready(Ok(_)) if mismatch.is_some() => {
                 Poll::Ready(Err(mismatch.take().expect("checked")))
             }
@@ -201,14 +308,14 @@ impl Future for Checked {
 
 /// `f`, reporting the mismatches its steps meet (see [`note_mismatch`]).
 pub fn checked(f: Nbc) -> Nbc {
-    Box::pin(Checked { f, mismatch: None })
+    Nbc::new(Checked { f, mismatch: None })
 }
 
 /// Polls a non-blocking collective once: its steps only test their requests.
 pub fn poll_once(f: &mut Nbc) -> Poll<R<Option<Finish>>> {
     let was = BLOCKING.replace(false);
     let mut cx = Context::from_waker(Waker::noop());
-    let r = f.as_mut().poll(&mut cx);
+    let r = Pin::new(f).poll(&mut cx);
     BLOCKING.set(was);
     r
 }

@@ -369,7 +369,7 @@ fn neighbor_op(
         })
         .collect();
     let s = c.next_seq();
-    Ok(Box::pin(async move {
+    Ok(Nbc::new(async move {
         let mut got: Vec<Vec<u8>> = recvs
             .iter()
             .map(|(_, t, n)| vec![0u8; n * t.size])
