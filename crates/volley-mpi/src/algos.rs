@@ -584,12 +584,19 @@ pub async fn scan_recursive_doubling(
     red: Red<'_>,
     mine: &[u8],
     exclusive: bool,
-) -> R<Option<Vec<u8>>> {
+) -> R<Option<crate::scratch::Scratch>> {
+    use crate::scratch::Scratch;
     let (n, me) = (c.size(), c.rank);
-    // The reduction of the range this rank holds, and its prefix so far.
-    let mut partial = mine.to_vec();
-    let mut prefix: Option<Vec<u8>> = (!exclusive).then(|| mine.to_vec());
-    let mut tmp = vec![0u8; mine.len()];
+    // The reduction of the range this rank holds, and its prefix so far (scratch buffers kept
+    // per thread: no allocation per call).
+    let copy = |v: &[u8]| {
+        let mut s = Scratch::new(v.len());
+        s.copy_from_slice(v);
+        s
+    };
+    let mut partial = copy(mine);
+    let mut prefix: Option<Scratch> = (!exclusive).then(|| copy(mine));
+    let mut tmp = Scratch::new(mine.len());
     let mut mask = 1;
     while mask < n {
         let partner = me ^ mask;
@@ -604,7 +611,7 @@ pub async fn scan_recursive_doubling(
                 // tmp covers the ranks just below this range: tmp op partial, tmp op prefix.
                 match prefix.as_mut() {
                     Some(p) => red.apply(&tmp, p)?,
-                    None => prefix = Some(tmp.clone()),
+                    None => prefix = Some(copy(&tmp)),
                 }
                 red.apply(&tmp, &mut partial)?;
             } else {

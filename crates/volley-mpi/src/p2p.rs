@@ -876,8 +876,12 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
     // wait holds is lent to it.
     match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
+            let spare = &mut rt.spare_more;
             if let Some(r) = rt.reqs.get_mut(i, g) {
-                r.m().nbc = Some(f);
+                // The request's rest from the pool, as every other request's (not a new box).
+                r.more
+                    .get_or_insert_with(|| spare.pop().unwrap_or_default())
+                    .nbc = Some(f);
             }
             true
         }
@@ -974,8 +978,12 @@ fn launch_nbc(rt: &mut Rt, i: usize, g: u32, f: crate::nbc::Nbc) {
     let mut f = crate::nbc::checked(f);
     match crate::state::lend_to_callbacks(rt, || crate::nbc::poll_once(&mut f)) {
         std::task::Poll::Pending => {
+            let spare = &mut rt.spare_more;
             if let Some(r) = rt.reqs.get_mut(i, g) {
-                r.m().nbc = Some(f);
+                // The request's rest from the pool, as every other request's (not a new box).
+                r.more
+                    .get_or_insert_with(|| spare.pop().unwrap_or_default())
+                    .nbc = Some(f);
                 rt.nbcs.push((i, g));
                 volley::set_idle_hook(Some(idle_hook));
             }
