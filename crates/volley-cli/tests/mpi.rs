@@ -186,6 +186,27 @@ fn isendrecv_completes_both_halves_with_the_receives_status() {
     }
 }
 
+/// A broadcast's root runs ahead of receivers that pause before each broadcast, then a barrier
+/// follows: each receiver still gets every broadcast's data and count (volley's shared-memory
+/// barrier once overwrote the count of a broadcast a receiver had not read yet).
+#[test]
+fn a_barrier_after_broadcasts_the_root_ran_ahead_of() {
+    for n in [2, 3] {
+        passes("bcast_ahead", n);
+    }
+}
+
+/// volley's hot path allocates nothing: after a warm-up, point-to-point calls and short
+/// collectives between two ranks of one host make no allocation on the calling thread (the
+/// program counts glibc's allocator entry points; volley only, as it checks the implementation).
+#[test]
+fn point_to_point_and_short_collectives_allocate_nothing() {
+    let s = Scratch::new("no_alloc");
+    let exe = build(&s.0, "no_alloc", false);
+    let out = must(launch_with(&exe, 2, false, &[], &[]), "no_alloc on volley");
+    assert!(out.contains("no_alloc: ok"), "no_alloc: no ok line:\n{out}");
+}
+
 /// MPI_Comm_split_type's MPI-4.0 types on one host (HW_UNGUIDED has no smaller level there).
 #[test]
 fn split_type_shared_and_hardware_guided_on_one_host() {

@@ -2701,7 +2701,10 @@ fn scan_op(
     } else {
         sendbuf
     };
-    let mine = packed(&t, src, k);
+    // Packed into a scratch buffer kept per thread (`packed` would allocate one per call).
+    let mut mine = crate::scratch::Scratch::new(k * t.size);
+    // SAFETY: MPI: src holds k elements of the datatype.
+    unsafe { t.pack(src as *const u8, k, &mut mine) };
     let s = c.next_seq();
     let tag = s.tag(if exclusive { TAG_EXSCAN } else { TAG_SCAN });
     let recvbuf = P::new(recvbuf);

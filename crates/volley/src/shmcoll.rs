@@ -404,6 +404,11 @@ impl ShmGroup {
     #[inline]
     pub fn barrier(&self) -> Result<(), RecvError> {
         let s = self.next();
+        // Its arrival overwrites the flag line of operation s - COLL_DEPTH (a data-less
+        // distance: the shortest), whose length and short data a member may still be reading:
+        // a broadcast's root can be that far ahead of a reader when a barrier follows, and
+        // the reader then saw the barrier's length 0 as the root's count.
+        self.wait_readers(s, coll_distance(0))?;
         self.arrive_quietly(s, 0);
         // No `done`: a barrier reads no buffer.
         self.wait_arrived(s, 0..self.size(), true)
