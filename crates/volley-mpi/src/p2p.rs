@@ -107,6 +107,16 @@ pub struct Spec {
     pub held: Option<(Arc<CommCore>, TypeRef)>,
 }
 
+/// A receive MPI_Irecv held back (`Rt::deferred`, see `defer_recv`): its request's slot, its
+/// source and tag in the core's terms, and where its data goes. Kept in the state, not in the
+/// request's `More`, so that an Irecv + Wait pair takes nothing from the pool.
+pub struct Deferred {
+    pub slot: (usize, u32),
+    pub src: Option<usize>,
+    pub tag: Option<u32>,
+    pub target: Target,
+}
+
 /// Where a receive's data goes.
 pub struct Target {
     pub buf: Ptr,
@@ -151,9 +161,6 @@ pub struct More {
     pub persistent: Option<Spec>,
     /// Bytes a buffered send holds of the attached buffer.
     pub bsend: usize,
-    /// A receive held back (`Rt::deferred`): its source and tag in the core's terms, for the
-    /// post or the receive to come; `target` says where its data goes.
-    pub deferred: Option<(Option<usize>, Option<u32>)>,
     /// A non-blocking collective (or MPI_Comm_idup) in flight: polled by every test and wait.
     pub nbc: Option<crate::nbc::Nbc>,
     /// A generalized request's callbacks (MPI_Grequest_start): done when the program calls
@@ -1149,11 +1156,11 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
             // Only MPI_Pready moves such a send, and the program is waiting instead.
             return Err(fail(class::REQUEST, "a wait on a partitioned send whose partitions are not all marked ready (MPI_Pready): it cannot complete"));
         }
-        if let Some(d) = rt.deferred {
+        if let Some(d) = rt.deferred.as_ref().map(|d| d.slot) {
             // A held-back receive (only MPI_Wait and MPI_Waitall come here with one): received
             // by MPI_Recv's loop when it is all this wait waits for, else posted now.
             if block && done + 1 == active && open == Some(d) {
-                wait_deferred(rt, d.0, d.1);
+                wait_deferred(rt);
                 continue;
             }
             post_deferred(rt);
@@ -1204,13 +1211,6 @@ fn defer_recv(
     let n = check_count(count)?;
     let ctag = check_tag(tag, true)?;
     let src = source_of(c, source)?;
-    let mut more = spare_more(rt);
-    more.deferred = Some((src, ctag));
-    more.target = Some(Target {
-        buf: Ptr(buf as *mut u8),
-        count: n,
-        dtype: t,
-    });
     let h = store(
         rt,
         Req {
@@ -1220,67 +1220,80 @@ fn defer_recv(
             done_at: 0,
             active: true,
             status: Status::empty(),
-            more: Some(more),
+            more: None,
         },
     )?;
-    rt.deferred = req_at(h);
+    rt.deferred = req_at(h).map(|slot| Deferred {
+        slot,
+        src,
+        tag: ctag,
+        target: Target {
+            buf: Ptr(buf as *mut u8),
+            count: n,
+            dtype: t,
+        },
+    });
     Ok(Some(h))
 }
 
 /// Posts the receive MPI_Irecv held back (`defer_recv`) in the core, as MPI_Irecv would have.
 #[cold]
 pub(crate) fn post_deferred(rt: &mut Rt) {
-    let Some((i, g)) = rt.deferred.take() else {
+    let Some(Deferred {
+        slot: (i, g),
+        src,
+        tag,
+        target,
+    }) = rt.deferred.take()
+    else {
         return;
     };
-    let Some(r) = rt.reqs.get(i, g) else { return };
-    let comm = r.comm;
-    let Some((src, tag)) = r.more.as_ref().and_then(|m| m.deferred) else {
+    let Some(comm) = rt.reqs.get(i, g).map(|r| r.comm) else {
         return;
     };
     let posted = rt.comm(comm).and_then(|c| {
-        let t = r
-            .more
-            .as_ref()
-            .and_then(|m| m.target.as_ref())
-            .expect("a held-back receive has its target");
         // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
-        let lent = unsafe { RawBufMut::new(t.buf.0, t.count * t.dtype.size) };
+        let lent = unsafe { RawBufMut::new(target.buf.0, target.count * target.dtype.size) };
         let id = c.ep.irecv_lent(src, tag, lent).map_err(|e| from_recv(&e))?;
         Ok((c, id))
     });
+    let mut more = spare_more(rt);
+    more.target = Some(target);
     let Some(r) = rt.reqs.get_mut(i, g) else {
         return;
     };
-    r.m().deferred = None;
     match posted {
         Ok((c, id)) => {
-            r.m().core_comm = Some(c);
+            more.core_comm = Some(c);
             r.core = Some(id);
         }
         Err(e) => {
             r.status.error = e.class;
-            r.m().err = Some(e);
+            more.err = Some(e);
             r.done = true;
             r.done_at = stamp(&mut rt.done_clock);
         }
     }
+    r.more = Some(more);
 }
 
 /// Receives the receive MPI_Irecv held back (`defer_recv`) by MPI_Recv's loop: a wait for it
 /// alone.
-fn wait_deferred(rt: &mut Rt, i: usize, g: u32) {
-    rt.deferred = None;
-    let Some(r) = rt.reqs.get_mut(i, g) else {
+fn wait_deferred(rt: &mut Rt) {
+    let Some(Deferred {
+        slot: (i, g),
+        src,
+        tag,
+        target,
+    }) = rt.deferred.take()
+    else {
         return;
     };
-    let comm = r.comm;
-    let m = r.m();
-    let (Some((src, tag)), Some(t)) = (m.deferred.take(), m.target.take()) else {
+    let Some(comm) = rt.reqs.get(i, g).map(|r| r.comm) else {
         return;
     };
     let got = match rt.comm_slot(comm) {
-        Ok(slot) => receive_into(&slot.core, src, tag, &t),
+        Ok(slot) => receive_into(&slot.core, src, tag, &target),
         Err(e) => (Status::empty(), Some(e)),
     };
     if let Some(r) = rt.reqs.get_mut(i, g) {
@@ -1356,7 +1369,9 @@ fn finish_received(r: &mut Req, (mut st, err): (Status, Option<Fail>), clock: &m
     }
     r.core = None;
     r.status = st;
-    r.m().err = err;
+    if err.is_some() || r.more.is_some() {
+        r.m().err = err;
+    }
     r.done = true;
     r.done_at = stamp(clock);
 }
@@ -1995,10 +2010,13 @@ crate::mpi! {
 
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
         let mut rt = rt()?;
-        let h = match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
-            Some(fields) => store_finished(&mut rt, comm, fields)?,
-            None => match defer_recv(&mut rt, buf, count, datatype, source, tag, comm)? {
-                Some(h) => h,
+        // Held back first: a message already here is received by the wait's loop as cheaply
+        // as by the eager path now, and a receive posted before its message (the common case)
+        // costs no pass over the rings.
+        let h = match defer_recv(&mut rt, buf, count, datatype, source, tag, comm)? {
+            Some(h) => h,
+            None => match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
+                Some(fields) => store_finished(&mut rt, comm, fields)?,
                 None => {
                     let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
                     store(&mut rt, r)?

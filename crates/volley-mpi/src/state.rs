@@ -385,7 +385,7 @@ pub struct Rt {
     /// A receive MPI_Irecv has not posted in the core yet (see `p2p::defer_recv`): every MPI
     /// call posts it first (`rt`), except a send that completes at once and a wait, which
     /// receives it by MPI_Recv's loop when it is all the wait waits for.
-    pub deferred: Option<(usize, u32)>,
+    pub deferred: Option<crate::p2p::Deferred>,
     /// Counts the completions of requests (see `p2p::Req::done_at`).
     pub done_clock: u64,
     /// Windows (one-sided communication, see `win`).
