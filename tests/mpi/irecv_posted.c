@@ -132,6 +132,31 @@ int main(int argc, char **argv) {
         OK(MPI_Barrier(MPI_COMM_WORLD));
     }
 
+    /* 7. Two receives are started, their messages and a third arrive while the rank makes no
+     * call, then an any-tag receive is started: the messages go to the receives in the order
+     * they were started, the any-tag one takes only the third. */
+    if (rank == 1) {
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        for (int k = 1; k <= 3; k++) {
+            int v = 70 + k;
+            OK(MPI_Send(&v, 1, MPI_INT, 0, 20 + k, MPI_COMM_WORLD));
+        }
+    } else if (rank == 0) {
+        int x[3] = {-1, -1, -1};
+        MPI_Request r[3];
+        MPI_Status sts[3];
+        OK(MPI_Irecv(&x[0], 1, MPI_INT, 1, 21, MPI_COMM_WORLD, &r[0]));
+        OK(MPI_Irecv(&x[1], 1, MPI_INT, 1, 22, MPI_COMM_WORLD, &r[1]));
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        usleep(200000);
+        OK(MPI_Irecv(&x[2], 1, MPI_INT, 1, MPI_ANY_TAG, MPI_COMM_WORLD, &r[2]));
+        OK(MPI_Waitall(3, r, sts));
+        CHECK(x[0] == 71 && x[1] == 72 && x[2] == 73);
+        CHECK(sts[2].MPI_TAG == 23 && sts[2].MPI_SOURCE == 1);
+    } else {
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+
     OK(MPI_Barrier(MPI_COMM_WORLD));
     if (rank == 0)
         printf("irecv_posted: ok\n");

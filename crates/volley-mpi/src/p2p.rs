@@ -107,7 +107,7 @@ pub struct Spec {
     pub held: Option<(Arc<CommCore>, TypeRef)>,
 }
 
-/// A receive MPI_Irecv held back (`Rt::deferred`, see `defer_recv`): its request's slot, its
+/// A receive MPI_Irecv held back (`Rt::deferred`, see `irecv_quick`): its request's slot, its
 /// source and tag in the core's terms, and where its data goes. Kept in the state, not in the
 /// request's `More`, so that an Irecv + Wait pair takes nothing from the pool.
 pub struct Deferred {
@@ -1177,16 +1177,23 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
     }
 }
 
-/// MPI_Irecv's receive held back from the core (`Rt::deferred`), when nothing can tell it from
-/// one posted now: a contiguous buffer, no receive posted before it (so it would come first in
-/// matching whenever it is posted), no non-blocking collective in flight and no progress thread
-/// (which would move it on while the program computes). Every later MPI call posts it first
-/// (`rt`), before it could match, probe, wait or block, except a send that completes at once;
-/// a wait for it alone receives it by MPI_Recv's loop (`wait_deferred`). An Irecv + Send + Wait
-/// step then costs no post in the core, no pass over the rings at the post, and no taking it
-/// back. Its handle, or None to post it now.
+/// MPI_Irecv's paths that need no post in the core, its arguments checked once: the receive
+/// held back from the core (`Rt::deferred`), or completed at once if its message is here.
+///
+/// Held back when nothing can tell it from one posted now: a contiguous buffer, no receive
+/// posted before it (so it would come first in matching whenever it is posted), no
+/// non-blocking collective in flight and no progress thread (which would move it on while the
+/// program computes). Every later MPI call posts it first (`rt`), before it could match, probe,
+/// wait or block, except a send that completes at once; a wait for it alone receives it by
+/// MPI_Recv's loop (`wait_deferred`). An Irecv + Send + Wait step then costs no post in the
+/// core, no pass over the rings at the post, and no taking it back.
+///
+/// Where one look at the source's ring shows nothing there (a receive posted before its
+/// message, the common case), it is held back without a scan; otherwise a message already here
+/// whole completes it at once (a request done as it starts), and only then is it held back.
+/// Its handle, or None to post it.
 #[allow(clippy::too_many_arguments)]
-fn defer_recv(
+fn irecv_quick(
     rt: &mut Rt,
     buf: *mut c_void,
     count: c_int,
@@ -1195,12 +1202,7 @@ fn defer_recv(
     tag: c_int,
     comm: H,
 ) -> R<Option<H>> {
-    if source == abi::PROC_NULL
-        || !rt.nbcs.is_empty()
-        || rt.deferred.is_some()
-        || rt.world.config().progress_thread
-        || !rt.world.nothing_posted()
-    {
+    if source == abi::PROC_NULL {
         return Ok(None);
     }
     let t = committed(rt, dtype)?;
@@ -1211,6 +1213,28 @@ fn defer_recv(
     let n = check_count(count)?;
     let ctag = check_tag(tag, true)?;
     let src = source_of(c, source)?;
+    let can_defer = rt.nbcs.is_empty()
+        && rt.deferred.is_none()
+        && !rt.world.config().progress_thread
+        && rt.world.nothing_posted();
+    if !can_defer || !c.ep.surely_nothing_from(src) {
+        // SAFETY: MPI: buf holds count elements of a contiguous type.
+        let out = unsafe { contig_mut(buf, n * t.size) };
+        if let Some(st) =
+            c.ep.try_recv_now(src, ctag, out)
+                .map_err(|e| from_recv(&e))?
+        {
+            let fields = (
+                c.peer_rank(st.source),
+                (st.tag & !(SYNC | APART_TAG)) as c_int,
+                st.len as u64,
+            );
+            return store_finished(rt, comm, fields).map(Some);
+        }
+        if !can_defer {
+            return Ok(None);
+        }
+    }
     let h = store(
         rt,
         Req {
@@ -1236,7 +1260,7 @@ fn defer_recv(
     Ok(Some(h))
 }
 
-/// Posts the receive MPI_Irecv held back (`defer_recv`) in the core, as MPI_Irecv would have.
+/// Posts the receive MPI_Irecv held back (`irecv_quick`) in the core, as MPI_Irecv would have.
 #[cold]
 pub(crate) fn post_deferred(rt: &mut Rt) {
     let Some(Deferred {
@@ -1251,6 +1275,31 @@ pub(crate) fn post_deferred(rt: &mut Rt) {
     let Some(comm) = rt.reqs.get(i, g).map(|r| r.comm) else {
         return;
     };
+    // A message already here completes it as MPI_Irecv's fast path would have (MPI_Irecv
+    // held back without looking): a receive posted after its message, then a second
+    // MPI_Irecv or a test, costs no post in the core.
+    if let Some(c) = rt
+        .comm_slot(comm)
+        .ok()
+        .map(|slot| &slot.core)
+        .filter(|c| !c.ep.surely_nothing_from(src))
+    {
+        // SAFETY: MPI's buffer rule: the receive buffer holds count elements of a contiguous
+        // type until the request completes.
+        let out = unsafe {
+            contig_mut(
+                target.buf.0 as *mut c_void,
+                target.count * target.dtype.size,
+            )
+        };
+        if let Ok(Some(st)) = c.ep.try_recv_now(src, tag, out) {
+            let got = (status_of(c, &st, st.len), None);
+            if let Some(r) = rt.reqs.get_mut(i, g) {
+                finish_received(r, got, &mut rt.done_clock);
+            }
+            return;
+        }
+    }
     let posted = rt.comm(comm).and_then(|c| {
         // SAFETY: MPI's buffer rule (the program leaves buf alone until the request completes).
         let lent = unsafe { RawBufMut::new(target.buf.0, target.count * target.dtype.size) };
@@ -1277,7 +1326,7 @@ pub(crate) fn post_deferred(rt: &mut Rt) {
     r.more = Some(more);
 }
 
-/// Receives the receive MPI_Irecv held back (`defer_recv`) by MPI_Recv's loop: a wait for it
+/// Receives the receive MPI_Irecv held back (`irecv_quick`) by MPI_Recv's loop: a wait for it
 /// alone.
 fn wait_deferred(rt: &mut Rt) {
     let Some(Deferred {
@@ -2010,18 +2059,12 @@ crate::mpi! {
 
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: H, source: c_int, tag: c_int, comm: H, request: *mut H) [comm] {
         let mut rt = rt()?;
-        // Held back first: a message already here is received by the wait's loop as cheaply
-        // as by the eager path now, and a receive posted before its message (the common case)
-        // costs no pass over the rings.
-        let h = match defer_recv(&mut rt, buf, count, datatype, source, tag, comm)? {
+        let h = match irecv_quick(&mut rt, buf, count, datatype, source, tag, comm)? {
             Some(h) => h,
-            None => match eager_recv(&rt, buf, count, datatype, source, tag, comm)? {
-                Some(fields) => store_finished(&mut rt, comm, fields)?,
-                None => {
-                    let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
-                    store(&mut rt, r)?
-                }
-            },
+            None => {
+                let r = start_recv(&mut rt, buf, count, datatype, source, tag, comm, None, false)?;
+                store(&mut rt, r)?
+            }
         };
         // SAFETY: the caller's output argument.
         unsafe { put(request, h) }

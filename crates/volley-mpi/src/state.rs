@@ -382,7 +382,7 @@ pub struct Rt {
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,
-    /// A receive MPI_Irecv has not posted in the core yet (see `p2p::defer_recv`): every MPI
+    /// A receive MPI_Irecv has not posted in the core yet (see `p2p::irecv_quick`): every MPI
     /// call posts it first (`rt`), except a send that completes at once and a wait, which
     /// receives it by MPI_Recv's loop when it is all the wait waits for.
     pub deferred: Option<crate::p2p::Deferred>,

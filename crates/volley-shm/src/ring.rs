@@ -818,6 +818,19 @@ impl Consumer {
         end.saturating_sub(self.tail) + need > self.cap
     }
 
+    /// Whether the producer has surely published nothing this consumer has not taken: one look
+    /// at the next record's stamp, no scan and no change (false when unsure: a record there,
+    /// padding included).
+    #[inline]
+    pub fn surely_empty(&self) -> bool {
+        let h = self.header(self.read);
+        // SYNC: Acquire; pairs with the Release stamp store in Producer::publish (a record seen
+        // here is then read whole by the scan that follows).
+        // SAFETY: h points at a slot inside the mapping.
+        let stamp = unsafe { (*h).stamp.load(Ordering::Acquire) };
+        self.state[self.idx(self.read)] == FREE && stamp != self.read + 1
+    }
+
     /// Whether the ring holds no record that nobody has taken yet (what a scan could still
     /// offer): a receiver's ready summary may then forget the ring.
     #[inline]
@@ -1133,6 +1146,34 @@ mod tests {
         }
         assert_eq!(next_expected, next_sent);
         assert!(c.all_released());
+    }
+
+    /// `surely_empty` (MPI_Irecv's one look before it holds a receive back) says empty only
+    /// when a scan would find nothing: never while a record is published and not taken, also
+    /// one left unwanted by a scan, across laps and padding.
+    #[test]
+    fn surely_empty_only_when_a_scan_finds_nothing() {
+        let s = seg(4096, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        assert!(c.surely_empty());
+        for round in 0..500usize {
+            let len = [0usize, 8, 100, 900][round % 4];
+            let payload = vec![7u8; len];
+            assert!(p.try_push(meta(Kind::Whole, len as u64), &payload));
+            assert!(!c.surely_empty(), "round {round}: a published record");
+            // Scanned for something else: it stays, and the ring is not empty.
+            assert!(c.scan(1, |_| false).unwrap().is_none());
+            assert!(
+                !c.surely_empty(),
+                "round {round}: a record a scan passed over"
+            );
+            let info = c.peek().unwrap().expect("the record");
+            let h = c.take(&info);
+            c.release(h);
+            assert!(c.surely_empty(), "round {round}: all taken");
+            assert_eq!(c.surely_empty(), c.nothing_unread().unwrap());
+        }
     }
 
     /// A receiver that keeps a lent record for as long as it likes never stops the producer: the

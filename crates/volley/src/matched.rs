@@ -90,6 +90,15 @@ impl Endpoint {
         }
     }
 
+    /// Whether no message from `source` can be waiting on this host yet, by one look at its
+    /// ring (no scan): false when unsure (any source, a source on another host, a record
+    /// unread in the ring or one drained aside). MPI_Irecv holds its receive back without
+    /// looking further when this holds.
+    #[inline]
+    pub fn surely_nothing_from(&self, source: Option<usize>) -> bool {
+        self.world.surely_nothing_from(source)
+    }
+
     /// Where only this host's rings can hold a message from `source` (None: any): Some(the
     /// ring, or None for all of them); None when the network may hold one.
     #[inline]

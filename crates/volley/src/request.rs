@@ -647,17 +647,38 @@ impl World {
     }
 
     /// Files receive `op` behind the receives posted before it, and matches it at once if its
-    /// message is already here.
+    /// message is already here. Only the new receive is offered the messages here: the older
+    /// ones had their offers when they were posted and get the next ones at the next progress
+    /// (every wait and test drives them). A message the new one finds that an older one
+    /// accepts is vetoed, and the pass starts over from the oldest, which takes it.
     fn post(&self, op: Op) -> RequestId {
-        let id = {
+        // Nothing to offer where one look at the source's ring finds nothing (a receive posted
+        // before its message): no pass at all.
+        let quiet = match &op {
+            Op::Recv(p, _) | Op::RecvUnpack(p, _) => self.surely_nothing_from(p.source),
+            _ => false,
+        };
+        let (id, at) = {
             let mut r = self.inner.reqs.borrow_mut();
             let id = r.insert(op);
             r.posted.push_back(id.idx);
             count_posted(&self.inner.nposted, 1);
-            id
+            (id, r.posted.len() - 1)
         };
-        self.drive_posted();
+        if !quiet {
+            self.drive_posted_from(at);
+        }
         id
+    }
+
+    /// Whether no message from `source` can be waiting on this host yet, by one look at its
+    /// ring (see `Endpoint::surely_nothing_from`).
+    #[inline]
+    pub(crate) fn surely_nothing_from(&self, source: Option<usize>) -> bool {
+        match source.and_then(|r| self.route(r)) {
+            Some(ring) => self.eng().surely_nothing_from(ring),
+            None => false,
+        }
     }
 
     /// Makes progress on every request: queued sends, then posted receives oldest first.
@@ -683,10 +704,16 @@ impl World {
     /// Offers arrived messages to the posted receives, oldest first, and moves on the
     /// fragmented ones already matched; a receive from a peer that is gone fails. Never waits.
     pub(crate) fn drive_posted(&self) {
+        self.drive_posted_from(0);
+    }
+
+    /// `drive_posted` from position `start` of the posted list on (a veto restarts the pass at
+    /// the oldest).
+    fn drive_posted_from(&self, start: usize) {
         if self.inner.nposted.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut i = 0;
+        let mut i = start;
         // A message that arrives during a pass may be found by a later receive although an
         // earlier one accepts it too: the later one then yields it (veto) and the pass starts
         // over, so the earlier one takes it. Bounded, in case messages keep arriving.

@@ -1067,6 +1067,12 @@ impl Engine {
         }
     }
 
+    /// Whether nothing from ring `src` waits to be matched, by one look (false when unsure).
+    #[inline]
+    pub fn surely_nothing_from(&self, src: usize) -> bool {
+        self.drained[src].is_empty() && self.rx[src].surely_empty()
+    }
+
     /// `poll_match` in the messages of one source.
     #[inline(always)]
     fn match_in(&mut self, pat: &Pattern, key: u128, src: usize) -> Result<Option<Hit>, RecvError> {
