@@ -191,12 +191,14 @@ impl Layout {
         }
     }
 
+    #[inline]
     pub fn rank_offset(&self, rank: usize) -> usize {
         self.ranks_offset + rank * size_of::<RankBlock>()
     }
 
     /// Word `k` of the ready summary of receiver `rank` (bit `s % 64` of word `s / 64` stands
     /// for the ring from source `s`).
+    #[inline]
     pub fn summary_word_offset(&self, rank: usize, k: usize) -> usize {
         assert!(rank < self.nranks && k < self.nranks.div_ceil(64));
         self.summary_offset + rank * self.summary_stride + k * 8

@@ -27,8 +27,8 @@ pub use layout::{
     VERSION,
 };
 pub use ring::{
-    Consumer, Corrupt, Held, Kind, Meta, Producer, RecordInfo, RndvState, Rts, SharedHeld, GRANTS,
-    RECORD_HEADER, RNDV_DESC, RTS_DESC, RTS_SINGLE_COPY, SLOT,
+    Consumer, Corrupt, Head, Held, Kind, Meta, Producer, RecordInfo, RndvState, Rts, SharedHeld,
+    GRANTS, RECORD_HEADER, RNDV_DESC, RTS_DESC, RTS_SINGLE_COPY, SLOT,
 };
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -284,6 +284,7 @@ impl Segment {
         }))
     }
 
+    #[inline]
     pub fn header(&self) -> &JobHeader {
         // SAFETY: validated or initialised on construction; lives as long as the mapping.
         unsafe { &*(self.map.as_ptr() as *const JobHeader) }
@@ -298,6 +299,7 @@ impl Segment {
     }
 
     /// The control block of `rank`. Panics if `rank` is out of range.
+    #[inline]
     pub fn rank(&self, rank: usize) -> &RankBlock {
         assert!(rank < self.layout.nranks, "rank {rank} out of range");
         // SAFETY: the offset lies inside the mapping (checked by Layout), aligned to 128.
@@ -365,6 +367,7 @@ impl Segment {
             .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
+    #[inline]
     pub fn state_epoch(&self) -> u64 {
         // SYNC: Acquire; pairs with the Release in `bump_epoch`.
         self.header()

@@ -170,6 +170,17 @@ pub struct Meta {
     pub total_len: u64,
 }
 
+/// What [`Consumer::pop_head`] did.
+#[derive(Clone, Copy, Debug)]
+pub enum Head {
+    /// The record at the read position, copied out and freed.
+    Taken(RecordInfo),
+    /// Nothing published at the read position.
+    Empty,
+    /// Nothing done: scan instead.
+    Other,
+}
+
 /// A record seen at the consumer's read position.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordInfo {
@@ -871,6 +882,56 @@ impl Consumer {
             }
             pos += slots_for(info.len);
         }
+    }
+
+    /// The in-order case of scan, take, copy and release in one step, as a plain SPSC ring pops:
+    /// where every record before `read` is freed and the record at `read` is a whole message
+    /// that `want` accepts and `out` holds, copies its payload into the front of `out` and frees
+    /// its slots at once (no state kept for it). [`Head::Empty`]: nothing published at `read`
+    /// (so nothing in the ring that a scan could offer). [`Head::Other`]: nothing changed (a
+    /// record taken out of order and not yet freed, padding, another kind, one unwanted or too
+    /// long): look with [`Consumer::scan`].
+    #[inline]
+    pub fn pop_head(
+        &mut self,
+        want: impl FnOnce(&RecordInfo) -> bool,
+        out: &mut [u8],
+    ) -> Result<Head, Corrupt> {
+        if self.tail != self.read || self.state[self.idx(self.read)] != FREE {
+            return Ok(Head::Other);
+        }
+        let Some(info) = self.at(self.read)? else {
+            return Ok(Head::Empty);
+        };
+        if info.kind != Kind::Whole || info.len > out.len() || !want(&info) {
+            return Ok(Head::Other);
+        }
+        let h = self.header(self.read);
+        // SAFETY: the stamp matched (`at`), so the payload, which follows the header inside the
+        // record (`at` checked that it does not overrun the ring), is written; the producer
+        // leaves it alone until the tail store below.
+        let payload =
+            unsafe { std::slice::from_raw_parts((h as *const u8).add(RECORD_HEADER), info.len) };
+        out[..info.len].copy_from_slice(payload);
+        let k = slots_for(info.len);
+        // As `free_released` does: no payload word may later pass for a stamp.
+        for s in 1..k {
+            // SAFETY: inside the record, which does not wrap.
+            unsafe {
+                (*self.header(self.read + s))
+                    .stamp
+                    .store(0, Ordering::Relaxed)
+            };
+        }
+        self.read += k;
+        self.tail = self.read;
+        // SYNC: Release; pairs with the Acquire in Producer::has_space: the copy and the zeroing
+        // above happen before the producer reuses the slots.
+        // SAFETY: ctrl is valid while we hold the segment.
+        unsafe { (*self.ctrl).tail.store(self.tail, Ordering::Release) };
+        // As in `take`: the next record's line, while this one's caller goes on.
+        prefetch(self.header(self.read) as *const u8);
+        Ok(Head::Taken(info))
     }
 
     /// Takes a record that [`Consumer::scan`] or [`Consumer::peek`] returned. It stays in place
@@ -1590,6 +1651,153 @@ mod tests {
         };
         while p.try_push_with(m, 900, |_| {}) {}
         assert!(!p.try_push_with(m, 900, |_| panic!("fill called without room")));
+    }
+
+    #[test]
+    fn pop_head_takes_only_the_freed_in_order_head() {
+        let s = seg(4096, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        let mut out = [0u8; 300];
+        assert!(matches!(
+            c.pop_head(|_| true, &mut out).unwrap(),
+            Head::Empty
+        ));
+        for i in 0..3u8 {
+            assert!(p.try_push(meta(Kind::Whole, 200), &[i; 200]));
+        }
+        // Unwanted, or too long for the buffer: nothing changes.
+        assert!(matches!(
+            c.pop_head(|_| false, &mut out).unwrap(),
+            Head::Other
+        ));
+        assert!(matches!(
+            c.pop_head(|_| true, &mut out[..199]).unwrap(),
+            Head::Other
+        ));
+        match c.pop_head(|r| r.context == 2, &mut out).unwrap() {
+            Head::Taken(info) => assert_eq!((info.len, out[0], out[199]), (200, 0, 0)),
+            h => panic!("expected the first record, got {h:?}"),
+        }
+        // A record taken by scan and held: the next one is not the freed head any more.
+        let i = c.peek().unwrap().unwrap();
+        let held = c.take(&i);
+        assert!(matches!(
+            c.pop_head(|_| true, &mut out).unwrap(),
+            Head::Other
+        ));
+        assert_eq!(c.payload(&held)[0], 1, "the held record stays intact");
+        c.release(held);
+        match c.pop_head(|_| true, &mut out).unwrap() {
+            Head::Taken(info) => assert_eq!((info.len, out[0]), (200, 2)),
+            h => panic!("expected the third record, got {h:?}"),
+        }
+        assert!(c.all_released());
+        assert!(matches!(
+            c.pop_head(|_| true, &mut out).unwrap(),
+            Head::Empty
+        ));
+        assert!(c.peek().unwrap().is_none());
+        // Padding at the wrap and other kinds are left to scan; around many laps every record
+        // comes out once, in order, whichever way it was taken.
+        let sizes = [4usize, 100, 500, 900, 33];
+        let (mut sent, mut got) = (0u32, 0u32);
+        let mut buf = [0u8; 1024];
+        while got < 3000 {
+            let len = sizes[sent as usize % sizes.len()];
+            let kind = if sent % 7 == 3 {
+                Kind::Stream
+            } else {
+                Kind::Whole
+            };
+            let mut payload = vec![0u8; len];
+            payload[..4].copy_from_slice(&sent.to_le_bytes());
+            if p.try_push(meta(kind, len as u64), &payload) {
+                sent += 1;
+                continue;
+            }
+            while let Some(info) = c.peek().unwrap() {
+                let n = match c.pop_head(|_| true, &mut buf).unwrap() {
+                    Head::Taken(i) => {
+                        assert_eq!(i.len, info.len);
+                        u32::from_le_bytes(buf[..4].try_into().unwrap())
+                    }
+                    Head::Other => {
+                        assert!(info.kind == Kind::Stream || info.pos != c.read);
+                        let h = c.take(&info);
+                        let n = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
+                        c.release(h);
+                        n
+                    }
+                    Head::Empty => panic!("peek found a record that pop_head did not"),
+                };
+                assert_eq!(n, got, "out of order");
+                got += 1;
+            }
+        }
+        assert!(c.all_released());
+    }
+
+    #[test]
+    fn pop_head_beside_a_concurrent_producer_and_look_ahead_takes() {
+        // As the look-ahead race above, with port 1's records popped at the head where they can
+        // be and port 2's taken out of order by scan.
+        let s = seg(16 << 10, 2048);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        const N: u32 = 200_000;
+        let t = std::thread::spawn(move || {
+            for i in 0..N {
+                let len = [4usize, 500, 1000, 2000, 33][(i % 5) as usize];
+                let mut buf = [0u8; 2000];
+                buf[..4].copy_from_slice(&i.to_le_bytes());
+                let m = Meta {
+                    kind: Kind::Whole,
+                    tag: 0,
+                    context: 1 + i % 2,
+                    total_len: len as u64,
+                };
+                while !p.try_push(m, &buf[..len]) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut next = [0u32, 1u32];
+        let mut out = [0u8; 2000];
+        let mut turn = 0;
+        while next[0] < N || next[1] < N {
+            let port = 1 + turn % 2;
+            turn += 1;
+            let k = (port - 1) as usize;
+            if next[k] >= N {
+                continue;
+            }
+            let got = if port == 1 {
+                match c.pop_head(|r| r.context == 1, &mut out).unwrap() {
+                    Head::Taken(_) => Some(u32::from_le_bytes(out[..4].try_into().unwrap())),
+                    Head::Empty => None,
+                    Head::Other => c.scan(1, |r| r.context == 1).unwrap().map(|info| {
+                        let h = c.take(&info);
+                        let n = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
+                        c.release(h);
+                        n
+                    }),
+                }
+            } else {
+                c.scan(2, |r| r.context == 2).unwrap().map(|info| {
+                    let h = c.take(&info);
+                    let n = u32::from_le_bytes(c.payload(&h)[..4].try_into().unwrap());
+                    c.release(h);
+                    n
+                })
+            };
+            if let Some(n) = got {
+                assert_eq!(n, next[k], "port {port} out of order");
+                next[k] += 2;
+            }
+        }
+        t.join().unwrap();
+        assert!(c.all_released());
     }
 
     #[test]

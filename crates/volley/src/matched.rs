@@ -13,7 +13,7 @@ use crate::wait::Waiter;
 use crate::world::World;
 use std::sync::atomic::Ordering;
 use volley_proto::Reliability;
-use volley_shm::{Kind, RecordInfo};
+use volley_shm::{Head, Kind, RecordInfo};
 
 /// What [`Endpoint::fast_pass`] did.
 enum Fast {
@@ -36,10 +36,14 @@ impl Endpoint {
         buf: &mut [u8],
     ) -> Result<Status, RecvError> {
         let pat = self.pattern(source, tag)?;
-        let mut waiter = Waiter::new(
-            wait_from_bits(self.wait.load(Ordering::Relaxed)),
-            &self.waits,
-        );
+        // Made at the first pass that finds nothing: a message already here costs no waiter.
+        let mut waiter = None;
+        let new_waiter = || {
+            Waiter::new(
+                wait_from_bits(self.wait.load(Ordering::Relaxed)),
+                &self.waits,
+            )
+        };
         // Where only the rings can hold a match, and no posted receive or handler comes first,
         // a pass is one borrow of the engine (see `fast_pass`).
         let w = &self.world;
@@ -52,14 +56,17 @@ impl Endpoint {
                     match self.fast_pass(&pat, ring, out)? {
                         Fast::Done(st) => return Ok(st),
                         Fast::Nothing => {
-                            waiter.idle(w, self.port, source)?;
+                            waiter
+                                .get_or_insert_with(new_waiter)
+                                .idle(w, self.port, source)?;
                             continue;
                         }
                         Fast::Other => {}
                     }
                 }
             }
-            if let Some(st) = self.step(&pat, &mut buf, &mut waiter)? {
+            let waiter = waiter.get_or_insert_with(new_waiter);
+            if let Some(st) = self.step(&pat, &mut buf, waiter)? {
                 waiter.finish(&self.world);
                 return Ok(st);
             }
@@ -134,6 +141,21 @@ impl Endpoint {
         let mut e = w.eng();
         e.refresh_fates();
         e.drive_pending();
+        if let Some(src) = ring {
+            // The common case, the message next in its ring: popped as a plain ring pops.
+            match e.pop_match(pat, src, |r| r.tag & SYNC_TAG == 0, out)? {
+                Head::Taken(info) => {
+                    e.disarm();
+                    return Ok(Fast::Done(Status {
+                        source: w.inner.l2g[src],
+                        tag: info.tag,
+                        len: info.len,
+                    }));
+                }
+                Head::Empty => return Ok(Fast::Nothing),
+                Head::Other => {}
+            }
+        }
         match e.poll_match(pat, ring)? {
             None => Ok(Fast::Nothing),
             Some((src, Hit::Ring(info)))
@@ -313,11 +335,18 @@ impl Endpoint {
     /// matched receive does this by itself; a face calls it when it opens the endpoint, so that
     /// messages arriving before its first receive cannot block the ring for other contexts (an
     /// MPI program may send a large message and then enter a barrier).
+    #[inline]
     pub fn use_matching(&self) {
         if !self.matched.load(Ordering::Relaxed) {
-            self.matched.store(true, Ordering::Relaxed);
-            self.world.eng().note_matched_context(self.port);
+            self.note_matching();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_matching(&self) {
+        self.matched.store(true, Ordering::Relaxed);
+        self.world.eng().note_matched_context(self.port);
     }
 
     pub(crate) fn pattern(
@@ -782,6 +811,43 @@ impl World {
         veto: &dyn Fn(&Status) -> bool,
         incremental: bool,
     ) -> Result<Step, RecvError> {
+        // The common case, a receive from a rank of this host whose message is next in its
+        // ring, whole, fits and wants no acknowledgement: popped in one step (as `fast_pass`),
+        // the veto asked before anything is taken. Anything else takes the full path below.
+        if let (Some(out), Some(Some(src))) =
+            (buf.as_deref_mut(), pat.source.map(|r| self.route(r)))
+        {
+            let source = self.inner.l2g[src];
+            let head = {
+                let mut e = self.eng();
+                e.refresh_fates();
+                e.drive_pending();
+                e.pop_match(
+                    pat,
+                    src,
+                    |r| {
+                        r.tag & SYNC_TAG == 0
+                            && !veto(&Status {
+                                source,
+                                tag: r.tag,
+                                len: r.len,
+                            })
+                    },
+                    out,
+                )?
+            };
+            match head {
+                Head::Taken(info) => {
+                    return Ok(Step::Done(Status {
+                        source,
+                        tag: info.tag,
+                        len: info.len,
+                    }))
+                }
+                Head::Empty => return Ok(Step::Nothing),
+                Head::Other => {}
+            }
+        }
         let room = buf.as_deref().map(<[u8]>::len);
         let (st, found) = match self.claim(pat, veto, room)? {
             Ok(claimed) => claimed,

@@ -690,7 +690,7 @@ impl World {
     /// Whether a receive posted in `context` before position `before` of the posted list
     /// (usize::MAX: any) that no message has matched yet accepts a message with envelope `st`.
     pub(crate) fn posted_accepts(&self, context: u32, st: &Status, before: usize) -> bool {
-        if self.inner.nposted.load(Ordering::Relaxed) == 0 {
+        if before == 0 || self.inner.nposted.load(Ordering::Relaxed) == 0 {
             return false;
         }
         let r = self.inner.reqs.borrow_mut();

@@ -9,7 +9,7 @@ use crate::error::{Fate, PeerLost, RecvError};
 use crate::matching::Pattern;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use volley_shm::{Consumer, Kind, Producer, RankState, RecordInfo, Segment};
+use volley_shm::{Consumer, Head, Kind, Producer, RankState, RecordInfo, Segment};
 use volley_sys::EventFd;
 
 /// What a local port is bound to.
@@ -862,7 +862,22 @@ impl Engine {
 
     /// Pushes queued non-blocking sends (and notes finished single copies). Returns how many
     /// messages completed.
+    #[inline]
     pub fn drive_pending(&mut self) -> usize {
+        // Nothing queued, lent or in flight (the common case, polled at every pass): one look.
+        if self.npending == 0
+            && self.nrts == 0
+            && self.nbacklog == 0
+            && self.inflight.is_empty()
+            && self.progress.as_ref().is_none_or(|p| p.lent == 0)
+        {
+            return 0;
+        }
+        self.drive_pending_slow()
+    }
+
+    #[inline(never)]
+    fn drive_pending_slow(&mut self) -> usize {
         self.collect_returns();
         let mut done = self.check_inflight();
         if self.nrts > 0 || self.nbacklog > 0 {
@@ -1067,6 +1082,36 @@ impl Engine {
         }
     }
 
+    /// `poll_match` in ring `src` where the match is the ring's next record, a whole message
+    /// that fits `out` and wants no acknowledgement (`accept` says which: the caller's tag
+    /// rule): copied into `out` and its slots freed in one step (`Consumer::pop_head`).
+    /// `Head::Empty`: nothing from `src` to match. `Head::Other`: nothing done (a message
+    /// drained aside, out-of-order takes, padding, another kind or a record not accepted):
+    /// ask `poll_match`.
+    #[inline(always)]
+    pub fn pop_match(
+        &mut self,
+        pat: &Pattern,
+        src: usize,
+        accept: impl FnOnce(&RecordInfo) -> bool,
+        out: &mut [u8],
+    ) -> Result<Head, RecvError> {
+        if !self.drained[src].is_empty() {
+            return Ok(Head::Other);
+        }
+        let head = self.rx[src]
+            .pop_head(
+                |r| r.context == pat.context && pat.accepts_tag(r.tag) && accept(r),
+                out,
+            )
+            .map_err(|e| self.corrupt(src, e))?;
+        if let Head::Taken(info) = head {
+            self.counters.add(Counter::MsgsRecvd, 1);
+            self.counters.add(Counter::BytesRecvd, info.len as u64);
+        }
+        Ok(head)
+    }
+
     /// Whether nothing from ring `src` waits to be matched, by one look (false when unsure).
     #[inline]
     pub fn surely_nothing_from(&self, src: usize) -> bool {
@@ -1125,11 +1170,17 @@ impl Engine {
     }
 
     /// Re-reads the other ranks' states if any changed since last time.
+    #[inline]
     pub fn refresh_fates(&mut self) {
         let epoch = self.seg.state_epoch();
-        if epoch == self.seen_epoch {
-            return;
+        if epoch != self.seen_epoch {
+            self.refresh_fates_at(epoch);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refresh_fates_at(&mut self, epoch: u64) {
         self.seen_epoch = epoch;
         let (mut gone, mut failed) = (0, 0);
         for r in 0..self.n {
@@ -1178,6 +1229,7 @@ impl Engine {
     }
 
     /// Error for a send to `dst` if `dst` can no longer receive.
+    #[inline]
     pub fn send_dead_end(&mut self, dst: usize) -> Option<PeerLost> {
         self.refresh_fates();
         self.fates[dst].map(|fate| PeerLost {
