@@ -320,31 +320,43 @@ pub struct Msg {
     pub core: Arc<CommCore>,
 }
 
+#[inline(always)]
 fn check_tag(tag: c_int, any_ok: bool) -> R<Option<u32>> {
+    if (0..=abi::MAX_TAG).contains(&tag) {
+        return Ok(Some(tag as u32));
+    }
     if any_ok && tag == abi::ANY_TAG {
         return Ok(None);
     }
-    if !(0..=abi::MAX_TAG).contains(&tag) {
-        return Err(fail(
-            class::TAG,
-            format!(
-                "tag {tag} is invalid: tags are 0 to MPI_TAG_UB ({}){}",
-                abi::MAX_TAG,
-                if any_ok { ", or MPI_ANY_TAG" } else { "" }
-            ),
-        ));
-    }
-    Ok(Some(tag as u32))
+    Err(bad_tag(tag, any_ok))
 }
 
+#[cold]
+#[inline(never)]
+fn bad_tag(tag: c_int, any_ok: bool) -> Fail {
+    fail(
+        class::TAG,
+        format!(
+            "tag {tag} is invalid: tags are 0 to MPI_TAG_UB ({}){}",
+            abi::MAX_TAG,
+            if any_ok { ", or MPI_ANY_TAG" } else { "" }
+        ),
+    )
+}
+
+#[inline(always)]
 fn check_count(count: c_int) -> R<usize> {
-    if count < 0 {
-        return Err(fail(class::COUNT, format!("count {count} is negative")));
-    }
-    Ok(count as usize)
+    usize::try_from(count).map_err(|_| bad_count(count))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_count(count: c_int) -> Fail {
+    fail(class::COUNT, format!("count {count} is negative"))
 }
 
 /// The source of a receive: None for any.
+#[inline(always)]
 fn source_of(c: &CommCore, source: c_int) -> R<Option<usize>> {
     if source == abi::ANY_SOURCE {
         return Ok(None);
@@ -534,15 +546,17 @@ fn eager_send(
     tag: c_int,
     comm: H,
 ) -> R<Option<u64>> {
-    let t = committed(rt, dtype)?;
-    if !t.contig || dest == abi::PROC_NULL {
+    if dest == abi::PROC_NULL {
         return Ok(None);
     }
+    let Some(size) = contig_size(rt, dtype)? else {
+        return Ok(None);
+    };
     let c = &rt.comm_slot(comm)?.core;
     let n = check_count(count)?;
     let tag = check_tag(tag, false)?.expect("not any");
     let w = c.peer_world_rank(dest)?;
-    let bytes = n * t.size;
+    let bytes = n * size;
     // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
     let data = unsafe { contig(buf, bytes) };
     let sent =
@@ -1574,6 +1588,23 @@ fn blocking(rt: &mut Rt, r: Req, status: *mut Status) -> R {
     e.map_or(Ok(()), Err)
 }
 
+/// The size of one element of `dtype` where its elements lie in one block (the fast paths'
+/// case): a predefined type's by one table look, another's from the state. None: not one
+/// block (or not committed: the full path says so).
+#[inline(always)]
+fn contig_size(rt: &Rt, dtype: H) -> R<Option<usize>> {
+    match crate::dtype::predefined_contig_size(dtype) {
+        Some(s) => Ok(Some(s)),
+        None => made_contig_size(rt, dtype),
+    }
+}
+
+#[inline(never)]
+fn made_contig_size(rt: &Rt, dtype: H) -> R<Option<usize>> {
+    let t = committed(rt, dtype)?;
+    Ok(t.contig.then_some(t.size))
+}
+
 /// MPI_Send and MPI_Rsend: straight through the core for a contiguous buffer.
 fn send(buf: *const c_void, count: c_int, datatype: H, dest: c_int, tag: c_int, comm: H) -> R {
     let mut rt = rt_keep()?;
@@ -1599,19 +1630,21 @@ fn send_in(
     tag: c_int,
     comm: H,
 ) -> R {
-    let t = committed(rt, datatype)?;
     // The fast path waits in the core, which moves no non-blocking collective on: while one is
     // in flight, the send waits as MPI_Wait does.
-    if t.contig && dest != abi::PROC_NULL && rt.nbcs.is_empty() {
-        // The fast path borrows the communicator from the table (no reference count touched).
-        let c = &rt.comm_slot(comm)?.core;
-        let n = check_count(count)?;
-        let tag = check_tag(tag, false)?.expect("not any");
-        let w = c.peer_world_rank(dest)?;
-        let bytes = n * t.size;
-        // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-        let data = unsafe { contig(buf, bytes) };
-        return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
+    if dest != abi::PROC_NULL && rt.nbcs.is_empty() {
+        if let Some(size) = contig_size(rt, datatype)? {
+            // The fast path borrows the communicator from the table (no reference count
+            // touched).
+            let c = &rt.comm_slot(comm)?.core;
+            let n = check_count(count)?;
+            let tag = check_tag(tag, false)?.expect("not any");
+            let w = c.peer_world_rank(dest)?;
+            let bytes = n * size;
+            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
+            let data = unsafe { contig(buf, bytes) };
+            return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
+        }
     }
     let r = start_send_eager(rt, Mode::Standard, buf, count, datatype, dest, tag, comm)?;
     blocking(rt, r, std::ptr::null_mut())
@@ -1642,17 +1675,20 @@ fn recv_in(
     comm: H,
     status: *mut Status,
 ) -> R {
-    let t = committed(rt, datatype)?;
     // As in `send`: while a non-blocking collective is in flight, the receive waits as MPI_Wait
     // does, moving it on.
-    if t.contig && source != abi::PROC_NULL && rt.nbcs.is_empty() {
+    if source == abi::PROC_NULL || !rt.nbcs.is_empty() {
+        let r = start_recv_eager(rt, buf, count, datatype, source, tag, comm)?;
+        return blocking(rt, r, status);
+    }
+    if let Some(size) = contig_size(rt, datatype)? {
         // The state stays borrowed while the receive waits: nothing the program wrote runs
         // meanwhile (MPI programs bind no active ports), and the borrow costs no reference count.
         let c = &rt.comm_slot(comm)?.core;
         let n = check_count(count)?;
         let ctag = check_tag(tag, true)?;
         let src = source_of(c, source)?;
-        let bytes = n * t.size;
+        let bytes = n * size;
         // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
         let out = unsafe { contig_mut(buf, bytes) };
         return match c.ep.recv_matching(src, ctag, out) {
@@ -1668,7 +1704,7 @@ fn recv_in(
                 let target = Target {
                     buf: Ptr(buf as *mut u8),
                     count: n,
-                    dtype: t,
+                    dtype: committed(rt, datatype)?,
                 };
                 let (st, e) = truncated(c, &env, &target);
                 // SAFETY: the caller's status argument.

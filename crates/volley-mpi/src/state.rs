@@ -152,15 +152,14 @@ impl CommCore {
 
     /// The job rank of the peer rank `r` of point-to-point operations: in the remote group of
     /// an intercommunicator, in the group otherwise.
+    #[inline]
     pub fn peer_world_rank(&self, r: c_int) -> R<usize> {
         match &self.remote {
             None => self.world_rank(r),
-            Some((g, _)) => g.get(usize::try_from(r).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
-                fail(
-                    class::RANK,
-                    format!("rank {r} is not in the intercommunicator's remote group (it has {} ranks)", g.len()),
-                )
-            }),
+            Some((g, _)) => match usize::try_from(r).ok().and_then(|i| g.get(i)) {
+                Some(&w) => Ok(w),
+                None => Err(not_remote(r, g.len())),
+            },
         }
     }
 
@@ -173,18 +172,12 @@ impl CommCore {
     }
 
     /// The job rank of communicator rank `r`.
+    #[inline]
     pub fn world_rank(&self, r: c_int) -> R<usize> {
-        if r < 0 || r as usize >= self.group.len() {
-            return Err(fail(
-                class::RANK,
-                format!(
-                    "rank {r} is not in the communicator (it has {} ranks: 0 to {})",
-                    self.group.len(),
-                    self.group.len() as i64 - 1
-                ),
-            ));
+        match usize::try_from(r).ok().and_then(|i| self.group.get(i)) {
+            Some(&w) => Ok(w),
+            None => Err(not_in_comm(r, self.group.len())),
         }
-        Ok(self.group[r as usize])
     }
 
     /// The communicator rank of job rank `w`.
@@ -604,6 +597,7 @@ pub fn world_rank() -> Option<usize> {
 }
 
 impl Rt {
+    #[inline]
     pub fn comm_slot(&self, h: H) -> R<&CommSlot> {
         self.comms
             .get(comm_index(h)?)
@@ -876,11 +870,11 @@ pub fn ctx_take(cid: u32, taken: bool) {
 }
 
 /// The table index of communicator handle `h` (MPI_COMM_WORLD and MPI_COMM_SELF are 0 and 1).
+#[inline]
 fn comm_index(h: H) -> R<usize> {
     match h {
         abi::COMM_WORLD => Ok(0),
         abi::COMM_SELF => Ok(1),
-        abi::COMM_NULL => Err(fail(class::COMM, "the communicator is MPI_COMM_NULL")),
         h => index(KIND_COMM, h).ok_or_else(|| bad_comm(h)),
     }
 }
@@ -899,7 +893,33 @@ pub fn vacant<T>(table: &mut Vec<Option<T>>, v: T) -> usize {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn not_remote(r: c_int, n: usize) -> crate::err::Fail {
+    fail(
+        class::RANK,
+        format!("rank {r} is not in the intercommunicator's remote group (it has {n} ranks)"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn not_in_comm(r: c_int, n: usize) -> crate::err::Fail {
+    fail(
+        class::RANK,
+        format!(
+            "rank {r} is not in the communicator (it has {n} ranks: 0 to {})",
+            n as i64 - 1
+        ),
+    )
+}
+
+#[cold]
+#[inline(never)]
 fn bad_comm(h: H) -> crate::err::Fail {
+    if h == abi::COMM_NULL {
+        return fail(class::COMM, "the communicator is MPI_COMM_NULL");
+    }
     fail(
         class::COMM,
         format!("{h:#x} is not a communicator handle (freed, or never made)"),
