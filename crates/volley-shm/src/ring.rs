@@ -934,6 +934,44 @@ impl Consumer {
         Ok(Head::Taken(info))
     }
 
+    /// Take, copy into the front of `out` and release in one: a record that [`Consumer::scan`]
+    /// or [`Consumer::peek`] returned (`out` holds its payload). Where it is the next record and
+    /// nothing before it is held, its slots are freed at once as [`Consumer::pop_head`] frees
+    /// them; otherwise by `take` and `release`.
+    #[inline]
+    pub fn copy_out(&mut self, info: &RecordInfo, out: &mut [u8]) {
+        if info.pos == self.read && self.tail == self.read && self.parked.is_none() {
+            let i = self.idx(info.pos);
+            assert!(self.state[i] == FREE, "copy_out() of a record not offered");
+            let h = self.header(info.pos);
+            // SAFETY: an offered record: published, inside the ring, left alone by the producer
+            // until the tail store below.
+            let payload = unsafe {
+                std::slice::from_raw_parts((h as *const u8).add(RECORD_HEADER), info.len)
+            };
+            out[..info.len].copy_from_slice(payload);
+            let k = slots_for(info.len);
+            for s in 1..k {
+                // SAFETY: inside the record, which does not wrap.
+                unsafe {
+                    (*self.header(info.pos + s))
+                        .stamp
+                        .store(0, Ordering::Relaxed)
+                };
+            }
+            self.read += k;
+            self.tail = self.read;
+            // SYNC: Release; pairs with the Acquire in Producer::has_space (as in free_released).
+            // SAFETY: ctrl is valid while we hold the segment.
+            unsafe { (*self.ctrl).tail.store(self.tail, Ordering::Release) };
+            prefetch(self.header(self.read) as *const u8);
+            return;
+        }
+        let held = self.take(info);
+        out[..info.len].copy_from_slice(self.payload(&held));
+        self.release(held);
+    }
+
     /// Takes a record that [`Consumer::scan`] or [`Consumer::peek`] returned. It stays in place
     /// until released.
     #[inline]
@@ -1736,6 +1774,46 @@ mod tests {
             }
         }
         assert!(c.all_released());
+    }
+
+    #[test]
+    fn copy_out_frees_in_order_and_keeps_held_records() {
+        let s = seg(4096, 1024);
+        let mut p = s.producer(0, 0);
+        let mut c = s.consumer(0, 0);
+        let mut out = [0u8; 1024];
+        for lap in 0..500u32 {
+            for i in 0..3u32 {
+                let n = lap * 3 + i;
+                let mut payload = vec![(n % 251) as u8; [8usize, 300, 900][i as usize]];
+                payload[..4].copy_from_slice(&n.to_le_bytes());
+                assert!(p.try_push(meta(Kind::Whole, payload.len() as u64), &payload));
+            }
+            // The second record taken first and held: the first is then copied out past it.
+            let first = c.peek().unwrap().unwrap();
+            let second = c.scan(9, |r| r.pos != first.pos).unwrap().unwrap();
+            let held = c.take(&second);
+            c.copy_out(&first, &mut out);
+            assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()), lap * 3);
+            assert_eq!(
+                c.payload(&held)[4],
+                ((lap * 3 + 1) % 251) as u8,
+                "held record intact"
+            );
+            c.release(held);
+            let third = c.peek().unwrap().unwrap();
+            c.copy_out(&third, &mut out);
+            assert_eq!(
+                u32::from_le_bytes(out[..4].try_into().unwrap()),
+                lap * 3 + 2
+            );
+            assert_eq!(out[899], ((lap * 3 + 2) % 251) as u8);
+            assert!(c.all_released());
+            assert!(
+                c.peek().unwrap().is_none(),
+                "phantom record after lap {lap}"
+            );
+        }
     }
 
     #[test]

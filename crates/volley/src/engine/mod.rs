@@ -656,9 +656,7 @@ impl Engine {
     /// must hold it) and frees its record.
     #[inline]
     pub fn copy_whole(&mut self, src: usize, info: &RecordInfo, out: &mut [u8]) {
-        let held = self.rx[src].take(info);
-        out[..info.len].copy_from_slice(self.rx[src].payload(&held));
-        self.rx[src].release(held);
+        self.rx[src].copy_out(info, out);
         self.counters.add(Counter::MsgsRecvd, 1);
         self.counters.add(Counter::BytesRecvd, info.len as u64);
     }
