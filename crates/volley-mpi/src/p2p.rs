@@ -552,17 +552,34 @@ fn eager_send(
     let Some(size) = contig_size(rt, dtype)? else {
         return Ok(None);
     };
+    let (c, w, tag, data) = send_args(rt, buf, count, size, dest, tag, comm)?;
+    let sent =
+        c.ep.try_send_eager(w, tag, data)
+            .map_err(|e| from_send(&e))?;
+    Ok(sent.then_some(data.len() as u64))
+}
+
+/// The send fast paths' arguments, checked, for `count` elements of a contiguous type of
+/// `size` bytes: the communicator (borrowed from the table: no reference count touched), the
+/// destination's job rank, the tag and the bytes to send.
+#[inline(always)]
+fn send_args(
+    rt: &Rt,
+    buf: *const c_void,
+    count: c_int,
+    size: usize,
+    dest: c_int,
+    tag: c_int,
+    comm: H,
+) -> R<(&CommCore, usize, u32, &[u8])> {
     let c = &rt.comm_slot(comm)?.core;
     let n = check_count(count)?;
     let tag = check_tag(tag, false)?.expect("not any");
     let w = c.peer_world_rank(dest)?;
-    let bytes = n * size;
-    // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-    let data = unsafe { contig(buf, bytes) };
-    let sent =
-        c.ep.try_send_eager(w, tag, data)
-            .map_err(|e| from_send(&e))?;
-    Ok(sent.then_some(bytes as u64))
+    // SAFETY: MPI: buf holds count elements of a contiguous type, n * size bytes, unchanged
+    // for the length of the call.
+    let data = unsafe { contig(buf, n * size) };
+    Ok((c, w, tag, data))
 }
 
 /// The fast path of MPI_Irecv: a message that has already arrived whole and fits completes the
@@ -1634,15 +1651,7 @@ fn send_in(
     // in flight, the send waits as MPI_Wait does.
     if dest != abi::PROC_NULL && rt.nbcs.is_empty() {
         if let Some(size) = contig_size(rt, datatype)? {
-            // The fast path borrows the communicator from the table (no reference count
-            // touched).
-            let c = &rt.comm_slot(comm)?.core;
-            let n = check_count(count)?;
-            let tag = check_tag(tag, false)?.expect("not any");
-            let w = c.peer_world_rank(dest)?;
-            let bytes = n * size;
-            // SAFETY: MPI: buf holds count elements of a contiguous type, bytes bytes.
-            let data = unsafe { contig(buf, bytes) };
+            let (c, w, tag, data) = send_args(rt, buf, count, size, dest, tag, comm)?;
             return c.ep.send_tagged(w, tag, data).map_err(|e| from_send(&e));
         }
     }

@@ -897,7 +897,7 @@ impl Consumer {
         want: impl FnOnce(&RecordInfo) -> bool,
         out: &mut [u8],
     ) -> Result<Head, Corrupt> {
-        if self.tail != self.read || self.state[self.idx(self.read)] != FREE {
+        if !self.is_free_head(self.read) {
             return Ok(Head::Other);
         }
         let Some(info) = self.at(self.read)? else {
@@ -906,10 +906,40 @@ impl Consumer {
         if info.kind != Kind::Whole || info.len > out.len() || !want(&info) {
             return Ok(Head::Other);
         }
-        let h = self.header(self.read);
-        // SAFETY: the stamp matched (`at`), so the payload, which follows the header inside the
-        // record (`at` checked that it does not overrun the ring), is written; the producer
-        // leaves it alone until the tail store below.
+        self.copy_free_head(&info, out);
+        Ok(Head::Taken(info))
+    }
+
+    /// Take, copy into the front of `out` and release in one: a record that [`Consumer::scan`]
+    /// or [`Consumer::peek`] returned (`out` holds its payload). Where it is the next record and
+    /// nothing before it is held, its slots are freed at once as [`Consumer::pop_head`] frees
+    /// them; otherwise by `take` and `release`.
+    #[inline]
+    pub fn copy_out(&mut self, info: &RecordInfo, out: &mut [u8]) {
+        if self.is_free_head(info.pos) {
+            self.copy_free_head(info, out);
+            return;
+        }
+        let held = self.take(info);
+        out[..info.len].copy_from_slice(self.payload(&held));
+        self.release(held);
+    }
+
+    /// Whether `pos` is the read position, nothing before it is held and its record is not
+    /// taken: a record there can be copied out and freed at once (`copy_free_head`).
+    #[inline(always)]
+    fn is_free_head(&self, pos: u64) -> bool {
+        pos == self.read && self.tail == self.read && self.state[self.idx(pos)] == FREE
+    }
+
+    /// Copies the published record `info` at the read position (`is_free_head`) into the front
+    /// of `out` and frees its slots: what take, release and `free_released` do for it, without
+    /// the state byte.
+    #[inline(always)]
+    fn copy_free_head(&mut self, info: &RecordInfo, out: &mut [u8]) {
+        let h = self.header(info.pos);
+        // SAFETY: a published record (its stamp matched in `at`), which `at` checked does not
+        // overrun the ring; the producer leaves it alone until the tail store below.
         let payload =
             unsafe { std::slice::from_raw_parts((h as *const u8).add(RECORD_HEADER), info.len) };
         out[..info.len].copy_from_slice(payload);
@@ -918,7 +948,7 @@ impl Consumer {
         for s in 1..k {
             // SAFETY: inside the record, which does not wrap.
             unsafe {
-                (*self.header(self.read + s))
+                (*self.header(info.pos + s))
                     .stamp
                     .store(0, Ordering::Relaxed)
             };
@@ -931,45 +961,6 @@ impl Consumer {
         unsafe { (*self.ctrl).tail.store(self.tail, Ordering::Release) };
         // As in `take`: the next record's line, while this one's caller goes on.
         prefetch(self.header(self.read) as *const u8);
-        Ok(Head::Taken(info))
-    }
-
-    /// Take, copy into the front of `out` and release in one: a record that [`Consumer::scan`]
-    /// or [`Consumer::peek`] returned (`out` holds its payload). Where it is the next record and
-    /// nothing before it is held, its slots are freed at once as [`Consumer::pop_head`] frees
-    /// them; otherwise by `take` and `release`.
-    #[inline]
-    pub fn copy_out(&mut self, info: &RecordInfo, out: &mut [u8]) {
-        if info.pos == self.read && self.tail == self.read && self.parked.is_none() {
-            let i = self.idx(info.pos);
-            assert!(self.state[i] == FREE, "copy_out() of a record not offered");
-            let h = self.header(info.pos);
-            // SAFETY: an offered record: published, inside the ring, left alone by the producer
-            // until the tail store below.
-            let payload = unsafe {
-                std::slice::from_raw_parts((h as *const u8).add(RECORD_HEADER), info.len)
-            };
-            out[..info.len].copy_from_slice(payload);
-            let k = slots_for(info.len);
-            for s in 1..k {
-                // SAFETY: inside the record, which does not wrap.
-                unsafe {
-                    (*self.header(info.pos + s))
-                        .stamp
-                        .store(0, Ordering::Relaxed)
-                };
-            }
-            self.read += k;
-            self.tail = self.read;
-            // SYNC: Release; pairs with the Acquire in Producer::has_space (as in free_released).
-            // SAFETY: ctrl is valid while we hold the segment.
-            unsafe { (*self.ctrl).tail.store(self.tail, Ordering::Release) };
-            prefetch(self.header(self.read) as *const u8);
-            return;
-        }
-        let held = self.take(info);
-        out[..info.len].copy_from_slice(self.payload(&held));
-        self.release(held);
     }
 
     /// Takes a record that [`Consumer::scan`] or [`Consumer::peek`] returned. It stays in place
@@ -1210,6 +1201,27 @@ mod tests {
             context: 2,
             total_len: total,
         }
+    }
+
+    /// A producer thread publishing records 0..n, numbered in their first four bytes, even
+    /// numbers for port 1 and odd for port 2, in sizes that make padding frequent.
+    fn two_port_producer(mut p: Producer, n: u32) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for i in 0..n {
+                let len = [4usize, 500, 1000, 2000, 33][(i % 5) as usize];
+                let mut buf = [0u8; 2000];
+                buf[..4].copy_from_slice(&i.to_le_bytes());
+                let m = Meta {
+                    kind: Kind::Whole,
+                    tag: 0,
+                    context: 1 + i % 2,
+                    total_len: len as u64,
+                };
+                while !p.try_push(m, &buf[..len]) {
+                    std::hint::spin_loop();
+                }
+            }
+        })
     }
 
     #[test]
@@ -1556,25 +1568,10 @@ mod tests {
         // A real race: the producer thread publishes (and pads) while the consumer scans past
         // records of another port and takes them out of order. Sizes make padding frequent.
         let s = seg(16 << 10, 2048);
-        let mut p = s.producer(0, 0);
+        let p = s.producer(0, 0);
         let mut c = s.consumer(0, 0);
         const N: u32 = 200_000;
-        let t = std::thread::spawn(move || {
-            for i in 0..N {
-                let len = [4usize, 500, 1000, 2000, 33][(i % 5) as usize];
-                let mut buf = [0u8; 2000];
-                buf[..4].copy_from_slice(&i.to_le_bytes());
-                let m = Meta {
-                    kind: Kind::Whole,
-                    tag: 0,
-                    context: 1 + i % 2,
-                    total_len: len as u64,
-                };
-                while !p.try_push(m, &buf[..len]) {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+        let t = two_port_producer(p, N);
         let mut next = [0u32, 1u32]; // even numbers go to port 1, odd to port 2
         let mut turn = 0;
         while next[0] < N || next[1] < N {
@@ -1821,25 +1818,10 @@ mod tests {
         // As the look-ahead race above, with port 1's records popped at the head where they can
         // be and port 2's taken out of order by scan.
         let s = seg(16 << 10, 2048);
-        let mut p = s.producer(0, 0);
+        let p = s.producer(0, 0);
         let mut c = s.consumer(0, 0);
         const N: u32 = 200_000;
-        let t = std::thread::spawn(move || {
-            for i in 0..N {
-                let len = [4usize, 500, 1000, 2000, 33][(i % 5) as usize];
-                let mut buf = [0u8; 2000];
-                buf[..4].copy_from_slice(&i.to_le_bytes());
-                let m = Meta {
-                    kind: Kind::Whole,
-                    tag: 0,
-                    context: 1 + i % 2,
-                    total_len: len as u64,
-                };
-                while !p.try_push(m, &buf[..len]) {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+        let t = two_port_producer(p, N);
         let mut next = [0u32, 1u32];
         let mut out = [0u8; 2000];
         let mut turn = 0;
