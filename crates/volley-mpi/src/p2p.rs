@@ -1145,15 +1145,22 @@ fn store(rt: &mut Rt, mut r: Req) -> R<H> {
 }
 
 /// The handle of the request stored at (i, g), unless too many are alive.
+#[inline(always)]
 fn check_stored(rt: &mut Rt, i: usize, g: u32) -> R<H> {
     if i >= MAX_OBJECTS {
-        rt.reqs.remove(i, g);
-        return Err(fail(
-            class::NO_MEM,
-            format!("more than {MAX_OBJECTS} requests are active or not yet completed by a wait or test: complete some first"),
-        ));
+        return Err(too_many_requests(rt, i, g));
     }
     Ok(req_handle(i, g))
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_requests(rt: &mut Rt, i: usize, g: u32) -> Fail {
+    rt.reqs.remove(i, g);
+    fail(
+        class::NO_MEM,
+        format!("more than {MAX_OBJECTS} requests are active or not yet completed by a wait or test: complete some first"),
+    )
 }
 
 /// Drives the requests named by `hs` (null and inactive ones skipped) until `enough(done,
@@ -1266,18 +1273,17 @@ fn irecv_quick(
             return Ok(None);
         }
     }
-    let h = store(
-        rt,
-        Req {
-            comm,
-            core: None,
-            done: false,
-            done_at: 0,
-            active: true,
-            status: Status::empty(),
-            more: None,
-        },
-    )?;
+    // Written where it lives (as `store_finished` does).
+    let (i, g) = rt.reqs.insert_with(|| Req {
+        comm,
+        core: None,
+        done: false,
+        done_at: 0,
+        active: true,
+        status: Status::empty(),
+        more: None,
+    });
+    let h = check_stored(rt, i, g)?;
     rt.deferred = req_at(h).map(|slot| Deferred {
         slot,
         src,
@@ -1379,6 +1385,33 @@ fn wait_deferred(rt: &mut Rt) {
     if let Some(r) = rt.reqs.get_mut(i, g) {
         finish_received(r, got, &mut rt.done_clock);
     }
+}
+
+/// MPI_Wait's path for the receive MPI_Irecv held back (`irecv_quick`): received by MPI_Recv's
+/// loop and collected at once, without the general pass (`drive`, `collect`) whose bookkeeping
+/// an Irecv + Send + Wait step does not need. Its status and error; None: `h` is another
+/// request, or freed requests are to be moved on first (`reap_orphans`).
+#[inline(always)]
+fn wait_held(rt: &mut Rt, h: H) -> Option<(Status, Option<Fail>)> {
+    let (i, g) = rt.deferred.as_ref()?.slot;
+    if req_at(h) != Some((i, g)) || !rt.orphans.is_empty() {
+        return None;
+    }
+    let comm = rt.reqs.get(i, g)?.comm;
+    let d = rt.deferred.take()?;
+    let (mut st, err) = match rt.comm_slot(comm) {
+        Ok(slot) => receive_into(&slot.core, d.src, d.tag, &d.target),
+        Err(e) => (Status::empty(), Some(e)),
+    };
+    if let Some(r) = rt.reqs.remove(i, g) {
+        recycle(rt, r);
+    }
+    let err = err.map(|mut e| {
+        st.error = e.class;
+        e.comm = Some(comm);
+        e
+    });
+    Some((st, err))
 }
 
 /// A wait's path for the one request it still waits for when that is a receive into a
@@ -2203,8 +2236,16 @@ crate::mpi! {
         // SAFETY: the caller's request.
         let mut h = unsafe { get(request)? };
         let mut rt = rt_keep()?;
-        drive(&mut rt, &[h], true, |d, a| d >= a)?;
-        let (st, e) = collect(&mut rt, &mut h);
+        let (st, e) = match wait_held(&mut rt, h) {
+            Some(got) => {
+                h = abi::REQUEST_NULL;
+                got
+            }
+            None => {
+                drive(&mut rt, &[h], true, |d, a| d >= a)?;
+                collect(&mut rt, &mut h)
+            }
+        };
         // SAFETY: the caller's arguments.
         unsafe {
             put(request, h)?;

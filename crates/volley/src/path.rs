@@ -310,16 +310,20 @@ impl Path<'_> {
                         return Ok(false);
                     }
                 }
-                if !e.can_fit(dst, len) {
+                // A message of one record goes whole or not at all: only one in fragments
+                // asks for room first, so that it never goes in part.
+                if len > e.max_payload() && !e.can_fit(dst, len) {
                     return Ok(false);
                 }
                 let mut cursor = Cursor::default();
                 let done = e.push(dst, tag, context, data, &mut cursor);
-                if done || cursor.off > 0 {
+                debug_assert!(
+                    done || cursor.off == 0,
+                    "a message goes whole or not at all"
+                );
+                if done {
                     e.ring_doorbell(dst);
                 }
-                // can_fit promised room for the whole message.
-                debug_assert!(done, "a message that fits goes whole");
                 Ok(done)
             }
             Path::Net { w, dst } => {
