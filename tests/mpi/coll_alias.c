@@ -4,7 +4,8 @@
  * wait for each other; MPI_Reduce_local refuses MPI_IN_PLACE (5.9.7 gives it none) and
  * aliased buffers. A predefined operation on a type it is not defined on (5.9.2: MPI_MAX and
  * MPI_SUM take no MPI_BYTE) is MPI_ERR_OP on every rank, also those that would not combine
- * anything. Collectives after the refused ones work. */
+ * anything, also after calls of the same shape with other operations have passed. Collectives
+ * after the refused ones work. */
 #include "check.h"
 
 static void buffer_error(int rc) {
@@ -84,6 +85,36 @@ int main(int argc, char **argv) {
     if (rank == 0)
         for (int i = 0; i < n; i++)
             CHECK(c[i] == i + 1);
+
+    /* The same refusals once the communicator's short collectives have run many times with
+     * other operations on the same type and count (an implementation that remembers the checks
+     * of a call shape must keep the operation in what it remembers), and for a broadcast of
+     * that shape before them. */
+    for (int i = 0; i < 3; i++) {
+        OK(MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_BOR, w));
+        CHECK(out[0] == 1 && out[1] == 2);
+        unsigned char bx[2] = {(unsigned char)(rank + i), 7};
+        OK(MPI_Reduce(bx, out, 2, MPI_BYTE, MPI_BXOR, 0, w));
+        if (rank == 0) {
+            unsigned char x = 0;
+            for (int r = 0; r < n; r++)
+                x ^= (unsigned char)(r + i);
+            CHECK(out[0] == x && out[1] == (n % 2 ? 7 : 0));
+        }
+        unsigned char bb[2] = {(unsigned char)(rank == i % n ? 40 + i : 0), 9};
+        OK(MPI_Bcast(bb, 2, MPI_BYTE, i % n, w));
+        CHECK(bb[0] == 40 + i && bb[1] == 9);
+    }
+    rc = MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_MAX, w);
+    CHECK(rc != MPI_SUCCESS);
+    OK(MPI_Error_class(rc, &cls));
+    CHECK(cls == MPI_ERR_OP);
+    rc = MPI_Reduce(by, out, 2, MPI_BYTE, MPI_SUM, 0, w);
+    CHECK(rc != MPI_SUCCESS);
+    OK(MPI_Error_class(rc, &cls));
+    CHECK(cls == MPI_ERR_OP);
+    OK(MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, w));
+    CHECK(sum == n * (n + 1) / 2);
     free(b);
     free(c);
     pass("coll_alias");

@@ -376,6 +376,177 @@ fn reduce_shm(
     Ok(true)
 }
 
+/// `CommCore::short_memo`: a choice was made (for the call's operation, datatype, count and
+/// bytes in the low bits: see `short_key`)...
+const SHORT_SEEN: u64 = 1 << 63;
+/// ... and it was the segment's slots.
+const SHORT_SHM: u64 = 1 << 62;
+
+/// `CommCore::short_memo`'s entries.
+const SHORT_ALLREDUCE: usize = 0;
+const SHORT_REDUCE: usize = 1;
+const SHORT_BCAST: usize = 2;
+
+/// The most bytes of a short path's call (`reduce_short`, `bcast_short`): one flag line's.
+const SHORT_BYTES: usize = volley::SHM_COLL_INLINE;
+
+/// A short call's memo key: its operation (OP_NULL for none), datatype (both the ABI's small
+/// constants), count and bytes (each at most SHORT_BYTES), each in its own byte.
+fn short_key(op: H, datatype: H, n: usize, len: usize) -> u64 {
+    SHORT_SEEN
+        | ((op - abi::OP_NULL) as u64) << 24
+        | ((datatype - abi::DATATYPE_NULL) as u64) << 16
+        | (n as u64) << 8
+        | len as u64
+}
+
+/// The short paths' choice: whether call `coll` (entry `which` of the memo, its key `key`)
+/// meets in the segment's slots. From the communicator's memo of its last such call when the
+/// key is the same (every other input of the choice is the communicator's, and the arguments
+/// `check` checked then are the same), else `check`ed, chosen as `place_for` would choose for
+/// a communicator of one host (a choice that would read across the ranks' memory is left to
+/// it) and remembered.
+#[allow(clippy::too_many_arguments)]
+fn short_in_slots(
+    c: &CommCore,
+    which: usize,
+    coll: Coll,
+    key: u64,
+    len: usize,
+    n: usize,
+    op: Option<Op>,
+    check: impl FnOnce() -> R,
+) -> R<bool> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let memo = &c.short_memo[which];
+    let was = memo.load(Relaxed);
+    if was & !SHORT_SHM == key {
+        return Ok(was & SHORT_SHM != 0);
+    }
+    check()?;
+    let sh = Shape {
+        shared: true,
+        spread: false,
+        ..shape(len, c.size(), n, op)
+    };
+    let shm = collectives::select(coll, Shape { cross: true, ..sh }) != Algo::Direct
+        && collectives::select(coll, sh) == Algo::Shm;
+    memo.store(key | if shm { SHORT_SHM } else { 0 }, Relaxed);
+    Ok(shm)
+}
+
+/// The communicator's slots for a short path's call, borrowed from the state `rt`: None where
+/// the general path must decide (a non-blocking collective in flight, which moves on only
+/// where the state is free, and the short paths hold it while they wait; ranks on several
+/// hosts; slots not claimed yet, which takes the general path's first call).
+fn short_group(rt: &crate::state::Rt, comm: H) -> R<Option<(&CommCore, &volley::ShmGroup)>> {
+    if !rt.nbcs.is_empty() {
+        return Ok(None);
+    }
+    let c = &rt.comm_slot(comm)?.core;
+    Ok(match c.shm.get() {
+        Some(Some(g)) if c.shared => Some((c, g)),
+        _ => None,
+    })
+}
+
+/// MPI_Allreduce's (`root` None) and MPI_Reduce's path for a short vector (at most one flag
+/// line's bytes) of a predefined type with a predefined operation, on a communicator whose
+/// ranks share this host and have met in the segment before: the reduction `reduce_shm` makes
+/// (the same slots, the same association, so the same bits), with the communicator borrowed
+/// from the state instead of counted, the choice of algorithm and the operation's check
+/// remembered from the last call of the same operation, type and count (`short_in_slots`),
+/// and no buffer from the scratch list. That bookkeeping was most of an 8-byte allreduce's
+/// instructions. false: the general path decides.
+#[allow(clippy::too_many_arguments)]
+fn reduce_short(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count_: c_int,
+    datatype: H,
+    op_h: H,
+    root: Option<c_int>,
+    comm: H,
+) -> R<bool> {
+    let Some(size) = crate::dtype::predefined_contig_size(datatype) else {
+        return Ok(false);
+    };
+    let predefined = matches!(
+        op_h,
+        abi::SUM
+            | abi::MIN
+            | abi::MAX
+            | abi::PROD
+            | abi::BAND
+            | abi::BOR
+            | abi::BXOR
+            | abi::LAND
+            | abi::LOR
+            | abi::LXOR
+            | abi::MINLOC
+            | abi::MAXLOC
+    );
+    let len = (count_.max(0) as usize) * size;
+    if count_ <= 0 || !predefined || len > SHORT_BYTES {
+        return Ok(false);
+    }
+    let n = count_ as usize;
+    let rt = rt()?;
+    let Some((c, g)) = short_group(&rt, comm)? else {
+        return Ok(false);
+    };
+    let root = root.map(|r| root_of(c, r)).transpose()?;
+    let t = committed(&rt, datatype)?;
+    let op = Op::Predefined(op_h);
+    let (which, coll) = match root {
+        Some(_) => (SHORT_REDUCE, Coll::Reduce),
+        None => (SHORT_ALLREDUCE, Coll::Allreduce),
+    };
+    let key = short_key(op_h, datatype, n, len);
+    let check = || op_for(op_h, &t, datatype, n).map(drop);
+    if !short_in_slots(c, which, coll, key, len, n, Some(op), check)? {
+        return Ok(false);
+    }
+    let folds = root.is_none_or(|r| r == c.rank);
+    let src = if in_place(sendbuf) && folds {
+        recvbuf as *const c_void
+    } else {
+        sendbuf
+    };
+    let red = algos::Red {
+        op,
+        t: &t,
+        th: datatype,
+    };
+    reduce_in_slots(g, root, red, n, P::new(src), P::new(recvbuf))?;
+    Ok(true)
+}
+
+/// MPI_Bcast's path for a short message (at most one flag line's bytes) of a predefined type,
+/// as `reduce_short` for a reduction: `bcast_shm`'s broadcast without its bookkeeping.
+fn bcast_short(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<bool> {
+    let Some(size) = crate::dtype::predefined_contig_size(datatype) else {
+        return Ok(false);
+    };
+    let len = (count_.max(0) as usize) * size;
+    if count_ <= 0 || len > SHORT_BYTES {
+        return Ok(false);
+    }
+    let rt = rt()?;
+    let Some((c, g)) = short_group(&rt, comm)? else {
+        return Ok(false);
+    };
+    let root = root_of(c, root)?;
+    let key = short_key(abi::OP_NULL, datatype, count_ as usize, len);
+    if !short_in_slots(c, SHORT_BCAST, Coll::Bcast, key, len, len, None, || Ok(()))? {
+        return Ok(false);
+    }
+    // SAFETY: MPI's rule for the buffer (see user_bytes): count elements of a contiguous type.
+    let buf = unsafe { user_bytes(P::new(buffer), len) };
+    g.bcast(root, buf).map_err(|e| from_recv(&e))?;
+    Ok(true)
+}
+
 /// A reduction in the group's slots: `n` elements at `mine` contributed, folded in rank order
 /// into `out` at `root` (every member when None). `mine` may be `out` (MPI_IN_PLACE): the
 /// contribution is copied into the slot before `out` is written.
@@ -393,7 +564,9 @@ pub(crate) fn reduce_in_slots(
     let contribution = g
         .contribute(root, unsafe { user_bytes(mine, len) })
         .map_err(|e| from_recv(&e))?;
-    if root.is_none() {
+    // Of two members, recursive doubling's association is the rank order's (c0 op c1): the
+    // plain fold below, with no tree to keep.
+    if root.is_none() && g.size() > 2 {
         return fold_as_recursive_doubling(g, contribution, red, n, out);
     }
     let last = g.size() - 1;
@@ -449,7 +622,7 @@ pub(crate) struct TreeFold {
     len: usize,
     rem: usize,
     /// The odd member of a pair waiting for its even partner, then the stack's slots.
-    scratch: crate::scratch::Scratch,
+    scratch: Room,
     /// The level (log2 of the terms covered) of each stacked partial result.
     levels: [u8; usize::BITS as usize + 1],
     depth: usize,
@@ -461,7 +634,7 @@ impl TreeFold {
         TreeFold {
             len,
             rem: p - algos::pow2_below(p),
-            scratch: crate::scratch::Scratch::new((slots + 1) * len),
+            scratch: Room::new((slots + 1) * len),
             levels: [0; usize::BITS as usize + 1],
             depth: 0,
         }
@@ -477,7 +650,7 @@ impl TreeFold {
         mut apply: impl FnMut(&[u8], &mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let len = self.len;
-        let (pending, slots) = self.scratch.split_at_mut(len);
+        let (pending, slots) = self.scratch.bytes().split_at_mut(len);
         // The term this contribution makes: a pair's odd member waits for its even one.
         let term: &[u8] = if i < 2 * self.rem {
             if i % 2 == 1 {
@@ -510,6 +683,36 @@ impl TreeFold {
             out.copy_from_slice(&slots[..len]);
         }
         Ok(())
+    }
+}
+
+/// Bytes of `TreeFold`'s room kept on the stack: an 8-byte vector's for any communicator (32
+/// partial results), a 32-byte one's below 64 ranks.
+const ROOM_ON_STACK: usize = 256;
+
+/// `TreeFold`'s room: on the stack when short (an 8-byte allreduce's), else a buffer from the
+/// scratch list (taking and giving one back was an eighth of an 8-byte allreduce).
+// The large variant is the point: the short case's room lives on the stack.
+#[allow(clippy::large_enum_variant)]
+enum Room {
+    Stack([u8; ROOM_ON_STACK], usize),
+    Kept(crate::scratch::Scratch),
+}
+
+impl Room {
+    fn new(len: usize) -> Room {
+        if len <= ROOM_ON_STACK {
+            Room::Stack([0; ROOM_ON_STACK], len)
+        } else {
+            Room::Kept(crate::scratch::Scratch::new(len))
+        }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            Room::Stack(b, len) => &mut b[..*len],
+            Room::Kept(s) => s,
+        }
     }
 }
 
@@ -2840,6 +3043,9 @@ crate::mpi! {
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) [comm] {
+        if bcast_short(buffer, count_, datatype, root, comm)? {
+            return Ok(());
+        }
         if bcast_shm(buffer, count_, datatype, root, comm)? {
             return Ok(());
         }
@@ -2852,6 +3058,9 @@ crate::mpi! {
 
     fn MPI_Reduce / PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, root: c_int, comm: H) [comm] {
         alias::pair("MPI_Reduce", sendbuf, recvbuf, count_ > 0, comm, Some(root))?;
+        if reduce_short(sendbuf, recvbuf, count_, datatype, op, Some(root), comm)? {
+            return Ok(());
+        }
         if reduce_shm(sendbuf, recvbuf, count_, datatype, op, Some(root), comm)? {
             return Ok(());
         }
@@ -2865,6 +3074,9 @@ crate::mpi! {
 
     fn MPI_Allreduce / PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count_: c_int, datatype: H, op: H, comm: H) [comm] {
         alias::pair("MPI_Allreduce", sendbuf, recvbuf, count_ > 0, comm, None)?;
+        if reduce_short(sendbuf, recvbuf, count_, datatype, op, None, comm)? {
+            return Ok(());
+        }
         if reduce_shm(sendbuf, recvbuf, count_, datatype, op, None, comm)? {
             return Ok(());
         }

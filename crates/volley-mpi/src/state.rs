@@ -115,6 +115,9 @@ pub struct CommCore {
     pub hier: std::sync::OnceLock<Option<crate::hier::Hier>>,
     /// Its non-blocking collectives that meet in the segment (see `nbc_shm`).
     pub nbc_shm: crate::nbc_shm::NbcShm,
+    /// The choices of the collectives' short paths for their last calls (allreduce, reduce,
+    /// bcast; see `coll::short_in_slots`): 0 before any.
+    pub short_memo: [std::sync::atomic::AtomicU64; 3],
 }
 
 impl CommCore {
@@ -709,6 +712,7 @@ impl Rt {
             shm: std::sync::OnceLock::new(),
             hier: std::sync::OnceLock::new(),
             nbc_shm: Default::default(),
+            short_memo: Default::default(),
             cid,
             ep,
             coll,

@@ -65,7 +65,7 @@ pub use message::{Message, Source};
 pub use modes::single_copy_unavailable;
 pub use net::{describe_transports, host_ipv4};
 pub use request::{RequestError, RequestId, Scope, SendRequest};
-pub use shmcoll::{Contribution, ShmGroup, SlotId, SHM_COLL_BYTES};
+pub use shmcoll::{Contribution, ShmGroup, SlotId, SHM_COLL_BYTES, SHM_COLL_INLINE};
 pub use volley_sys::lend::{RawBuf, RawBufMut};
 pub use wait::set_idle_hook;
 pub use world::World;

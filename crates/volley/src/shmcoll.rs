@@ -27,6 +27,10 @@ use volley_shm::{coll_distance, Segment, COLL_DATA, COLL_INLINE, COLL_SLOTS};
 /// The most bytes one contribution to a shared-memory collective can have.
 pub const SHM_COLL_BYTES: usize = COLL_DATA;
 
+/// The most bytes a contribution carries in its flag line (a short one: readers find it with
+/// the flag, one cache line).
+pub const SHM_COLL_INLINE: usize = COLL_INLINE;
+
 /// A member's slot, as members trade it when their group first meets (16 bytes on the wire).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotId {
