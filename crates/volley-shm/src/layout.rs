@@ -205,6 +205,8 @@ impl Layout {
     }
 
     /// Collective slot `slot` of `rank`.
+    /// Inlined: every flag a collective reads or writes is found through it.
+    #[inline]
     pub fn coll_offset(&self, rank: usize, slot: usize) -> usize {
         assert!(rank < self.nranks && slot < COLL_SLOTS);
         self.coll_offset + (rank * COLL_SLOTS + slot) * COLL_SLOT_BYTES
