@@ -826,9 +826,13 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
     sc.slots.clear();
     sc.slots.extend(slots);
     // Non-blocking collectives first: each poll moves them on as far as their messages allow.
+    // (A request with a collective in flight is in `rt.nbcs`, from its launch to its end: with
+    // none there, no request of the list has one to poll.)
     let mut nbc_pending = false;
-    for &(i, g) in &sc.slots {
-        nbc_pending |= poll_nbc(rt, i, g);
+    if !rt.nbcs.is_empty() {
+        for &(i, g) in &sc.slots {
+            nbc_pending |= poll_nbc(rt, i, g);
+        }
     }
     // The others in flight move on too, whatever this waits for (MPI's progress rule): what
     // it waits for may need them, e.g. a message another rank sends only once a collective
@@ -920,6 +924,12 @@ fn poll_nbc(rt: &mut Rt, i: usize, g: u32) -> bool {
                 r.more
                     .get_or_insert_with(|| spare.pop().unwrap_or_default())
                     .nbc = Some(f);
+                // Listed still: a call of the program's operation inside the poll may have
+                // pruned the list while the collective was out of its request, and `advance`
+                // polls only what the list holds.
+                if !rt.nbcs.contains(&(i, g)) {
+                    rt.nbcs.push((i, g));
+                }
             }
             true
         }
@@ -1583,6 +1593,14 @@ pub(crate) unsafe fn put_status(p: *mut Status, mut st: Status) {
 /// # Safety
 /// `statuses` is null or holds an entry per request.
 unsafe fn collect_all(rt: &mut Rt, hs: &mut [H], statuses: *mut Status) -> R {
+    if statuses.is_null() {
+        // MPI_STATUSES_IGNORE: only whether one failed.
+        let mut failed = false;
+        for h in hs.iter_mut() {
+            failed |= collect(rt, h).1.is_some();
+        }
+        return if failed { Err(in_status()) } else { Ok(()) };
+    }
     // The scratch vector: a wait allocates nothing once warm.
     let mut done = std::mem::take(&mut rt.scratch.collected);
     done.clear();
@@ -1620,12 +1638,18 @@ unsafe fn put_statuses(p: *mut Status, done: &[(usize, Status, bool)]) -> R {
         }
     }
     if any_err {
-        return Err(fail(
-            class::IN_STATUS,
-            "one or more of the requests failed: see the MPI_ERROR field of their statuses",
-        ));
+        return Err(in_status());
     }
     Ok(())
+}
+
+/// A multiple-completion call's failure: one or more of its requests failed.
+#[cold]
+fn in_status() -> Fail {
+    fail(
+        class::IN_STATUS,
+        "one or more of the requests failed: see the MPI_ERROR field of their statuses",
+    )
 }
 
 /// A blocking operation: start it, wait for it, collect it.
