@@ -8,12 +8,16 @@
  * after the refused ones work. */
 #include "check.h"
 
-static void buffer_error(int rc) {
+static void error_of_class(int rc, int want) {
     int cls;
     CHECK(rc != MPI_SUCCESS);
     OK(MPI_Error_class(rc, &cls));
-    CHECK(cls == MPI_ERR_BUFFER);
+    CHECK(cls == want);
 }
+
+static void buffer_error(int rc) { error_of_class(rc, MPI_ERR_BUFFER); }
+
+static void op_error(int rc) { error_of_class(rc, MPI_ERR_OP); }
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -62,15 +66,8 @@ int main(int argc, char **argv) {
 
     /* Operations on types they are not defined on, refused on every rank. */
     unsigned char by[2] = {1, 2}, out[2];
-    int cls;
-    int rc = MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_MAX, w);
-    CHECK(rc != MPI_SUCCESS);
-    OK(MPI_Error_class(rc, &cls));
-    CHECK(cls == MPI_ERR_OP);
-    rc = MPI_Reduce(by, out, 2, MPI_BYTE, MPI_SUM, 0, w);
-    CHECK(rc != MPI_SUCCESS);
-    OK(MPI_Error_class(rc, &cls));
-    CHECK(cls == MPI_ERR_OP);
+    op_error(MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_MAX, w));
+    op_error(MPI_Reduce(by, out, 2, MPI_BYTE, MPI_SUM, 0, w));
     OK(MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_BOR, w));
     CHECK(out[0] == 1 && out[1] == 2);
 
@@ -105,14 +102,8 @@ int main(int argc, char **argv) {
         OK(MPI_Bcast(bb, 2, MPI_BYTE, i % n, w));
         CHECK(bb[0] == 40 + i && bb[1] == 9);
     }
-    rc = MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_MAX, w);
-    CHECK(rc != MPI_SUCCESS);
-    OK(MPI_Error_class(rc, &cls));
-    CHECK(cls == MPI_ERR_OP);
-    rc = MPI_Reduce(by, out, 2, MPI_BYTE, MPI_SUM, 0, w);
-    CHECK(rc != MPI_SUCCESS);
-    OK(MPI_Error_class(rc, &cls));
-    CHECK(cls == MPI_ERR_OP);
+    op_error(MPI_Allreduce(by, out, 2, MPI_BYTE, MPI_MAX, w));
+    op_error(MPI_Reduce(by, out, 2, MPI_BYTE, MPI_SUM, 0, w));
     OK(MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, w));
     CHECK(sum == n * (n + 1) / 2);
     free(b);

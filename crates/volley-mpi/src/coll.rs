@@ -435,6 +435,14 @@ fn short_in_slots(
     Ok(shm)
 }
 
+/// A short path's count and bytes: some elements of a predefined type, at most SHORT_BYTES in
+/// all; None for the general path.
+fn short_count(count_: c_int, datatype: H) -> Option<(usize, usize)> {
+    let size = crate::dtype::predefined_contig_size(datatype)?;
+    let n = usize::try_from(count_).ok().filter(|&n| n > 0)?;
+    Some((n, n * size)).filter(|&(_, len)| len <= SHORT_BYTES)
+}
+
 /// The communicator's slots for a short path's call, borrowed from the state `rt`: None where
 /// the general path must decide (a non-blocking collective in flight, which moves on only
 /// where the state is free, and the short paths hold it while they wait; ranks on several
@@ -468,29 +476,10 @@ fn reduce_short(
     root: Option<c_int>,
     comm: H,
 ) -> R<bool> {
-    let Some(size) = crate::dtype::predefined_contig_size(datatype) else {
+    let Some((n, len)) = short_count(count_, datatype).filter(|_| is_predefined_reduction(op_h))
+    else {
         return Ok(false);
     };
-    let predefined = matches!(
-        op_h,
-        abi::SUM
-            | abi::MIN
-            | abi::MAX
-            | abi::PROD
-            | abi::BAND
-            | abi::BOR
-            | abi::BXOR
-            | abi::LAND
-            | abi::LOR
-            | abi::LXOR
-            | abi::MINLOC
-            | abi::MAXLOC
-    );
-    let len = (count_.max(0) as usize) * size;
-    if count_ <= 0 || !predefined || len > SHORT_BYTES {
-        return Ok(false);
-    }
-    let n = count_ as usize;
     let rt = rt()?;
     let Some((c, g)) = short_group(&rt, comm)? else {
         return Ok(false);
@@ -525,19 +514,15 @@ fn reduce_short(
 /// MPI_Bcast's path for a short message (at most one flag line's bytes) of a predefined type,
 /// as `reduce_short` for a reduction: `bcast_shm`'s broadcast without its bookkeeping.
 fn bcast_short(buffer: *mut c_void, count_: c_int, datatype: H, root: c_int, comm: H) -> R<bool> {
-    let Some(size) = crate::dtype::predefined_contig_size(datatype) else {
+    let Some((n, len)) = short_count(count_, datatype) else {
         return Ok(false);
     };
-    let len = (count_.max(0) as usize) * size;
-    if count_ <= 0 || len > SHORT_BYTES {
-        return Ok(false);
-    }
     let rt = rt()?;
     let Some((c, g)) = short_group(&rt, comm)? else {
         return Ok(false);
     };
     let root = root_of(c, root)?;
-    let key = short_key(abi::OP_NULL, datatype, count_ as usize, len);
+    let key = short_key(abi::OP_NULL, datatype, n, len);
     if !short_in_slots(c, SHORT_BCAST, Coll::Bcast, key, len, len, None, || Ok(()))? {
         return Ok(false);
     }
@@ -1148,22 +1133,30 @@ pub fn op_for(h: H, t: &Dtype, th: H, n: usize) -> R<Op> {
     Ok(op)
 }
 
+/// Whether `h` is one of MPI's predefined reduction operations (not MPI_REPLACE or MPI_NO_OP,
+/// which only the one-sided accumulates take).
+fn is_predefined_reduction(h: H) -> bool {
+    matches!(
+        h,
+        abi::SUM
+            | abi::MIN
+            | abi::MAX
+            | abi::PROD
+            | abi::BAND
+            | abi::BOR
+            | abi::BXOR
+            | abi::LAND
+            | abi::LOR
+            | abi::LXOR
+            | abi::MINLOC
+            | abi::MAXLOC
+    )
+}
+
 pub fn op_of(h: H) -> R<Op> {
     match h {
-        abi::SUM
-        | abi::MIN
-        | abi::MAX
-        | abi::PROD
-        | abi::BAND
-        | abi::BOR
-        | abi::BXOR
-        | abi::LAND
-        | abi::LOR
-        | abi::LXOR
-        | abi::MINLOC
-        | abi::MAXLOC
-        | abi::REPLACE
-        | abi::NO_OP => Ok(Op::Predefined(h)),
+        h if is_predefined_reduction(h) => Ok(Op::Predefined(h)),
+        abi::REPLACE | abi::NO_OP => Ok(Op::Predefined(h)),
         h => {
             let rt = rt()?;
             index(KIND_OP, h)
