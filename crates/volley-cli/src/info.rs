@@ -152,7 +152,10 @@ pub fn info(n: Option<usize>) -> i32 {
         None => println!("\nyama ptrace_scope: no Yama in this kernel"),
     }
     launcher();
-    collectives(volley::single_copy_unavailable(&cfg).is_none());
+    collectives(
+        volley::single_copy_unavailable(&cfg).is_none(),
+        cfg.single_copy_threshold,
+    );
     println!("\nsettings:");
     for (name, value, source) in &cfg.sources {
         println!("  {name:<30} {value:<28} ({source})");
@@ -237,8 +240,10 @@ fn size_name(b: usize) -> String {
 
 /// The algorithm each collective of the MPI face runs, by size, for a few rank counts (a
 /// commutative operation; a non-commutative one always reduces by recursive doubling or a tree
-/// rooted at rank 0): each algorithm from the exact size where the choice changes to it.
-fn collectives(cross: bool) {
+/// rooted at rank 0): each algorithm from the exact size where the choice changes to it. On one
+/// host, reading across follows this machine's single-copy window (`copy_from`, as the ranks
+/// of a job announce it).
+fn collectives(cross: bool, copy_from: usize) {
     use volley::collectives::{self as coll, Coll, Shape};
     println!(
         "\ncollective algorithms (MPI face), by size; VOLLEY_COLL_<NAME>=<algorithm> forces one:"
@@ -267,6 +272,7 @@ fn collectives(cross: bool) {
                 shared,
                 spread: !shared,
                 cross: shared && cross,
+                copy_from,
                 ..Shape::new(bytes, ranks)
             };
             // Where the placement changes nothing, one line says it for both.

@@ -559,6 +559,38 @@ fn long_allreduces_give_the_serial_results() {
     passes_with("allreduce_long", 3, &[], &[("VOLLEY_SINGLE_COPY", "off")]);
 }
 
+/// A long allreduce reads the other ranks' buffers where this machine copies once from a size
+/// the reads reach, and goes by messages where it never does (a profile of `volley tune` that
+/// found the pipelined copy faster at every size, here its setting): the counters say which ran,
+/// and the results are the serial ones either way.
+#[test]
+fn long_allreduces_read_across_only_where_single_copy_pays() {
+    let s = Scratch::new("allreduce_long");
+    let exe = build(&s.0, "allreduce_long", false);
+    let run = |env: &[(&str, &str)]| {
+        let mut all = vec![("VOLLEY_PROFILE", "none"), ("VOLLEY_COUNTERS", "1")];
+        all.extend_from_slice(env);
+        let o = launch_with(&exe, 2, false, &[], &all);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && out.contains("allreduce_long: ok"),
+            "{env:?}: {:?}\n{out}\n{err}",
+            o.status
+        );
+        (
+            counter(&err, "coll_cross_bytes"),
+            counter(&err, "single_copy_sends"),
+        )
+    };
+    // The built-in window (single copy from 32 KiB): a 1 MiB allreduce's 512 KiB slices are
+    // read across.
+    let (cross, _) = run(&[]);
+    assert!(cross >= 1 << 20, "read across: {cross} bytes");
+    // Single copy from 1 GiB only: no read would be a quarter of that.
+    let (cross, single) = run(&[("VOLLEY_SINGLE_COPY_THRESHOLD", "1073741824")]);
+    assert_eq!((cross, single), (0, 0));
+}
+
 /// Every algorithm volley can choose gives the same results at every size: each forced for
 /// every call (`VOLLEY_COLL_*`; where one cannot run a call, such as Rabenseifner with the
 /// non-commutative operation, that call falls back to the default), at rank counts that are and

@@ -140,6 +140,7 @@ fn shape(bytes: usize, ranks: usize, count: usize, op: Option<Op>) -> Shape {
         shared: false,
         spread: false,
         cross: false,
+        copy_from: 0,
     }
 }
 
@@ -174,7 +175,10 @@ fn place_for(
         && !matches!(op, Some(Op::User(_)))
         && collectives::select(coll, Shape { cross: true, ..sh }) == Algo::Direct
     {
-        sh.cross = shm_group(c)?.is_some_and(|g| g.cross_memory());
+        if let Some(g) = shm_group(c)? {
+            sh.cross = g.cross_memory();
+            sh.copy_from = g.cross_from();
+        }
     }
     Ok(match collectives::select(coll, sh) {
         Algo::Shm => shm_group(c)?.map(Place::Shm),

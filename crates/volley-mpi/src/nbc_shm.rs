@@ -74,6 +74,7 @@ pub fn ticket(
         spread: false,
         // Non-blocking reductions read no other rank's memory.
         cross: false,
+        copy_from: usize::MAX,
     };
     (collectives::select(coll, sh) == Algo::Shm)
         .then(|| Ticket(c.nbc_shm.started.fetch_add(1, Ordering::Relaxed) + 1))

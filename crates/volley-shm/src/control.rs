@@ -29,11 +29,13 @@ pub enum RankState {
 }
 
 impl Segment {
-    /// Says rank `me` runs, with its process id and whether peers may hand it messages by
-    /// address (single copy).
-    pub fn announce(&self, me: usize, pid: u32, single_copy: bool) {
+    /// Says rank `me` runs, with its process id, whether peers may hand it messages by
+    /// address (single copy), and from which size its own sends go so (`copy_from`, u64::MAX:
+    /// never).
+    pub fn announce(&self, me: usize, pid: u32, single_copy: bool, copy_from: u64) {
         let b = self.rank(me);
         b.pid.store(pid, Ordering::Relaxed);
+        b.copy_from.store(copy_from, Ordering::Relaxed);
         // CAP_SUMMARY from the start, CAP_HEAVY_ARM not: what a sender reads before
         // `use_heavy_arm` changes them makes it fence, which is always right.
         let caps = CAP_SUMMARY | if single_copy { CAP_SINGLE_COPY } else { 0 };
@@ -48,6 +50,12 @@ impl Segment {
     pub fn can_single_copy(&self, r: usize) -> bool {
         // Relaxed: written before the rank's RUNNING, which the caller saw through the epoch.
         self.rank(r).caps.load(Ordering::Relaxed) & CAP_SINGLE_COPY != 0
+    }
+
+    /// The size from which rank `r` said its sends go by single copy (u64::MAX: never).
+    pub fn single_copy_from(&self, r: usize) -> u64 {
+        // Relaxed: as caps, published with the rank's RUNNING through the epoch.
+        self.rank(r).copy_from.load(Ordering::Relaxed)
     }
 
     /// The process id rank `r` announced.
@@ -668,8 +676,9 @@ mod tests {
     fn rank_states_counters_and_the_doorbell_handshake() {
         let s = seg(2);
         assert_eq!(s.rank_state(1), RankState::Alive);
-        s.announce(1, 4242, true);
+        s.announce(1, 4242, true, 32 << 10);
         assert!(s.can_single_copy(1) && s.pid(1) == 4242);
+        assert_eq!(s.single_copy_from(1), 32 << 10);
         let e = s.state_epoch();
         s.set_rank_state(1, RankState::Killed(9));
         assert!(s.state_epoch() > e, "a state change bumps the epoch");
@@ -692,7 +701,7 @@ mod tests {
     fn senders_skip_the_fence_only_towards_heavy_arm_ranks_that_keep_their_summary() {
         let s = seg(3);
         for r in 0..3 {
-            s.announce(r, 100 + r as u32, false);
+            s.announce(r, 100 + r as u32, false, u64::MAX);
         }
         // Before: every rank may clear summary bits and arms with a fence.
         assert!((0..3).all(|r| s.needs_fence(r, false) && s.needs_fence(r, true)));

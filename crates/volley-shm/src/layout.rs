@@ -90,7 +90,12 @@ pub struct RankBlock {
     pub pid: AtomicU32,
     /// CAP_* bits, written by the rank before it says RUNNING.
     pub caps: AtomicU32,
-    _pad0: [u8; 112],
+    /// The size from which the rank's point-to-point sends go by single copy (its configured
+    /// window's start; u64::MAX: never), written with `caps`. The collectives that read the
+    /// other ranks' buffers (`volley::collectives`, `Algo::Direct`) choose by the members'
+    /// largest.
+    pub copy_from: AtomicU64,
+    _pad0: [u8; 104],
     /// 1 while the rank is (about to be) asleep on its eventfd and wants a wake-up; 0 while it
     /// is running or spinning. Senders swap it to 0 and ring the eventfd if it was 1.
     pub armed: AtomicU32,
@@ -106,6 +111,7 @@ const _: () = assert!(size_of::<RankBlock>() == 1024);
 const _: () = assert!(offset_of!(RankBlock, counters_valid) == 256);
 const _: () = assert!(offset_of!(RankBlock, armed) == 128);
 const _: () = assert!(offset_of!(RankBlock, caps) == 12);
+const _: () = assert!(offset_of!(RankBlock, copy_from) == 16);
 
 /// What a creator chooses; everything else follows.
 #[derive(Clone, Copy, Debug)]

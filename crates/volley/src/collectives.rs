@@ -192,6 +192,11 @@ pub struct Shape {
     /// Whether every rank (of a shared communicator) can read the others' memory with
     /// process_vm_readv.
     pub cross: bool,
+    /// From which size this machine's point-to-point messages go by single copy, for the
+    /// ranks of a shared communicator (`ShmGroup::cross_from`; usize::MAX: never). The default
+    /// choice reads across only where each read is at least [`DIRECT_SHARE`]th of it; a forced
+    /// `Algo::Direct` ignores it.
+    pub copy_from: usize,
 }
 
 impl Shape {
@@ -205,9 +210,28 @@ impl Shape {
             shared: false,
             spread: false,
             cross: false,
+            copy_from: 0,
         }
     }
+
+    /// Whether reading across (`Algo::Direct`) pays for reads of `read` bytes each on this
+    /// machine: single copy is in use there at all, and from a size at most [`DIRECT_SHARE`]
+    /// times the read.
+    fn reading_pays(&self, read: usize) -> bool {
+        self.copy_from != usize::MAX && read >= self.copy_from / DIRECT_SHARE
+    }
 }
+
+/// Reading across serves a collective from reads of a quarter of the size from which
+/// point-to-point messages go by single copy: it saves the rounds of messages and their
+/// handshakes that a point-to-point single copy pays each time. On the 16-core server, whose
+/// single copy starts at 32 KiB, direct beat Rabenseifner from slices of 8 KiB
+/// ([`ALLREDUCE_DIRECT_BYTES_PER_RANK`], [`ALLGATHER_DIRECT_BYTES`]: those stay the floor).
+/// Where the profile says single copy never wins, nor does reading across: on an AMD EPYC VM
+/// whose `volley tune` found the pipelined copy 1.4-3x faster at every size (2026-12-03),
+/// an allreduce of 2 ranks took 9.6 us at 64 KiB and 116 us at 1 MiB reading across, 4.8 and
+/// 64 us by Rabenseifner through the rings.
+pub const DIRECT_SHARE: usize = 4;
 
 /// Up to this many ranks on one host, the collectives that can meet in the segment do.
 pub const SHM_MAX_RANKS: usize = 16;
@@ -320,6 +344,7 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
         ),
         Coll::Allreduce
             if s.bytes >= ALLREDUCE_DIRECT_BYTES_PER_RANK * s.ranks
+                && s.reading_pays(s.bytes / s.ranks.max(1))
                 && applies(c, Algo::Direct, s) =>
         {
             (
@@ -342,10 +367,16 @@ pub fn default_choice(c: Coll, s: Shape) -> (Algo, &'static str) {
             Algo::Rabenseifner,
             "long: each rank reduces and moves 1/n of the vector per round",
         ),
-        Coll::Allgather if s.bytes >= ALLGATHER_DIRECT_BYTES && applies(c, Algo::Direct, s) => (
-            Algo::Direct,
-            "one host, long: every rank reads every other's block once (process_vm_readv)",
-        ),
+        Coll::Allgather
+            if s.bytes >= ALLGATHER_DIRECT_BYTES
+                && s.reading_pays(s.bytes)
+                && applies(c, Algo::Direct, s) =>
+        {
+            (
+                Algo::Direct,
+                "one host, long: every rank reads every other's block once (process_vm_readv)",
+            )
+        }
         Coll::Allgather
             if s.ranks.is_power_of_two()
                 && s.bytes.saturating_mul(s.ranks) <= ALLGATHER_RD_BYTES =>
@@ -654,6 +685,61 @@ mod tests {
             Coll::Bcast,
             Algo::Direct,
             one_host(1 << 20, 16, true)
+        ));
+    }
+
+    #[test]
+    fn reading_across_follows_where_this_machine_copies_once() {
+        let at = |bytes: usize, ranks: usize, copy_from: usize| Shape {
+            copy_from,
+            ..one_host(bytes, ranks, true)
+        };
+        // The default window (single copy from 32 KiB): the measured floors decide, as before.
+        let default = 32 << 10;
+        assert_eq!(
+            select(
+                Coll::Allreduce,
+                at(8 * ALLREDUCE_DIRECT_BYTES_PER_RANK, 8, default)
+            ),
+            Algo::Direct
+        );
+        assert_eq!(
+            select(Coll::Allgather, at(ALLGATHER_DIRECT_BYTES, 8, default)),
+            Algo::Direct
+        );
+        // Single copy never wins here: nor does reading across, at any size.
+        for bytes in [64 << 10, 1 << 20, 64 << 20] {
+            assert_eq!(
+                select(Coll::Allreduce, at(bytes, 2, usize::MAX)),
+                Algo::Rabenseifner
+            );
+            assert_ne!(
+                select(Coll::Allgather, at(bytes, 2, usize::MAX)),
+                Algo::Direct
+            );
+        }
+        // Single copy from 128 KiB: reading across from reads of 32 KiB (an allreduce's
+        // slice, an allgather's block), not below.
+        let late = 128 << 10;
+        assert_eq!(
+            select(Coll::Allreduce, at(8 * (32 << 10), 8, late)),
+            Algo::Direct
+        );
+        assert_eq!(
+            select(Coll::Allreduce, at(8 * (32 << 10) - 8, 8, late)),
+            Algo::Rabenseifner
+        );
+        assert_eq!(select(Coll::Allgather, at(32 << 10, 8, late)), Algo::Direct);
+        assert_ne!(
+            select(Coll::Allgather, at((32 << 10) - 1, 8, late)),
+            Algo::Direct
+        );
+        // Forcing it (VOLLEY_COLL_ALLREDUCE=direct) still may: `applies` asks only whether
+        // the ranks can.
+        assert!(applies(
+            Coll::Allreduce,
+            Algo::Direct,
+            at(1 << 20, 2, usize::MAX)
         ));
     }
 

@@ -34,6 +34,7 @@ pub enum Counter {
     CollSlotsMissing,
     CopiesHelped,
     ChunksHelped,
+    CollCrossBytes,
 }
 
 /// (name, unit, description), in the order of [`Counter`].
@@ -171,9 +172,14 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
         "chunks",
         "chunks of a receiver's single copy that this sender wrote into the receiver's buffer",
     ),
+    (
+        "coll_cross_bytes",
+        "bytes",
+        "bytes collectives read from other ranks' buffers (allreduce and allgather reading across, process_vm_readv)",
+    ),
 ];
 
-const _: () = assert!(COUNTERS.len() == Counter::ChunksHelped as usize + 1);
+const _: () = assert!(COUNTERS.len() == Counter::CollCrossBytes as usize + 1);
 
 /// Where a counter is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -678,6 +678,19 @@ impl ShmGroup {
             .all(|m| self.seg.can_single_copy(m.local as usize))
     }
 
+    /// The size from which every member's point-to-point sends go by single copy (the largest
+    /// start of the members' windows, as each announced it; usize::MAX where one never copies
+    /// so): what this machine's profile or settings say about reading across, which
+    /// `collectives::Shape::copy_from` carries to the choice. Every member reads the same
+    /// announcements, so all agree.
+    pub fn cross_from(&self) -> usize {
+        self.members
+            .iter()
+            .map(|m| self.seg.single_copy_from(m.local as usize))
+            .max()
+            .map_or(usize::MAX, |f| usize::try_from(f).unwrap_or(usize::MAX))
+    }
+
     /// The bytes of member `i`'s slice of a vector of `len` bytes in elements of `elem` bytes:
     /// the elements split as evenly as they go, in member order.
     fn slice(&self, i: usize, len: usize, elem: usize) -> std::ops::Range<usize> {
@@ -733,7 +746,12 @@ impl ShmGroup {
                 len: buf.len(),
                 why: e.to_string(),
             }
-        })
+        })?;
+        // One count per read of up to CROSS_CHUNK bytes (a system call's worth), not per byte.
+        self.world
+            .eng()
+            .count(Counter::CollCrossBytes, buf.len() as u64);
+        Ok(())
     }
 
     /// Reads from every other member `q` (the next one first, so that no member is every

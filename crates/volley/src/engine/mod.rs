@@ -527,7 +527,12 @@ impl Engine {
         let ring_payload_capacity =
             (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
         let tx = tx.into_iter().map(Some).collect();
-        seg.announce(me, std::process::id(), single_copy);
+        let copy_from = if single_copy_threshold == usize::MAX {
+            u64::MAX
+        } else {
+            single_copy_threshold as u64
+        };
+        seg.announce(me, std::process::id(), single_copy, copy_from);
         Engine {
             seg,
             me,
