@@ -501,6 +501,8 @@ impl Peer {
     /// that one the receiver takes late holds up none behind it; those that are copies the
     /// engine made (`copy`: not buffers it hands back) have a budget of their own, or a sender
     /// copying large messages faster than its receiver takes them would hold all of them.
+    /// Short copies have a smaller budget ([`Config::eager_budget`]), so that what is copied is
+    /// sent while it is still in the cache.
     pub(crate) fn has_room(&self, cfg: &Config, len: usize, copy: bool) -> bool {
         let len = len as u64;
         if copy
@@ -512,8 +514,12 @@ impl Peer {
             return false;
         }
         let queued = self.queued_bytes - self.parked_bytes;
-        queued == 0
-            || (queued + len <= cfg.send_budget && (self.out.len() as u64) < msg_window(cfg))
+        let budget = if copy && len <= cfg.rndv_threshold as u64 {
+            cfg.send_budget.min(cfg.eager_budget)
+        } else {
+            cfg.send_budget
+        };
+        queued == 0 || (queued + len <= budget && (self.out.len() as u64) < msg_window(cfg))
     }
 
     pub fn new(rank: u32, cfg: &Config, now: Instant) -> Peer {

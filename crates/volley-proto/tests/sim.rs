@@ -828,6 +828,8 @@ fn a_receiver_that_does_not_consume_is_not_flooded() {
         pool_bytes: 64 << 10,
         rndv_threshold: 8 << 10,
         rndv_budget: 256 << 10,
+        // The eager messages queue behind the 2 MB of rendezvous ones, up to the credit.
+        eager_budget: 64 << 20,
         ..quiet_config()
     };
     let mut sim = Sim::new(
