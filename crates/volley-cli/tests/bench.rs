@@ -534,6 +534,37 @@ fn collective_bench_runs_volley_beside_open_mpi_and_mpich() {
     assert!(left.is_empty(), "build directories left: {left:?}");
 }
 
+/// A barrier carries no data: without --sizes its table has one row (0 bytes), a latency.
+#[test]
+fn barrier_bench_has_one_row_unless_sizes_are_given() {
+    let o = Command::new(VOLLEY)
+        .args([
+            "bench",
+            "barrier",
+            "-n",
+            "2",
+            "--reps",
+            "1",
+            "--budget-ms",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })
+        .count();
+    assert_eq!(rows, 1, "{out}");
+    let (_, nums) = table_row(&out, "0");
+    assert!(nums.len() == 4 && nums[1] > 0.0, "{out}");
+}
+
 /// Collectives over two hosts (network namespaces of this machine): volley through its own
 /// launcher, Open MPI's mpirun and MPICH's mpiexec started in the first namespace with their
 /// daemons in each through the same template, placed as `volley run` places (round-robin, or
