@@ -3,9 +3,13 @@
 //
 //   mpi_p2p pingpong SIZE...   two ranks; per size: median one-way time (half a round trip) in
 //                              microseconds and MB/s (size / one-way), over 7 batches; each rank
-//                              sends from one buffer and receives into another, as NetPIPE and
-//                              the OSU tests do (sending what was just received measures the
-//                              cache's dirty lines, not the transfer)
+//                              sends from one buffer and receives into another, as the OSU
+//                              tests do (a buffer never written again can stay in the reader's
+//                              cache from one iteration to the next: single copy gains by it)
+//   mpi_p2p pingpong1 SIZE...  the same, each rank receiving into the buffer it sends from, as
+//                              NetPIPE 3.7.2 does by default (netpipe.c: s_buff = r_buff): what a
+//                              rank sends was written by its last receive, as an application's
+//                              freshly computed data is
 //   mpi_p2p rate WINDOW        two ranks; rank 0 posts WINDOW 8-byte Isends, rank 1 WINDOW
 //                              Irecvs, both Waitall, then a zero-byte ack: million messages/s,
 //                              median over 7 batches
@@ -19,7 +23,8 @@
 // Every batch runs about 50 ms (the iteration count is calibrated by rank 0 and broadcast),
 // after 100 ms of warm-up: a job's first milliseconds pay page faults on fresh shared memory,
 // and a calibration on a cold start made the batches far too short to leave them.
-// Output: one line per figure, "pingpong SIZE US MBPS" (also for far), "rate WINDOW MMSGS",
+// Output: one line per figure, "pingpong SIZE US MBPS" (also for far; "pingpong1" for the
+// one-buffer ping-pong), "rate WINDOW MMSGS",
 // "ring N US".
 #include <mpi.h>
 #include <stdint.h>
@@ -92,10 +97,10 @@ static double pingpong_once(char *buf, char *in, long size, long iters, int me) 
     return MPI_Wtime() - t;
 }
 
-static void pingpong(int argc, char **argv, int me) {
+static void pingpong(int argc, char **argv, int me, int one_buffer) {
     for (int a = 2; a < argc; a++) {
         long size = parse_size(argv[a]);
-        char *buf = malloc(size ? size : 1), *in = malloc(size ? size : 1);
+        char *buf = malloc(size ? size : 1), *in = one_buffer ? buf : malloc(size ? size : 1);
         memset(buf, me, size ? size : 1);
         memset(in, 0, size ? size : 1);
         double trial;
@@ -106,11 +111,12 @@ static void pingpong(int argc, char **argv, int me) {
             us[b] = pingpong_once(buf, in, size, iters, me) * 1e6 / iters / 2;
         if (me == 0) {
             double m = median(us, BATCHES);
-            printf("pingpong %ld %.3f %.1f\n", size, m, size / m);
+            printf("%s %ld %.3f %.1f\n", one_buffer ? "pingpong1" : "pingpong", size, m, size / m);
             fflush(stdout);
         }
+        if (in != buf)
+            free(in);
         free(buf);
-        free(in);
     }
 }
 
@@ -187,7 +193,7 @@ int main(int argc, char **argv) {
     int any_n = argc >= 3 && (!strcmp(argv[1], "ring") || !strcmp(argv[1], "far"));
     if (argc < 3 || (!any_n && n != 2) || n < 2) {
         if (me == 0)
-            fprintf(stderr, "usage: mpi_p2p pingpong SIZE... | rate WINDOW (2 ranks) | ring LAPS | far SIZE...\n");
+            fprintf(stderr, "usage: mpi_p2p pingpong|pingpong1 SIZE... | rate WINDOW (2 ranks) | ring LAPS | far SIZE...\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (!strcmp(argv[1], "far")) {
@@ -196,14 +202,15 @@ int main(int argc, char **argv) {
         if (pair) {
             int pme;
             MPI_Comm_rank(comm, &pme);
-            pingpong(argc, argv, pme);
+            pingpong(argc, argv, pme, 0);
             MPI_Comm_free(&comm);
         }
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Finalize();
         return 0;
     }
-    if (!strcmp(argv[1], "pingpong")) pingpong(argc, argv, me);
+    if (!strcmp(argv[1], "pingpong")) pingpong(argc, argv, me, 0);
+    else if (!strcmp(argv[1], "pingpong1")) pingpong(argc, argv, me, 1);
     else if (!strcmp(argv[1], "rate")) rate(atol(argv[2]), me);
     else if (!strcmp(argv[1], "ring")) ring(atol(argv[2]), me, n);
     MPI_Finalize();

@@ -10,7 +10,8 @@
 #   probe  the machine: CPUs, caches, NUMA, kernel, Open MPI, what namespaces and veth allow
 #   p2p    two ranks on CPUs 0,1: volley's ping-pong (default waiting, busy, single copy from
 #          64 KiB, cold 8 MiB), the same C program over volley's MPI and Open MPI (ping-pong,
-#          message rate with a window of 64, ring of 8 and 16), volley's rate and ring, the
+#          also sending the buffer just received into as NetPIPE does, message rate with a
+#          window of 64, ring of 8 and 16), volley's rate and ring, the
 #          bare eventfd wake-up floor beside volley's blocked wake-up and idle cost
 #   tune   `volley tune`, then ping-pong with the profile in force beside Open MPI again
 #   big    64 and 256 ranks: ring per hop and the segment `volley info -n` announces
@@ -92,6 +93,9 @@ p2p() {
         VOLLEY_SINGLE_COPY_THRESHOLD=65536 step "vb-pp-cold-single.$r" 120 "$V" bench pingpong --cpus 0,1 --sizes 1M,8M --reps 1 --cold
         step "mpi-pp-volley.$r" 120 "$V" run -n 2 --cpus 0,1 "$out/p2p_volley" pingpong 8 64K 1M 8M
         step "mpi-pp-openmpi.$r" 120 "${ompi[@]}" -np 2 --cpu-set 0,1 "$out/p2p_openmpi" pingpong 8 64K 1M 8M
+        # NetPIPE's pattern: each rank sends the buffer its last receive wrote.
+        step "mpi-pp1-volley.$r" 120 "$V" run -n 2 --cpus 0,1 "$out/p2p_volley" pingpong1 64K 1M 8M
+        step "mpi-pp1-openmpi.$r" 120 "${ompi[@]}" -np 2 --cpu-set 0,1 "$out/p2p_openmpi" pingpong1 64K 1M 8M
         step "vb-rate.$r" 60 "$V" bench rate --cpus 0,1 --sizes 8 --window 64 --reps 1
         step "mpi-rate-volley.$r" 60 "$V" run -n 2 --cpus 0,1 "$out/p2p_volley" rate 64
         step "mpi-rate-openmpi.$r" 60 "${ompi[@]}" -np 2 --cpu-set 0,1 "$out/p2p_openmpi" rate 64
@@ -114,6 +118,8 @@ tune() {
         step "vb-pp-tuned.$r" 120 "$V" bench pingpong --cpus 0,1 --sizes 8,64K,1M,8M --reps 1
         step "mpi-pp-volley-tuned.$r" 120 "$V" run -n 2 --cpus 0,1 "$out/p2p_volley" pingpong 8 64K 1M 8M
         step "mpi-pp-openmpi-t.$r" 120 "${ompi[@]}" -np 2 --cpu-set 0,1 "$out/p2p_openmpi" pingpong 8 64K 1M 8M
+        step "mpi-pp1-volley-tuned.$r" 120 "$V" run -n 2 --cpus 0,1 "$out/p2p_volley" pingpong1 64K 1M 8M
+        step "mpi-pp1-openmpi-t.$r" 120 "${ompi[@]}" -np 2 --cpu-set 0,1 "$out/p2p_openmpi" pingpong1 64K 1M 8M
     done
 }
 
