@@ -527,12 +527,13 @@ impl Engine {
         let ring_payload_capacity =
             (tx[0].capacity_slots() as usize / 2) * volley_shm::SLOT - volley_shm::RECORD_HEADER;
         let tx = tx.into_iter().map(Some).collect();
-        let copy_from = if single_copy_threshold == usize::MAX {
-            u64::MAX
-        } else {
-            single_copy_threshold as u64
-        };
-        seg.announce(me, std::process::id(), single_copy, copy_from);
+        // (usize::MAX, never, stays the largest value: `ShmGroup::cross_from` reads it back.)
+        seg.announce(
+            me,
+            std::process::id(),
+            single_copy,
+            single_copy_threshold as u64,
+        );
         Engine {
             seg,
             me,
