@@ -970,6 +970,18 @@ fn a_matched_probe_of_a_dead_sender_fails_its_receive() {
     );
 }
 
+/// Test `name` of a killed rank built with MPICH, 3 ranks: its launcher ends the whole job
+/// when a rank dies, so the job must end, with a failure (not run into the harness's timeout).
+fn mpich_ends_the_job(dir: &Path, name: &str) {
+    let exe = build(dir, name, true);
+    let o = launch(&exe, 3, true);
+    assert!(
+        !o.status.success() && o.status.code() != Some(124),
+        "MPICH, {name}: {:?}",
+        o.status
+    );
+}
+
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     let s = Scratch::new("killed");
@@ -988,14 +1000,37 @@ fn a_dead_peer_is_an_error_not_a_hang() {
             && out.contains("MPIX_ERR_PROC_FAILED"),
         "stdout:\n{out}\nstderr:\n{err}"
     );
-    // MPICH: its launcher ends the job; it must end, with a failure.
-    let exe = build(&s.0, "killed", true);
-    let o = launch(&exe, 3, true);
-    assert!(
-        !o.status.success() && o.status.code() != Some(124),
-        "MPICH: {:?}",
-        o.status
+    mpich_ends_the_job(&s.0, "killed");
+}
+
+/// A receive polled with MPI_Test, MPI_Testany and MPI_Testsome while its sender dies: the
+/// test fails (no receive pending forever), also for a receive posted after the death; a
+/// receive from a live rank beside them still completes. Tests that find nothing new skip the
+/// progress pass (`World::still_pending`): this is what they must not skip.
+#[test]
+fn a_polled_receive_from_a_dead_peer_fails() {
+    let s = Scratch::new("killed-poll");
+    let exe = build(&s.0, "killed_poll", false);
+    let o = volley(&["--keep-going", "-n", "3", exe.to_str().unwrap()], &[]);
+    let (out, err) = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(128 + 9),
+        "stdout:\n{out}\nstderr:\n{err}"
     );
+    for how in 0..3 {
+        assert!(
+            out.contains(&format!(
+                "killed_poll: test {how} of a receive from the dead rank failed"
+            )),
+            "test {how}: stdout:\n{out}\nstderr:\n{err}"
+        );
+    }
+    assert!(
+        out.contains("killed_poll: the live rank's message arrived"),
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    mpich_ends_the_job(&s.0, "killed_poll");
 }
 
 #[test]

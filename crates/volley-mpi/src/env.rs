@@ -75,7 +75,7 @@ pub(crate) fn start(required: c_int) -> R<c_int> {
         bsend_buf: None,
         bsend_used: 0,
         orphans: Vec::new(),
-        scratch: Default::default(),
+        scratch: Some(Box::default()),
         nbcs: Vec::new(),
         deferred: None,
         done_clock: 0,

@@ -820,7 +820,8 @@ pub struct Scratch {
 /// waits until at least one completes (`block`, as the world's wait mode says) or only tests,
 /// and settles those that did. False when none of them was pending.
 fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bool) -> bool {
-    let mut sc = std::mem::take(&mut rt.scratch);
+    // A pass inside a pass (none expected) gets a scratch of its own.
+    let mut sc = rt.scratch.take().unwrap_or_default();
     sc.ids.clear();
     sc.owners.clear();
     sc.slots.clear();
@@ -898,7 +899,7 @@ fn advance(rt: &mut Rt, slots: &mut dyn Iterator<Item = (usize, u32)>, block: bo
             }
         }
     }
-    rt.scratch = sc;
+    rt.scratch = Some(sc);
     pending
 }
 
@@ -1223,6 +1224,52 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
             return Ok(());
         }
     }
+}
+
+/// MPI_Test's, MPI_Testany's, MPI_Testsome's and MPI_Testall's look at plain point-to-point
+/// requests that have not completed, the inner loop of programs that poll receives between
+/// steps of their work (HPCC's RandomAccess tests its receives once per table update): one
+/// progress pass of the core, or none where nothing can have changed (`World::still_pending`),
+/// and a look at each request, without `drive`'s and `advance`'s lists. true: every active request of `hs`
+/// (at least one) is still pending, nothing more to do; false: the general path decides (one
+/// completed, or is of a kind this does not look at: a synchronous send's second part, a
+/// collective, a generalized or partitioned request; or a rank with non-blocking
+/// collectives, freed requests or a held-back receive to move on, which only `drive` does).
+fn all_pending(rt: &mut Rt, hs: &[H]) -> bool {
+    if !rt.nbcs.is_empty() || !rt.orphans.is_empty() || rt.deferred.is_some() {
+        return false;
+    }
+    let mut passed = false;
+    for &h in hs {
+        let Some((i, g)) = req_at(h) else {
+            continue;
+        };
+        let Some(r) = rt.reqs.get_mut(i, g) else {
+            return false;
+        };
+        if !r.active {
+            continue;
+        }
+        let (false, Some(id)) = (r.done, r.core) else {
+            return false;
+        };
+        if r.more.as_deref().is_some_and(|m| {
+            m.second.is_some() || m.nbc.is_some() || m.greq.is_some() || m.part.is_some()
+        }) {
+            return false;
+        }
+        // One pass for all: the first request's.
+        let pending = if passed {
+            rt.world.is_pending(id)
+        } else {
+            rt.world.still_pending(id)
+        };
+        passed = true;
+        if !pending {
+            return false;
+        }
+    }
+    passed
 }
 
 /// MPI_Irecv's paths that need no post in the core, its arguments checked once: the receive
@@ -1602,7 +1649,8 @@ unsafe fn collect_all(rt: &mut Rt, hs: &mut [H], statuses: *mut Status) -> R {
         return if failed { Err(in_status()) } else { Ok(()) };
     }
     // The scratch vector: a wait allocates nothing once warm.
-    let mut done = std::mem::take(&mut rt.scratch.collected);
+    let sc = rt.scratch.get_or_insert_with(Default::default);
+    let mut done = std::mem::take(&mut sc.collected);
     done.clear();
     for (k, h) in hs.iter_mut().enumerate() {
         let (st, e) = collect(rt, h);
@@ -1610,7 +1658,7 @@ unsafe fn collect_all(rt: &mut Rt, hs: &mut [H], statuses: *mut Status) -> R {
     }
     // SAFETY: per the contract.
     let r = unsafe { put_statuses(statuses, &done) };
-    rt.scratch.collected = done;
+    rt.scratch.get_or_insert_with(Default::default).collected = done;
     r
 }
 
@@ -2282,6 +2330,11 @@ crate::mpi! {
         // SAFETY: the caller's request.
         let mut h = unsafe { get(request)? };
         let mut rt = rt()?;
+        if all_pending(&mut rt, &[h]) {
+            // SAFETY: the caller's flag.
+            unsafe { put(flag, 0)? };
+            return Ok(());
+        }
         drive(&mut rt, &[h], false, |d, a| d >= a)?;
         let done = is_done(&mut rt, h)?.unwrap_or(true);
         // SAFETY: the caller's flag.
@@ -2311,6 +2364,10 @@ crate::mpi! {
         // SAFETY: MPI: the array holds count requests.
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
         let mut rt = rt()?;
+        if all_pending(&mut rt, hs) {
+            // SAFETY: the caller's flag.
+            return unsafe { put(flag, 0) };
+        }
         drive(&mut rt, hs, false, |d, a| d >= a)?;
         let mut all = true;
         for &h in hs.iter() {
@@ -2337,6 +2394,13 @@ crate::mpi! {
         // SAFETY: MPI: the array holds count requests.
         let hs = unsafe { crate::err::array_mut(array_of_requests, count)? };
         let mut rt = rt()?;
+        if all_pending(&mut rt, hs) {
+            // SAFETY: the caller's flag and index.
+            unsafe {
+                put(flag, 0)?;
+                return put(index, abi::UNDEFINED);
+            }
+        }
         drive(&mut rt, hs, false, |d, _| d >= 1)?;
         let mut active = false;
         let mut found = false;
@@ -2369,6 +2433,10 @@ crate::mpi! {
         // SAFETY: MPI: the array holds incount requests.
         let hs = unsafe { crate::err::array_mut(array_of_requests, incount)? };
         let mut rt = rt()?;
+        if all_pending(&mut rt, hs) {
+            // SAFETY: the caller's count.
+            return unsafe { put(outcount, 0) };
+        }
         drive(&mut rt, hs, false, |d, _| d >= 1)?;
         some_done(&mut rt, hs, outcount, array_of_indices, array_of_statuses)
     }

@@ -373,8 +373,11 @@ pub struct Rt {
     /// Requests the program freed before they completed, and buffered sends: completed in the
     /// background (as MPI_Request_free says), by every wait and test.
     pub orphans: Vec<(usize, u32)>,
-    /// Reused by every wait and test (see `p2p::advance`).
-    pub scratch: crate::p2p::Scratch,
+    /// Reused by every wait and test (see `p2p::advance`), boxed so that taking it out for a
+    /// pass moves a pointer, not the vectors' headers (a memcpy call and a drop of the empty
+    /// one left behind, a tenth of an MPI_Test that finds nothing). None only while a pass
+    /// has it.
+    pub scratch: Option<Box<crate::p2p::Scratch>>,
     /// The requests (slot, generation) of the non-blocking collectives started and maybe still
     /// in flight: every wait and test moves them on, whatever it waits for.
     pub nbcs: Vec<(usize, u32)>,

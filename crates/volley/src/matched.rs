@@ -203,6 +203,11 @@ impl Endpoint {
         tag: Option<u32>,
     ) -> Result<Option<Status>, RecvError> {
         let pat = self.pattern(source, tag)?;
+        // Nothing has arrived and no pass would move anything (a program polling for work
+        // with MPI_Iprobe): one look at each ring.
+        if self.world.quiet_since_pass() {
+            return Ok(None);
+        }
         let mut waiter = Waiter::new(WaitMode::BusyPoll, &self.waits);
         self.step(&pat, &mut None, &mut waiter)
     }

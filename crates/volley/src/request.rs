@@ -663,6 +663,11 @@ impl World {
             let id = r.insert(op);
             r.posted.push_back(id.idx);
             count_posted(&self.inner.nposted, 1);
+            let posts = &self.inner.posts;
+            posts.store(
+                posts.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
             (id, r.posted.len() - 1)
         };
         if !quiet {
@@ -683,8 +688,13 @@ impl World {
 
     /// Makes progress on every request: queued sends, then posted receives oldest first.
     pub(crate) fn drive_requests(&self) {
-        self.progress().ok();
-        self.drive_posted();
+        // progress() ends with a pass over the posted receives, except inside a handler and
+        // after a handler's error: only then is one made here. (Both, always, made every
+        // MPI_Test of a receive that has not arrived pass over the rings twice.)
+        let passed = self.progress().is_ok() && self.inner.dispatch_depth.get() == 0;
+        if !passed {
+            self.drive_posted();
+        }
     }
 
     /// Whether a receive posted in `context` before position `before` of the posted list
@@ -704,7 +714,18 @@ impl World {
     /// Offers arrived messages to the posted receives, oldest first, and moves on the
     /// fragmented ones already matched; a receive from a peer that is gone fails. Never waits.
     pub(crate) fn drive_posted(&self) {
+        // What this pass knows: the receives posted and the ranks' states as they are before
+        // it (see `quiet_since_pass`). Fates refreshed first, so that a receive whose source
+        // is gone finds its dead end in this pass.
+        let posts = self.inner.posts.load(Ordering::Relaxed);
+        let epoch = {
+            let mut e = self.eng();
+            e.refresh_fates();
+            e.state_epoch()
+        };
         self.drive_posted_from(0);
+        self.inner.quiet_posts.store(posts, Ordering::Relaxed);
+        self.inner.quiet_epoch.store(epoch, Ordering::Relaxed);
     }
 
     /// `drive_posted` from position `start` of the posted list on (a veto restarts the pass at
@@ -976,6 +997,72 @@ impl World {
     /// (MPI_Test). For a send the status names the destination, tag and length.
     pub fn test(&self, id: RequestId) -> Option<Result<Status, RequestError>> {
         self.test_any(&mut [Some(id)]).map(|(_, r)| r)
+    }
+
+    /// One progress pass, as [`World::test`] makes, then whether request `id` is still pending:
+    /// true leaves it as it was; false (done, or no such request) leaves its result for
+    /// [`World::test`] or a sweep to take. The cheaper look for a caller that polls a request
+    /// and can do nothing with it until it completes. A receive not matched yet needs no pass
+    /// where nothing can have changed since the last one (see [`World::quiet_since_pass`]): a
+    /// program that polls its receive between steps of work (HPCC's RandomAccess, once per
+    /// table update) then pays one look at each ring, not a pass.
+    pub fn still_pending(&self, id: RequestId) -> bool {
+        if self.quiet_since_pass()
+            && matches!(
+                self.inner.reqs.borrow_mut().get(id),
+                Some(Op::Recv(..) | Op::RecvUnpack(..))
+            )
+        {
+            return true;
+        }
+        self.drive_requests();
+        self.is_pending(id)
+    }
+
+    /// Whether request `id` is still pending, without progress (after `still_pending` made a
+    /// pass for a list of requests). A send found complete or failed is marked so.
+    pub fn is_pending(&self, id: RequestId) -> bool {
+        matches!(self.seen(id), Seen::Pending { .. })
+    }
+
+    /// Whether a progress pass now would find nothing to do and change nothing: the last pass
+    /// over the posted receives (`drive_posted`) began after every receive posted since and
+    /// after the last change of a rank's state (so it asked each receive whether its source
+    /// was gone with what is known now), every posted receive is still unmatched (one being
+    /// gathered or placed may move with no record in a ring: single copy), and nothing
+    /// anywhere would move (nothing in the rings, nothing queued to send, no network, no
+    /// active port, no progress thread: see `Engine::quiet`). That pass offered every posted
+    /// receive what had arrived; with nothing new, another would find the same. False when
+    /// unsure.
+    #[inline]
+    pub(crate) fn quiet_since_pass(&self) -> bool {
+        let inner = &self.inner;
+        if inner.net.is_some()
+            || inner.cfg.progress_thread
+            || inner.nactive.load(Ordering::Relaxed) != 0
+            || inner.dispatch_depth.get() != 0
+            || inner.posts.load(Ordering::Relaxed) != inner.quiet_posts.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        {
+            let e = self.eng();
+            if e.state_epoch() != inner.quiet_epoch.load(Ordering::Relaxed) || !e.quiet() {
+                return false;
+            }
+        }
+        if inner.nposted.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        let r = inner.reqs.borrow_mut();
+        // A few at most: the look is per receive.
+        r.posted.len() <= 8
+            && r.posted.iter().all(|&idx| {
+                matches!(
+                    &*r.slots[idx as usize].op,
+                    Some(Op::Recv(..) | Op::RecvUnpack(..))
+                )
+            })
     }
 
     /// Waits for request `id` to complete and returns its result (MPI_Wait).

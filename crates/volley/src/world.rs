@@ -113,6 +113,12 @@ pub(crate) struct Inner {
     /// How many receives are posted: read on every matched receive, so that one with nothing
     /// posted pays a relaxed load, not a borrow of the table.
     pub(crate) nposted: std::sync::atomic::AtomicUsize,
+    /// Receives posted so far, and that count and the segment's state epoch as they were when
+    /// the last pass over the posted receives (`drive_posted`) began (epoch u64::MAX before
+    /// the first): see `World::quiet_since_pass`.
+    pub(crate) posts: std::sync::atomic::AtomicU64,
+    pub(crate) quiet_posts: std::sync::atomic::AtomicU64,
+    pub(crate) quiet_epoch: std::sync::atomic::AtomicU64,
     /// Watches the other ranks of this host when no volley launcher does (held for its drop,
     /// which stops it).
     pub(crate) _watcher: Option<crate::boot_pmi::Watcher>,
@@ -244,6 +250,9 @@ impl World {
                 poll_net: std::sync::Once::new(),
                 reqs: Exclusive::biased(Default::default()),
                 nposted: Default::default(),
+                posts: Default::default(),
+                quiet_posts: Default::default(),
+                quiet_epoch: std::sync::atomic::AtomicU64::new(u64::MAX),
                 nactive: Default::default(),
                 _watcher: attached.watcher,
                 _launcher_watch: attached.launcher_watch,

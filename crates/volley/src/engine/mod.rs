@@ -1173,6 +1173,29 @@ impl Engine {
             })
     }
 
+    /// Whether a progress pass here now would find nothing to do, by one look at each ring:
+    /// nothing queued, lent or in flight to send (`drive_pending`'s own test), no message
+    /// partly gathered or drained aside, and nothing unread in any ring. False when unsure,
+    /// and always with more than 64 local ranks (the look would cost what the pass does).
+    #[inline]
+    pub fn quiet(&self) -> bool {
+        self.npending == 0
+            && self.nrts == 0
+            && self.nbacklog == 0
+            && self.inflight.is_empty()
+            && self.progress.as_ref().is_none_or(|p| p.lent == 0)
+            && self.ndrained == 0
+            && self.partials.is_empty()
+            && self.n <= 64
+            && self.rx.iter().all(|r| r.surely_empty())
+    }
+
+    /// The segment's count of rank state changes (see `refresh_fates`).
+    #[inline]
+    pub fn state_epoch(&self) -> u64 {
+        self.seg.state_epoch()
+    }
+
     /// Re-reads the other ranks' states if any changed since last time.
     #[inline]
     pub fn refresh_fates(&mut self) {
