@@ -1226,15 +1226,16 @@ fn drive(rt: &mut Rt, hs: &[H], block: bool, enough: impl Fn(usize, usize) -> bo
     }
 }
 
-/// MPI_Test's, MPI_Testany's, MPI_Testsome's and MPI_Testall's look at plain point-to-point
-/// requests that have not completed, the inner loop of programs that poll receives between
-/// steps of their work (HPCC's RandomAccess tests its receives once per table update): one
-/// progress pass of the core, or none where nothing can have changed (`World::still_pending`),
-/// and a look at each request, without `drive`'s and `advance`'s lists. true: every active request of `hs`
-/// (at least one) is still pending, nothing more to do; false: the general path decides (one
-/// completed, or is of a kind this does not look at: a synchronous send's second part, a
-/// collective, a generalized or partitioned request; or a rank with non-blocking
-/// collectives, freed requests or a held-back receive to move on, which only `drive` does).
+/// MPI_Test's, MPI_Testany's, MPI_Testsome's, MPI_Testall's and MPI_Request_get_status's look
+/// at plain point-to-point requests that have not completed, the inner loop of programs that
+/// poll receives between steps of their work (HPCC's RandomAccess tests its receives once per
+/// table update): one progress pass of the core, or none where nothing can have changed
+/// (`World::still_pending`), and a look at each request, without `drive`'s and `advance`'s
+/// lists. true: every active request of `hs` (at least one) is still pending, nothing more to
+/// do; false: the general path decides (one completed, or is of a kind this does not look at:
+/// a synchronous send's second part, a collective, a generalized or partitioned request; or a
+/// rank with non-blocking collectives, freed requests or a held-back receive to move on, which
+/// only `drive` does).
 fn all_pending(rt: &mut Rt, hs: &[H]) -> bool {
     if !rt.nbcs.is_empty() || !rt.orphans.is_empty() || rt.deferred.is_some() {
         return false;
@@ -2472,6 +2473,10 @@ crate::mpi! {
 
     fn MPI_Request_get_status / PMPI_Request_get_status(request: H, flag: *mut c_int, status: *mut Status) {
         let mut rt = rt()?;
+        if all_pending(&mut rt, &[request]) {
+            // SAFETY: the caller's flag.
+            return unsafe { put(flag, 0) };
+        }
         drive(&mut rt, &[request], false, |d, a| d >= a)?;
         let (done, st) = match req_at(request) {
             None => (true, Status::empty()),
