@@ -970,6 +970,20 @@ fn a_matched_probe_of_a_dead_sender_fails_its_receive() {
     );
 }
 
+/// Test `name` of a killed rank on volley, 3 ranks: the other ranks run on (--keep-going) and
+/// the job exits with the killed rank's status. Its output (stdout, stderr).
+fn volley_with_a_killed_rank(dir: &Path, name: &str) -> (String, String) {
+    let exe = build(dir, name, false);
+    let o = volley(&["--keep-going", "-n", "3", exe.to_str().unwrap()], &[]);
+    let (out, err) = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(128 + 9),
+        "{name}: stdout:\n{out}\nstderr:\n{err}"
+    );
+    (out, err)
+}
+
 /// Test `name` of a killed rank built with MPICH, 3 ranks: its launcher ends the whole job
 /// when a rank dies, so the job must end, with a failure (not run into the harness's timeout).
 fn mpich_ends_the_job(dir: &Path, name: &str) {
@@ -985,16 +999,8 @@ fn mpich_ends_the_job(dir: &Path, name: &str) {
 #[test]
 fn a_dead_peer_is_an_error_not_a_hang() {
     let s = Scratch::new("killed");
-    // volley: the other ranks run on (--keep-going); rank 0's receive fails with
-    // MPIX_ERR_PROC_FAILED, and the job exits with the killed rank's status.
-    let exe = build(&s.0, "killed", false);
-    let o = volley(&["--keep-going", "-n", "3", exe.to_str().unwrap()], &[]);
-    let (out, err) = text(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(128 + 9),
-        "stdout:\n{out}\nstderr:\n{err}"
-    );
+    // volley: rank 0's receive fails with MPIX_ERR_PROC_FAILED.
+    let (out, err) = volley_with_a_killed_rank(&s.0, "killed");
     assert!(
         out.contains("killed: rank 0's receive from the dead rank failed")
             && out.contains("MPIX_ERR_PROC_FAILED"),
@@ -1010,14 +1016,7 @@ fn a_dead_peer_is_an_error_not_a_hang() {
 #[test]
 fn a_polled_receive_from_a_dead_peer_fails() {
     let s = Scratch::new("killed-poll");
-    let exe = build(&s.0, "killed_poll", false);
-    let o = volley(&["--keep-going", "-n", "3", exe.to_str().unwrap()], &[]);
-    let (out, err) = text(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(128 + 9),
-        "stdout:\n{out}\nstderr:\n{err}"
-    );
+    let (out, err) = volley_with_a_killed_rank(&s.0, "killed_poll");
     for how in 0..3 {
         assert!(
             out.contains(&format!(

@@ -242,6 +242,15 @@ fn callback_error(rc: c_int, which: &str) -> Option<Fail> {
     })
 }
 
+impl More {
+    /// Whether the request is one core request and nothing beside it: no synchronous send's
+    /// second part, collective, generalized or partitioned request (what the fast paths of
+    /// tests and waits look at).
+    fn is_plain(&self) -> bool {
+        self.second.is_none() && self.nbc.is_none() && self.greq.is_none() && self.part.is_none()
+    }
+}
+
 impl Req {
     fn finished(comm: H, status: Status) -> Req {
         Req {
@@ -1254,9 +1263,7 @@ fn all_pending(rt: &mut Rt, hs: &[H]) -> bool {
         let (false, Some(id)) = (r.done, r.core) else {
             return false;
         };
-        if r.more.as_deref().is_some_and(|m| {
-            m.second.is_some() || m.nbc.is_some() || m.greq.is_some() || m.part.is_some()
-        }) {
+        if r.more.as_deref().is_some_and(|m| !m.is_plain()) {
             return false;
         }
         // One pass for all: the first request's.
@@ -1491,7 +1498,7 @@ fn wait_lone_recv(rt: &mut Rt, i: usize, g: u32) -> bool {
     let Some(m) = r.more.as_deref() else {
         return false;
     };
-    if m.second.is_some() || m.nbc.is_some() || m.greq.is_some() || m.part.is_some() {
+    if !m.is_plain() {
         return false;
     }
     let (Some(c), Some(t)) = (m.core_comm.as_deref(), m.target.as_ref()) else {

@@ -663,11 +663,7 @@ impl World {
             let id = r.insert(op);
             r.posted.push_back(id.idx);
             count_posted(&self.inner.nposted, 1);
-            let posts = &self.inner.posts;
-            posts.store(
-                posts.load(Ordering::Relaxed).wrapping_add(1),
-                Ordering::Relaxed,
-            );
+            count_posted(&self.inner.posts, 1);
             (id, r.posted.len() - 1)
         };
         if !quiet {
@@ -1321,8 +1317,8 @@ fn note_empty(empty: &mut Option<Pattern>, pat: &Pattern) {
     }
 }
 
-/// Moves the count of posted receives (read without a borrow, as a quick test that there are
-/// none) by `by`. Only while the request table is borrowed, so that no other change races
+/// Moves a count kept with the posted receives (how many are posted, read without a borrow as
+/// a quick test that there are none; how many were ever posted, `Inner::posts`) by `by`. Only while the request table is borrowed, so that no other change races
 /// this one: a load and a store, not a locked read-modify-write, which would wait for every
 /// earlier store of the thread to leave its store buffer (a message's ring line among them).
 #[inline]

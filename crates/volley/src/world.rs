@@ -116,8 +116,8 @@ pub(crate) struct Inner {
     /// Receives posted so far, and that count and the segment's state epoch as they were when
     /// the last pass over the posted receives (`drive_posted`) began (epoch u64::MAX before
     /// the first): see `World::quiet_since_pass`.
-    pub(crate) posts: std::sync::atomic::AtomicU64,
-    pub(crate) quiet_posts: std::sync::atomic::AtomicU64,
+    pub(crate) posts: std::sync::atomic::AtomicUsize,
+    pub(crate) quiet_posts: std::sync::atomic::AtomicUsize,
     pub(crate) quiet_epoch: std::sync::atomic::AtomicU64,
     /// Watches the other ranks of this host when no volley launcher does (held for its drop,
     /// which stops it).

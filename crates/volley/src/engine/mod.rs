@@ -869,15 +869,20 @@ impl Engine {
     #[inline]
     pub fn drive_pending(&mut self) -> usize {
         // Nothing queued, lent or in flight (the common case, polled at every pass): one look.
-        if self.npending == 0
+        if self.nothing_to_send() {
+            return 0;
+        }
+        self.drive_pending_slow()
+    }
+
+    /// Whether nothing is queued, lent or in flight to send: `drive_pending` has nothing to do.
+    #[inline]
+    fn nothing_to_send(&self) -> bool {
+        self.npending == 0
             && self.nrts == 0
             && self.nbacklog == 0
             && self.inflight.is_empty()
             && self.progress.as_ref().is_none_or(|p| p.lent == 0)
-        {
-            return 0;
-        }
-        self.drive_pending_slow()
     }
 
     #[inline(never)]
@@ -1174,16 +1179,12 @@ impl Engine {
     }
 
     /// Whether a progress pass here now would find nothing to do, by one look at each ring:
-    /// nothing queued, lent or in flight to send (`drive_pending`'s own test), no message
+    /// nothing queued, lent or in flight to send (`nothing_to_send`), no message
     /// partly gathered or drained aside, and nothing unread in any ring. False when unsure,
     /// and always with more than 64 local ranks (the look would cost what the pass does).
     #[inline]
     pub fn quiet(&self) -> bool {
-        self.npending == 0
-            && self.nrts == 0
-            && self.nbacklog == 0
-            && self.inflight.is_empty()
-            && self.progress.as_ref().is_none_or(|p| p.lent == 0)
+        self.nothing_to_send()
             && self.ndrained == 0
             && self.partials.is_empty()
             && self.n <= 64
