@@ -577,21 +577,30 @@ fn run(
                         c.arg(exe).args(&driver_args);
                         run_for(c, limit)
                     };
-                    let out = match start() {
-                        Ok(out) => out,
-                        // Another MPI's launcher that fails to start its daemons now and then
-                        // (Open MPI's across namespaces) gets a second try, said on stderr;
-                        // volley's own failures are never retried.
-                        Err(e) if *m != System::Volley => {
-                            eprintln!(
-                                "volley bench: {} round {} failed, trying it once more: {}",
-                                m.name(),
-                                round + 1,
-                                e.lines().next().unwrap_or("")
-                            );
-                            start().map_err(|e| format!("{} round {}: {e}", m.name(), round + 1))?
+                    // Another MPI's launcher that fails to start its job now and then (Open
+                    // MPI's daemons across namespaces; MPICH's UCX, whose ranks sometimes find
+                    // no transport to each other between namespaces, for a second or so) gets
+                    // three more tries, half a second apart and more, each said on stderr;
+                    // volley's own failures are never retried.
+                    let tries = if *m == System::Volley { 1 } else { 4 };
+                    let mut attempt = 1;
+                    let out = loop {
+                        match start() {
+                            Ok(out) => break out,
+                            Err(e) if attempt < tries => {
+                                eprintln!(
+                                    "volley bench: {} round {} failed, trying it again: {}",
+                                    m.name(),
+                                    round + 1,
+                                    e.lines().next().unwrap_or("")
+                                );
+                                std::thread::sleep(std::time::Duration::from_millis(
+                                    500 * attempt as u64,
+                                ));
+                                attempt += 1;
+                            }
+                            Err(e) => return Err(format!("{} round {}: {e}", m.name(), round + 1)),
                         }
-                        Err(e) => return Err(format!("{} round {}: {e}", m.name(), round + 1)),
                     };
                     let name = match m {
                         System::Volley if p2p => "volley-mpi".to_string(),
