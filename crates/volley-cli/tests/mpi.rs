@@ -164,6 +164,19 @@ fn sendrecv_exchanges_without_deadlock_and_keeps_order() {
     );
 }
 
+/// Many receives posted at once, of many tags and sources, wildcards among them: each message
+/// goes to the oldest posted receive that accepts it whether it came before the receives, after
+/// them or while they were posted; those that get none cancel; the rest wait in order; wanted
+/// messages get past more unwanted ones than a ring holds. With the ranks' rings read directly
+/// (4) and through the ready summary (9), and between two hosts over udp.
+#[test]
+fn many_posted_receives_match_in_mpi_order() {
+    for n in [4, 9] {
+        passes("many_posted", n);
+    }
+    passes_on_hosts("many_posted", 2, 4, &[("VOLLEY_TRANSPORT", "udp")]);
+}
+
 /// A receive started by MPI_Irecv is posted when the call returns, however volley holds it
 /// back: a later probe never sees its message, receives started later (or a blocking one) come
 /// after it, large receives and sends both ways do not deadlock, it can be cancelled, and tests
@@ -884,6 +897,30 @@ fn a_flood_received_last_first_keeps_memory_bounded_with_single_copy() {
         &["reverse"],
         &[("VOLLEY_SINGLE_COPY_THRESHOLD", "65536")],
     );
+}
+
+/// More unreceived small messages than the receiver may hold: every byte arrives once they are
+/// received in order (volley, MPICH); with volley's limit below them, the receiver says once on
+/// stderr which limit holds the sender back and what to do, and not when it is not reached.
+#[test]
+fn unreceived_small_messages_beyond_the_limit_are_named_not_lost() {
+    passes("unexpected_budget", 2);
+    let s = Scratch::new("unexpected_budget_small");
+    let exe = build(&s.0, "unexpected_budget", false);
+    let o = launch_with(&exe, 2, false, &[], &[("VOLLEY_UNEXPECTED_BYTES", "65536")]);
+    let (_, err) = text(&o);
+    let out = must(o, "unexpected_budget with a 64 KiB limit");
+    assert!(out.contains("unexpected_budget: ok"), "{out}");
+    let said: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("limit of 65536 (VOLLEY_UNEXPECTED_BYTES)"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once, on rank 0:\n{err}");
+    assert!(said[0].starts_with("volley: rank 0:"), "{err}");
+    let o = launch_with(&exe, 2, false, &[], &[]);
+    let (_, err) = text(&o);
+    must(o, "unexpected_budget with the default limit");
+    assert!(!err.contains("VOLLEY_UNEXPECTED_BYTES"), "{err}");
 }
 
 #[test]

@@ -223,6 +223,8 @@ pub(crate) struct Engine {
     /// Messages in `drained`, all sources together.
     ndrained: usize,
     drain_budget: usize,
+    /// Whether this process said once that its drain budget held a sender back.
+    told_budget_full: bool,
     /// Contexts received through the matcher: only their messages are drained (a
     /// Directed-Point port reads its ring in arrival order).
     matched_contexts: Vec<u32>,
@@ -571,6 +573,7 @@ impl Engine {
             drained_bytes: 0,
             ndrained: 0,
             drain_budget: 16 << 20,
+            told_budget_full: false,
             matched_contexts: Vec::new(),
             drain_pool: Vec::new(),
             rts: Vec::new(),

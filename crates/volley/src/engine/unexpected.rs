@@ -99,7 +99,7 @@ impl Engine {
             if info.kind == Kind::Rts {
                 // One small record, whatever the message's size: its data stays with the sender.
                 if self.drained_bytes + super::rendezvous::RTS_COST > self.drain_budget {
-                    self.counters.add(Counter::DrainBudgetFull, 1);
+                    self.budget_full(src);
                     return Ok(());
                 }
                 let rts = self.take_rts(src, &info)?;
@@ -118,7 +118,7 @@ impl Engine {
                 continue;
             }
             if self.drained_bytes + total > self.drain_budget {
-                self.counters.add(Counter::DrainBudgetFull, 1);
+                self.budget_full(src);
                 return Ok(());
             }
             let mut data = self.drain_pool.pop().unwrap_or_default();
@@ -151,6 +151,26 @@ impl Engine {
                 rts: None,
                 cost: total,
             });
+        }
+    }
+
+    /// The budget keeps ring `src` full: counted each time, and said once per process on
+    /// stderr, since a receive waiting for a message behind the ring then waits for ever (MPI's
+    /// progress rule wants it received; holding every unreceived message, as MPICH and Open MPI
+    /// do, would leave the memory unbounded), and a hang with no word is the worst way to learn
+    /// of a limit.
+    #[cold]
+    fn budget_full(&mut self, src: usize) {
+        self.counters.add(Counter::DrainBudgetFull, 1);
+        if !self.told_budget_full {
+            self.told_budget_full = true;
+            eprintln!(
+                "volley: rank {}: holds {} bytes of messages no receive has taken yet, and the \
+                 next would pass its limit of {} (VOLLEY_UNEXPECTED_BYTES); rank {}'s later \
+                 messages wait in its ring until some are received. If a receive waits for one \
+                 of them, raise VOLLEY_UNEXPECTED_BYTES or receive the earlier messages first",
+                self.l2g[self.me], self.drained_bytes, self.drain_budget, self.l2g[src]
+            );
         }
     }
 
