@@ -160,14 +160,12 @@ static void receiver(const struct script *sc, int size, int round, int mode) {
 }
 
 /* Messages no posted receive wants, more than a sender may have in flight (volley's rings hold
- * 1 MiB), in front of those that the posted receives want. 12 MB of them in all: MPI's progress
- * rule says the wanted ones arrive however many there are, which takes the receiver's memory;
- * volley holds at most 16 MiB of unreceived small messages (VOLLEY_UNEXPECTED_BYTES, a gap
- * docs/mpi.md names). */
+ * 1 MiB), in front of those that the posted receives want: 3 MB from each sender, more than
+ * volley holds of unreceived eager data at 9 ranks and over (16 MiB). MPI's progress rule says
+ * the wanted ones arrive however many there are. */
 static void behind_unwanted(int rank, int size) {
     /* size: 1 + the number of senders */
-    enum { LEN = 256, WANTED = 6 };
-    int UNWANTED = 12000 / (size - 1) < 1400 ? 12000 / (size - 1) : 1400;
+    enum { UNWANTED = 3000, LEN = 256, WANTED = 6 };
     if (rank == 0) {
         int got[MAXS + 1][WANTED];
         MPI_Request r[MAXS * WANTED];

@@ -24,7 +24,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYJB");
 ///     looks only at rings that may hold something.
 /// 11: the grant queue has 48 entries and the ring's control block ends with a copy slot (a
 ///     rendezvous copied by both sides, `coop`); grants may say Help.
-pub const VERSION: u32 = 12;
+/// 12: each collective slot has 8 flag lines instead of 2.
+/// 13: the ring's control block carries `descriptors` beside `parked`: the consumer asks for
+///     requests to send instead of eager data while its budget for unreceived messages is spent.
+pub const VERSION: u32 = 13;
 
 /// Counters a rank can publish in its block.
 pub const RANK_COUNTERS: usize = 95;

@@ -50,7 +50,11 @@ pub(crate) struct RingCtrl {
     /// (Release) once the application has given the record back. The producer reads it with
     /// `tail` (same line) and writes padding over the record until it is cleared.
     parked: AtomicU64,
-    _pad1: [u8; 112],
+    /// Nonzero while the consumer asks for requests to send instead of eager data (its budget
+    /// for unreceived messages is spent: `Consumer::ask_descriptors`). A hint, read by the
+    /// producer with `tail` (same line) when it looks for room, and on every send while set.
+    descriptors: AtomicU64,
+    _pad1: [u8; 104],
     /// Grants written by the consumer.
     pub(crate) grant_head: AtomicU64,
     _pad2: [u8; 120],
@@ -66,6 +70,7 @@ pub(crate) struct RingCtrl {
 const _: () = assert!(std::mem::size_of::<RingCtrl>() == 1024);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, tail) == 128);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, parked) == 136);
+const _: () = assert!(std::mem::offset_of!(RingCtrl, descriptors) == 144);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_head) == 256);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grant_tail) == 384);
 const _: () = assert!(std::mem::offset_of!(RingCtrl, grants) == 512);
@@ -234,6 +239,8 @@ pub struct Producer {
     /// Slots ahead of `head` whose line a push asks for ownership of (0: none; see
     /// [`write_ahead`]).
     ahead: u64,
+    /// Whether the consumer asked for requests to send, as of the last read of `tail`.
+    descriptors: bool,
 }
 
 /// How far ahead of its write position a producer asks for its ring's lines
@@ -280,6 +287,9 @@ impl Producer {
         let tail = unsafe { (*ctrl).tail.load(Ordering::Acquire) };
         // SAFETY: as above.
         let parked = unsafe { (*ctrl).parked.load(Ordering::Acquire) };
+        // SYNC: Relaxed; a hint (see RingCtrl::descriptors), nothing is read on its word.
+        // SAFETY: as above.
+        let descriptors = unsafe { (*ctrl).descriptors.load(Ordering::Relaxed) } != 0;
         Producer {
             _seg: seg,
             ctrl,
@@ -293,7 +303,20 @@ impl Producer {
             max_payload: layout.max_record_payload(),
             max_record_slots: layout.max_record_slots as u64,
             ahead: write_ahead(),
+            descriptors,
         }
+    }
+
+    /// Whether the consumer asks for requests to send instead of eager data (its budget for
+    /// unreceived messages is spent). Costs nothing while it has not asked as of the last look
+    /// for room (a ring with room needs no answer: its records cost the consumer nothing until
+    /// they fill it); while it has, the consumer's word is read again, so that eager sends
+    /// resume as soon as it takes the request back.
+    #[inline]
+    pub fn descriptors_asked(&self) -> bool {
+        // SYNC: Relaxed; a hint, nothing is read on its word.
+        // SAFETY: ctrl is valid for the life of the segment we hold.
+        self.descriptors && unsafe { (*self.ctrl).descriptors.load(Ordering::Relaxed) } != 0
     }
 
     /// Largest payload of one record.
@@ -321,6 +344,9 @@ impl Producer {
         // SAFETY: as above.
         let parked = unsafe { (*self.ctrl).parked.load(Ordering::Acquire) };
         self.hole = decode_parked(parked, self.cap);
+        // SYNC: Relaxed; a hint (same line as tail), nothing is read on its word.
+        // SAFETY: as above.
+        self.descriptors = unsafe { (*self.ctrl).descriptors.load(Ordering::Relaxed) } != 0;
         self.head + k - self.cached_tail <= self.cap
     }
 
@@ -827,6 +853,21 @@ impl Consumer {
             k
         };
         end.saturating_sub(self.tail) + need > self.cap
+    }
+
+    /// Asks the producer for requests to send instead of eager data (`on`), or takes the request
+    /// back: this consumer's budget for messages no receive has taken is spent, so eager data
+    /// beyond a full ring would have to be held without bound (or leave the ring full, and a
+    /// message behind it unreachable), while a request to send costs one slot.
+    pub fn ask_descriptors(&self, on: bool) {
+        // SYNC: Relaxed; a hint, nothing is published with it.
+        // SAFETY: ctrl is valid while we hold the segment.
+        unsafe { (*self.ctrl).descriptors.store(on as u64, Ordering::Relaxed) };
+    }
+
+    /// Ring capacity in bytes (slots of `SLOT` bytes).
+    pub fn capacity_bytes(&self) -> usize {
+        self.cap as usize * SLOT
     }
 
     /// Whether the producer has surely published nothing this consumer has not taken: one look

@@ -130,7 +130,7 @@ pub const COUNTERS: &[(&str, &str, &str)] = &[
     (
         "drain_budget_full",
         "events",
-        "full rings left to wait because unexpected messages already filled VOLLEY_UNEXPECTED_BYTES",
+        "drains past VOLLEY_UNEXPECTED_BYTES of unexpected eager data (the senders are then asked for requests to send)",
     ),
     (
         "net_handovers",

@@ -115,7 +115,7 @@ impl Path<'_> {
                     return Err(l.into());
                 }
                 if !out.cursor.started && out.rndv.is_none() {
-                    if out.rendezvous && e.wants_rendezvous(out.context, out.data.len()) {
+                    if out.rendezvous && e.wants_rendezvous(dst, out.context, out.data.len()) {
                         return Ok(Step::Rendezvous);
                     }
                     if dst == e.me() && out.data.len() > e.ring_payload_capacity() {
@@ -297,7 +297,7 @@ impl Path<'_> {
                 let len = data.len();
                 if len > e.ring_payload_capacity()
                     || e.use_single_copy(dst, len)
-                    || e.wants_rendezvous(context, len)
+                    || e.wants_rendezvous(dst, context, len)
                 {
                     return Ok(false);
                 }

@@ -427,7 +427,7 @@ impl Endpoint {
     ) -> Result<RequestId, SendError> {
         let len = p.len();
         let piecewise = match self.world.path(rank)? {
-            crate::path::Path::Ring { w, .. } => w.eng().wants_rendezvous(self.port, len),
+            crate::path::Path::Ring { w, dst } => w.eng().wants_rendezvous(dst, self.port, len),
             // The network engine takes a packer over as it takes lent memory.
             crate::path::Path::Net { w, .. } => w.net().takes_over(len, self.how()),
         };

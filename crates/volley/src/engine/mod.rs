@@ -225,6 +225,9 @@ pub(crate) struct Engine {
     drain_budget: usize,
     /// Whether this process said once that its drain budget held a sender back.
     told_budget_full: bool,
+    /// Whether this process asks its senders for requests to send instead of eager data (its
+    /// drain budget is spent; see `unexpected`).
+    asked_descriptors: bool,
     /// Contexts received through the matcher: only their messages are drained (a
     /// Directed-Point port reads its ring in arrival order).
     matched_contexts: Vec<u32>,
@@ -574,6 +577,7 @@ impl Engine {
             ndrained: 0,
             drain_budget: 16 << 20,
             told_budget_full: false,
+            asked_descriptors: false,
             matched_contexts: Vec::new(),
             drain_pool: Vec::new(),
             rts: Vec::new(),
@@ -927,6 +931,16 @@ impl Engine {
                     self.pending[dst].pop_front();
                     self.npending -= 1;
                     self.inflight.push(p);
+                    continue;
+                }
+                if !pm.cursor.started
+                    && pm.cursor.off == 0
+                    && self.wants_rendezvous(dst, pm.context, pm.data.len())
+                {
+                    // Decided eager when it was queued; the receiver now asks for requests to
+                    // send (its budget for unreceived messages is spent): it goes as one.
+                    pm.rts = Some(self.new_rendezvous(dst, &p));
+                    drop(pm);
                     continue;
                 }
                 let Pending {

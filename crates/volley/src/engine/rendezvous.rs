@@ -26,9 +26,6 @@ use std::sync::Arc;
 use volley_shm::{Grant, RecordInfo, Rts, Segment, RTS_SINGLE_COPY};
 use volley_sys::Exclusive;
 
-/// What a drained request to send costs the unexpected-message budget: one slot.
-pub(crate) const RTS_COST: usize = volley_shm::SLOT;
-
 /// The sender of the single-copy descriptor at `pos` in the ring to `dst` (whose bytes are
 /// `data`) helps copy it if its receiver is copying it now. Returns how many chunks it wrote.
 pub(crate) fn help_descriptor(seg: &Segment, me: usize, dst: usize, pos: u64, data: &[u8]) -> u64 {
@@ -92,13 +89,25 @@ fn help_copy_ident(
 }
 
 impl Engine {
-    /// Whether a message of `len` bytes on `context` goes by rendezvous: larger than the eager
-    /// limit (VOLLEY_EAGER_BYTES), on a context received through the matcher (whose receivers
+    /// Whether a message of `len` bytes to local rank `dst` on `context` goes by rendezvous:
+    /// larger than the eager limit (VOLLEY_EAGER_BYTES), or not empty while `dst` asks for
+    /// requests to send instead of eager data (its budget for unreceived messages is
+    /// spent: see `unexpected`), on a context received through the matcher (whose receivers
     /// take requests to send; a Directed-Point port reads records in arrival order and gets the
     /// pipeline).
     #[inline]
-    pub fn wants_rendezvous(&self, context: u32, len: usize) -> bool {
-        len > self.eager && self.matched_contexts.contains(&context)
+    pub fn wants_rendezvous(&self, dst: usize, context: u32, len: usize) -> bool {
+        (len > self.eager || (len > 0 && self.descriptors_asked(dst)))
+            && self.matched_contexts.contains(&context)
+    }
+
+    /// Whether local rank `dst` asks for requests to send instead of eager data (false while
+    /// its ring is lent to the progress thread, which sends what it has as it was decided).
+    #[inline]
+    pub fn descriptors_asked(&self, dst: usize) -> bool {
+        self.tx[dst]
+            .as_ref()
+            .is_some_and(|tx| tx.descriptors_asked())
     }
 
     /// Gives the rendezvous send `p` (to `dst`) a token: it stays in the table until its

@@ -22,7 +22,7 @@ impl Engine {
             return Err(l.into());
         }
         self.drive_pending();
-        if self.wants_rendezvous(context, data.len()) {
+        if self.wants_rendezvous(rank, context, data.len()) {
             // With a progress thread, the whole rendezvous goes to it (it reads the answer and
             // streams the data while the application computes), unless this process already
             // waits for answers from `rank` (the ring's answers have one reader at a time).

@@ -97,13 +97,12 @@ impl Engine {
                 _ => info.total_len as usize,
             };
             if info.kind == Kind::Rts {
-                // One small record, whatever the message's size: its data stays with the sender.
-                if self.drained_bytes + super::rendezvous::RTS_COST > self.drain_budget {
-                    self.budget_full(src);
-                    return Ok(());
-                }
+                // One small record, whatever the message's size: its data stays with the sender,
+                // whose request it is. Always drained, outside the budget: a receiver holds one
+                // small entry per send its senders have started and it has not received (as
+                // MPICH and Open MPI hold one per unexpected request to send), and a request
+                // left in a full ring could keep a wanted message behind it for ever.
                 let rts = self.take_rts(src, &info)?;
-                self.drained_bytes += super::rendezvous::RTS_COST;
                 self.counters.add(Counter::Drained, 1);
                 self.ndrained += 1;
                 self.drained[src].push_back(Drained {
@@ -113,12 +112,11 @@ impl Engine {
                     data: Vec::new(),
                     open: None,
                     rts: Some((rts, info.pos)),
-                    cost: super::rendezvous::RTS_COST,
+                    cost: 0,
                 });
                 continue;
             }
-            if self.drained_bytes + total > self.drain_budget {
-                self.budget_full(src);
+            if !self.may_drain(src, total) {
                 return Ok(());
             }
             let mut data = self.drain_pool.pop().unwrap_or_default();
@@ -154,19 +152,52 @@ impl Engine {
         }
     }
 
-    /// The budget keeps ring `src` full: counted each time, and said once per process on
-    /// stderr, since a receive waiting for a message behind the ring then waits for ever (MPI's
-    /// progress rule wants it received; holding every unreceived message, as MPICH and Open MPI
-    /// do, would leave the memory unbounded), and a hang with no word is the worst way to learn
-    /// of a limit.
+    /// Whether `cost` more bytes of eager data from ring `src` may be drained. Within the budget,
+    /// yes. Past it, this process asks its senders for requests to send instead of eager data
+    /// (one slot each, the data waiting in the sender's memory: `Producer::descriptors_asked`),
+    /// and still drains what the rings hold, up to the budget and one ring's worth per sender
+    /// more: the eager records sent before the senders saw the request. Without that, a receive
+    /// waiting for a message behind a full ring would wait for ever (MPI's progress rule wants
+    /// it received), and holding every unreceived message as MPICH and Open MPI do would leave
+    /// the memory unbounded. Beyond that bound (a progress thread's sends, decided before the
+    /// request) the ring stays full.
+    #[inline]
+    fn may_drain(&mut self, src: usize, cost: usize) -> bool {
+        if self.drained_bytes + cost <= self.drain_budget {
+            return true;
+        }
+        self.budget_spent();
+        let bound = self.drain_budget + self.n * self.rx[src].capacity_bytes();
+        if self.drained_bytes + cost <= bound {
+            return true;
+        }
+        self.bound_reached(src);
+        false
+    }
+
+    /// Past the budget: counted each time; the senders are asked for requests to send.
     #[cold]
-    fn budget_full(&mut self, src: usize) {
+    fn budget_spent(&mut self) {
         self.counters.add(Counter::DrainBudgetFull, 1);
+        if !self.asked_descriptors {
+            self.asked_descriptors = true;
+            for rx in &self.rx {
+                rx.ask_descriptors(true);
+            }
+        }
+    }
+
+    /// The bound keeps ring `src` full: said once per process on stderr, since a receive
+    /// waiting for a message behind the ring then waits for ever, and a hang with no word is the
+    /// worst way to learn of a limit.
+    #[cold]
+    fn bound_reached(&mut self, src: usize) {
         if !self.told_budget_full {
             self.told_budget_full = true;
             eprintln!(
                 "volley: rank {}: holds {} bytes of messages no receive has taken yet, and the \
-                 next would pass its limit of {} (VOLLEY_UNEXPECTED_BYTES); rank {}'s later \
+                 next would pass its limit ({} bytes of VOLLEY_UNEXPECTED_BYTES, and a ring's \
+                 worth per sender sent before it asked for requests to send); rank {}'s later \
                  messages wait in its ring until some are received. If a receive waits for one \
                  of them, raise VOLLEY_UNEXPECTED_BYTES or receive the earlier messages first",
                 self.l2g[self.me], self.drained_bytes, self.drain_budget, self.l2g[src]
@@ -179,6 +210,14 @@ impl Engine {
         let d = self.drained[src].remove(k).expect("index from poll_match");
         self.drained_bytes -= d.cost;
         self.ndrained -= 1;
+        if self.asked_descriptors && self.drained_bytes <= self.drain_budget / 2 {
+            // Room again: eager data is welcome (half the budget, so that a receiver near its
+            // limit does not switch its senders back and forth at every message).
+            self.asked_descriptors = false;
+            for rx in &self.rx {
+                rx.ask_descriptors(false);
+            }
+        }
         d
     }
 
