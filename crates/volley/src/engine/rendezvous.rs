@@ -102,12 +102,15 @@ impl Engine {
     }
 
     /// Whether local rank `dst` asks for requests to send instead of eager data (false while
-    /// its ring is lent to the progress thread, which sends what it has as it was decided).
+    /// its ring is lent to the progress thread, which sends what it has as it was decided; and
+    /// for this rank itself: a blocking send to itself, which MPI programs expect to return for
+    /// a small message before they post its receive, would wait for ever).
     #[inline]
     pub fn descriptors_asked(&self, dst: usize) -> bool {
-        self.tx[dst]
-            .as_ref()
-            .is_some_and(|tx| tx.descriptors_asked())
+        dst != self.me
+            && self.tx[dst]
+                .as_ref()
+                .is_some_and(|tx| tx.descriptors_asked())
     }
 
     /// Gives the rendezvous send `p` (to `dst`) a token: it stays in the table until its
